@@ -1,0 +1,59 @@
+// Communicator and Work: the communication half of the step program's contract.
+// One communicator per process group (tp, pp, dp, …), made by split() from the world;
+// every collective is asynchronous, issued on a stream, and returns a Work to wait on,
+// as NCCL and torch.distributed do. Buffers are typed tensors with element counts;
+// bytes are derived, never passed. Bound to MPI (cpu), NCCL (cuda) and SimGrid (sim).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/device.hpp"
+#include "core/tensor.hpp"
+
+namespace tandem {
+
+enum class ReduceOp { sum, max, min };
+
+// A handle on an issued collective or p2p batch: start → test/wait, as SimGrid's activities.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // the host blocks until done (and the issuing stream may go on)
+  virtual bool test() = 0;  // true once done
+};
+
+// One send or receive inside a batched p2p (batch_isend_irecv / ncclGroupStart-End).
+struct P2POp {
+  enum class Kind { send, recv };
+  Kind kind;
+  Tensor tensor;
+  int peer;  // rank within this communicator
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view name() const = 0;  // the group kind, "tp", "dp-cp", …
+
+  // Ranks with the same color form a new communicator, ordered by key (MPI_Comm_split).
+  virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
+
+  virtual std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp op) = 0;
+  // output holds size() × input.numel() elements, rank-major.
+  virtual std::unique_ptr<Work> all_gather(Stream& s, const Tensor& input, Tensor& output) = 0;
+  // input holds size() × output.numel() elements; rank r receives the reduced r-th block.
+  virtual std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& input, Tensor& output,
+                                               ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) = 0;
+  virtual std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) = 0;
+  virtual std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace tandem

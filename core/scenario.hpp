@@ -1,0 +1,165 @@
+// Scenario: model + parallelism + training + cluster, the one input every tandem command
+// reads. Field names are Megatron-LM's argument names (tensor_model_parallel_size,
+// micro_batch_size, …) so a Megatron launch script translates line by line; in JSON they
+// sit under four sections, and on the command line the same names in kebab case
+// (--tensor-model-parallel-size 8) override the file.
+//
+//   {"model":       {"num_layers": 24, "hidden_size": 1024, …},
+//    "parallelism": {"tensor_model_parallel_size": 2, …},
+//    "training":    {"micro_batch_size": 1, "global_batch_size": 64, …},
+//    "cluster":     {"world_size": 8, "gpus_per_node": 8}}
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/parallel_context.hpp"
+
+namespace tandem {
+
+struct ModelConfig {
+  int num_layers = 24;
+  int hidden_size = 1024;
+  int num_attention_heads = 16;
+  std::optional<int> ffn_hidden_size;  // default 4 · hidden_size
+  std::optional<int> kv_channels;      // default hidden_size / heads
+  int seq_length = 1024;
+  std::optional<int> max_position_embeddings;  // default seq_length
+  int vocab_size = 50257;
+  int make_vocab_size_divisible_by = 128;  // padded to a multiple of this · tp
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct ParallelismConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int context_parallel_size = 1;
+  int expert_model_parallel_size = 1;
+  // Interleaving: give one of the two (Megatron accepts either).
+  std::optional<int> num_layers_per_virtual_pipeline_stage;
+  std::optional<int> virtual_pipeline_model_parallel_size;
+  std::optional<int> microbatch_group_size_per_vp_stage;  // default pp
+  std::string pipeline_schedule = "auto";  // auto | none | gpipe | 1f1b | interleaved
+  std::string order = "tp-cp-ep-dp-pp";    // rank generator order, tp fastest varying
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  std::int64_t ddp_bucket_size = 40000000;  // elements per dp gradient bucket
+
+  bool operator==(const ParallelismConfig&) const = default;
+};
+
+struct TrainingConfig {
+  int micro_batch_size = 1;
+  int global_batch_size = 8;
+  std::vector<std::int64_t> rampup_batch_size;  // empty, or {start, increment, samples}
+  std::int64_t train_iters = 10;
+  double lr = 1.5e-4;
+  double min_lr = 1.0e-5;
+  std::int64_t lr_warmup_iters = 0;
+  std::optional<std::int64_t> lr_decay_iters;  // default train_iters
+  std::string lr_decay_style = "cosine";       // constant | linear | cosine
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  std::int64_t seed = 1234;
+  std::string recompute_granularity = "none";  // none | selective | full
+  std::string recompute_method = "uniform";    // uniform | block (with full)
+  int recompute_num_layers = 1;
+  std::int64_t log_interval = 1;
+  std::int64_t eval_interval = 1000;
+  std::int64_t eval_iters = 10;
+  std::int64_t save_interval = 0;  // 0: no periodic checkpoints
+  bool bf16 = false;
+  bool fp16 = false;
+
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct ClusterConfig {
+  int world_size = 1;         // number of ranks (GPUs, or MPI processes on cpu)
+  int gpus_per_node = 8;      // ranks per node; rank r sits on node r / gpus_per_node
+  std::string topology = "";  // a topology preset name, e.g. "dgx-a100-80g" (simulator)
+
+  bool operator==(const ClusterConfig&) const = default;
+};
+
+struct Scenario {
+  std::string name = "default";
+  std::string description;  // free text: what the scenario is for
+  std::string source;       // provenance of the numbers (paper, table, launch script)
+  ModelConfig model;
+  ParallelismConfig parallelism;
+  TrainingConfig training;
+  ClusterConfig cluster;
+
+  bool operator==(const Scenario&) const = default;
+};
+
+// One settable field: its Megatron name, JSON section, the flag spelling, a help line
+// and the kind of value it takes. The table drives JSON parsing, flag overrides, help
+// text and unknown-key suggestions, so the four can never disagree.
+struct ScenarioField {
+  std::string section;  // "model", "parallelism", "training", "cluster"
+  std::string name;     // "tensor_model_parallel_size"
+  std::string flag;     // "--tensor-model-parallel-size" (Megatron's flag where it differs)
+  std::string type;     // "int", "float", "bool", "string", "int list"
+  std::string help;
+  // Other names accepted for the field in JSON and as flags, e.g. Megatron's newer
+  // "num_virtual_stages_per_pipeline_rank" for virtual_pipeline_model_parallel_size.
+  std::vector<std::string> aliases;
+};
+const std::vector<ScenarioField>& scenario_fields();
+
+// A small GPT (GPT-2 medium shape) on 8 ranks, TP 2 × PP 2 × DP 2 — what tandem runs
+// when given no scenario.
+Scenario default_scenario();
+
+// Parse a scenario from JSON: top-level "name", "description", "source" (provenance) and
+// the sections "model", "parallelism", "training", "cluster". Unknown keys are errors that
+// suggest the closest known key (or name the section a misplaced key belongs in); wrong
+// types and out-of-range values name the field ("model.num_layers"), the value and the
+// rule. All are thrown together as one ConfigError. `source` names the file in messages.
+// Fields absent from the JSON keep the defaults above. Cross-field rules are validate()'s.
+Scenario parse_scenario(const nlohmann::json& j, std::string_view source = "scenario");
+// A missing, unreadable or malformed file (with line and column) is a ConfigError whose
+// field is the path.
+Scenario load_scenario(const std::filesystem::path& path);
+nlohmann::json to_json(const Scenario& s);
+
+// Apply flag overrides given as (key, value text) pairs. The key is the field name
+// ("tensor_model_parallel_size"), its flag ("--tensor-model-parallel-size"), an alias, or
+// "section.name"; "name" renames the scenario. Values: "8", "0.5", "cosine",
+// "true"/"false"/"1"/"0", lists as "16,16,1000" or "16 16 1000", "none" to unset an
+// optional. All or nothing: on any bad pair `s` is unchanged and every bad pair is reported.
+void apply_overrides(Scenario& s, const std::vector<std::pair<std::string, std::string>>& kv);
+
+// Cross-field rules (DESIGN §4 and Megatron's argument checks). Throws ConfigError
+// carrying every violation.
+void validate(const Scenario& s);
+
+// Derived quantities (valid after validate()).
+int data_parallel_size(const Scenario& s);     // world / (tp · pp · cp)
+int virtual_pipeline_size(const Scenario& s);  // 1 when not interleaved
+int padded_vocab_size(const Scenario& s);      // vocab rounded up to divisible_by · tp
+int ffn_hidden_size(const Scenario& s);
+ParallelSizes parallel_sizes(const Scenario& s);
+// The schedule kind a scenario runs: "none" (pp 1), "1f1b", "interleaved", or as forced.
+std::string effective_pipeline_schedule(const Scenario& s);
+
+// Suggest the closest of `known` to `word` (edit distance with transpositions, ignoring
+// case and '-' vs '_'; a word it truncates, as "seq_len" for "seq_length", also counts),
+// or "" when nothing is within about a third of the word's length.
+std::string closest_match(std::string_view word, const std::vector<std::string>& known);
+
+}  // namespace tandem

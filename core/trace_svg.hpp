@@ -1,0 +1,22 @@
+// Renders a Chrome trace (the tandem schema of trace.hpp) to a standalone SVG for a quick
+// look without a browser: one row per (rank, stream) that has slices, forward and
+// backward told apart by colour (lighter shades for later virtual chunks), the op's
+// microbatch written inside each slice wide enough to hold it, idle time (the bubble)
+// left as the row's pale background, and a time axis.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tandem {
+
+struct SvgOptions {
+  std::string title;
+  int width = 1400;       // px, whole drawing
+  int row_height = 26;    // px
+  int label_width = 170;  // px, the row names on the left
+};
+
+std::string render_trace_svg(const nlohmann::json& trace, const SvgOptions& options = {});
+
+}  // namespace tandem

@@ -1,0 +1,117 @@
+// Pipeline schedules as data: a pure function (schedule kind, pp size, vpp size,
+// microbatches, pp rank) → the ordered list of ops that rank runs in one iteration —
+// forward(mb, chunk), backward(mb, chunk), and the p2p calls between them under
+// Megatron-Core's names (recv_forward, send_forward_recv_backward, …). The step
+// interpreter runs these lists on a Device; the idealised timeline (timeline.hpp) and
+// the simulator time them.
+//
+// Worked example, 1F1B, pp = 4, m = 8 (compute ops only; warmup = pp − rank − 1):
+//   rank 0: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7
+//   rank 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
+// Interleaved, pp = 4, vpp = 2, m = 8, rank 0 (warmup = (4−0−1)·2 + (2−1)·4 = 10; Fm.c):
+//   F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 F6.0 B0.1 F7.0 B1.1 F4.1 B2.1 …
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+enum class ScheduleKind {
+  none,         // no pipelining: gradient accumulation, F0 B0 F1 B1 …
+  gpipe,        // all forwards, then all backwards
+  one_f_one_b,  // PipeDream-Flush: warmup, steady 1F1B, cooldown
+  interleaved,  // Megatron-Core's interleaved 1F1B over virtual chunks
+};
+
+std::string_view schedule_kind_name(ScheduleKind k);  // "none", "gpipe", "1f1b", "interleaved"
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view name);
+
+// Which way a tensor moves, seen from the rank that runs the op.
+enum class P2PDirection {
+  send_next,  // activation to the next stage
+  recv_prev,  // activation from the previous stage
+  send_prev,  // activation gradient to the previous stage
+  recv_next,  // activation gradient from the next stage
+};
+std::string_view p2p_direction_name(P2PDirection d);
+
+// Megatron-Core's p2p_communication entry points; each posts its sends and receives
+// as one batch and waits for all of them.
+enum class P2PCall {
+  recv_forward,
+  send_forward,
+  recv_backward,
+  send_backward,
+  send_forward_recv_backward,
+  send_backward_recv_forward,
+  send_forward_recv_forward,
+  send_backward_recv_backward,
+  send_forward_backward_recv_forward_backward,
+};
+std::string_view p2p_call_name(P2PCall c);
+
+// One tensor moved by a p2p call. `chunk` is the local model chunk that produced the
+// tensor (sends) or will consume it (receives); `peer` is the other end's pp rank.
+struct Transfer {
+  P2PDirection direction;
+  int microbatch = 0;
+  int chunk = 0;
+  int peer = 0;
+
+  bool operator==(const Transfer&) const = default;
+};
+
+enum class OpType { forward, backward, p2p };
+
+struct ScheduleOp {
+  OpType type = OpType::forward;
+  int microbatch = 0;                    // forward / backward
+  int chunk = 0;                         // forward / backward: virtual pipeline chunk
+  P2PCall call = P2PCall::recv_forward;  // p2p only
+  std::vector<Transfer> transfers;  // p2p only; never empty (calls with nothing to do are dropped)
+
+  bool is_compute() const { return type != OpType::p2p; }
+  bool operator==(const ScheduleOp&) const = default;
+};
+
+struct ScheduleSpec {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  int pp = 1;
+  int vpp = 1;
+  int num_microbatches = 1;
+  int microbatch_group_size = 0;  // interleaved: microbatches per virtual stage group; 0 → pp
+};
+
+struct Schedule {
+  ScheduleSpec spec;
+  std::vector<std::vector<ScheduleOp>> ranks;  // ranks[pp rank] = that stage's op list
+};
+
+// Throws ConfigError naming the field, the value and the rule (Megatron's rules for
+// interleaving included) before building anything.
+void validate_schedule_spec(const ScheduleSpec& spec);
+std::vector<ScheduleOp> make_rank_schedule(const ScheduleSpec& spec, int pp_rank);
+Schedule make_schedule(const ScheduleSpec& spec);
+
+// Interleaving's microbatch → (microbatch, chunk) table, Megatron-Core's get_schedule_table:
+// groups of `group_size` microbatches run chunk 0, then chunk 1, …; the last group takes
+// what is left. Entry k is the k-th forward's (microbatch, chunk).
+struct MicrobatchChunk {
+  int microbatch = 0;
+  int chunk = 0;
+  bool operator==(const MicrobatchChunk&) const = default;
+};
+std::vector<MicrobatchChunk> interleaved_schedule_table(int num_microbatches, int vpp,
+                                                        int group_size);
+
+// Number of warmup forwards before the first backward on `pp_rank` (Megatron-Core's
+// get_pp_rank_microbatches).
+int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank);
+
+// "F3", "B0.1", "send_forward_recv_backward" — for printing.
+std::string describe(const ScheduleOp& op, bool with_chunk);
+
+}  // namespace tandem

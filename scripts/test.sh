@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: format check, a warnings-as-errors build with every test
+# (unit and integration) under ctest, a smoke run of the benchmarks, then the unit tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer. Installs what it needs.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh
+jobs="$(nproc)"
+
+echo "== format (clang-format)"
+mapfile -t sources < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' 2>/dev/null || true)
+if [ ${#sources[@]} -gt 0 ]; then
+  clang-format --dry-run --Werror "${sources[@]}"
+fi
+
+echo "== build (Release, warnings as errors)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DTANDEM_WERROR=ON
+echo "== tests"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== benchmarks (smoke run)"
+for b in build/tests/bench/bench_*; do
+  [ -x "$b" ] && "$b" --benchmark_min_time=0.01 >/dev/null
+done
+
+echo "== unit tests under ASan + UBSan"
+bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTANDEM_WERROR=ON -DTANDEM_SANITIZE=ON \
+  -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCHMARKS=OFF
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit

@@ -1,0 +1,347 @@
+// Schedules: Megatron-Core's orders as golden lists, and the properties every schedule
+// must have over a sweep of sizes — each (microbatch, chunk) forwarded once and
+// backwarded once after its forward, sends and receives that pair up in order between
+// neighbouring stages (proved by playing the exchange with an independent player that
+// treats every transfer as a rendezvous), and bounded in-flight activations.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "schedules/schedule.hpp"
+
+namespace tandem {
+namespace {
+
+std::string compute_order(const std::vector<ScheduleOp>& ops, bool chunks) {
+  std::string s;
+  for (const auto& op : ops)
+    if (op.is_compute()) s += (s.empty() ? "" : " ") + describe(op, chunks);
+  return s;
+}
+
+TEST(Schedule, InterleavedRankZeroMatchesMegatronCore) {
+  // The order Megatron-Core runs for pp 4, vpp 2, m 8 on pipeline rank 0 (issue #2).
+  const auto ops = make_rank_schedule({ScheduleKind::interleaved, 4, 2, 8}, 0);
+  EXPECT_EQ(compute_order(ops, true),
+            "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 F6.0 B0.1 F7.0 B1.1 F4.1 B2.1 "
+            "F5.1 B3.1 F6.1 B0.0 F7.1 B1.0 B2.0 B3.0 B4.1 B5.1 B6.1 B7.1 B4.0 B5.0 B6.0 B7.0");
+}
+
+TEST(Schedule, OneFOneBGoldenOrders) {
+  // Written out by hand from the PipeDream-Flush definition: warmup pp − rank − 1
+  // forwards, then alternate, then drain the backwards.
+  const ScheduleSpec spec{ScheduleKind::one_f_one_b, 4, 1, 8};
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false),
+            "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 1), false),
+            "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 3), false),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+}
+
+TEST(Schedule, OneFOneBMiddleStageCallsMegatronsP2P) {
+  // Stage 1 of 4, m = 3: warmup 2, steady 1, cooldown 2 — each call as Megatron names it.
+  const auto ops = make_rank_schedule({ScheduleKind::one_f_one_b, 4, 1, 3}, 1);
+  std::vector<std::string> names;
+  for (const auto& op : ops) names.push_back(describe(op, false));
+  const std::vector<std::string> want = {"recv_forward",
+                                         "F0",
+                                         "send_forward",
+                                         "recv_forward",
+                                         "F1",
+                                         "send_forward",
+                                         "recv_forward",
+                                         "F2",
+                                         "send_forward_recv_backward",
+                                         "B0",
+                                         "send_backward",
+                                         "recv_backward",
+                                         "B1",
+                                         "send_backward",
+                                         "recv_backward",
+                                         "B2",
+                                         "send_backward"};
+  EXPECT_EQ(names, want);
+}
+
+TEST(Schedule, NoPipeliningAndGPipeOrders) {
+  EXPECT_EQ(compute_order(make_rank_schedule({ScheduleKind::none, 1, 1, 3}, 0), false),
+            "F0 B0 F1 B1 F2 B2");
+  EXPECT_EQ(compute_order(make_rank_schedule({ScheduleKind::gpipe, 2, 1, 3}, 1), false),
+            "F0 F1 F2 B0 B1 B2");
+}
+
+TEST(Schedule, FirstAndLastStagesSkipAbsentTransfers) {
+  const auto first = make_rank_schedule({ScheduleKind::one_f_one_b, 2, 1, 2}, 0);
+  const auto last = make_rank_schedule({ScheduleKind::one_f_one_b, 2, 1, 2}, 1);
+  for (const auto& op : first)
+    for (const auto& t : op.transfers) {
+      EXPECT_NE(t.direction, P2PDirection::recv_prev);
+      EXPECT_NE(t.direction, P2PDirection::send_prev);
+    }
+  for (const auto& op : last)
+    for (const auto& t : op.transfers) {
+      EXPECT_NE(t.direction, P2PDirection::send_next);
+      EXPECT_NE(t.direction, P2PDirection::recv_next);
+    }
+}
+
+TEST(Schedule, InterleavedTableFollowsMegatronsExample) {
+  // get_schedule_table's docstring example: PP 2, N 3, M 5, VP 2.
+  const auto table = interleaved_schedule_table(5, 2, 3);
+  std::vector<int> mbs, chunks;
+  for (const auto& e : table) {
+    mbs.push_back(e.microbatch);
+    chunks.push_back(e.chunk);
+  }
+  EXPECT_EQ(mbs, (std::vector<int>{0, 1, 2, 0, 1, 2, 3, 4, 3, 4}));
+  EXPECT_EQ(chunks, (std::vector<int>{0, 0, 0, 1, 1, 1, 0, 0, 1, 1}));
+}
+
+TEST(Schedule, WarmupCounts) {
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::interleaved, 4, 2, 8}, 0), 10);
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::interleaved, 4, 2, 8}, 3), 4);
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::interleaved, 4, 2, 8, 6}, 3), 6);
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::interleaved, 4, 3, 4}, 0), 12);  // capped
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::one_f_one_b, 8, 1, 3}, 0), 3);   // capped
+  EXPECT_EQ(num_warmup_microbatches({ScheduleKind::one_f_one_b, 8, 1, 16}, 2), 5);
+}
+
+// ---- properties over a sweep -------------------------------------------------------
+
+std::vector<ScheduleSpec> sweep() {
+  std::vector<ScheduleSpec> specs;
+  for (int m = 1; m <= 12; ++m) specs.push_back({ScheduleKind::none, 1, 1, m});
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int m = 1; m <= 20; ++m) {
+      specs.push_back({ScheduleKind::one_f_one_b, pp, 1, m});
+      specs.push_back({ScheduleKind::gpipe, pp, 1, m});
+    }
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int vpp = 2; vpp <= 4; ++vpp)
+      for (int m = pp; m <= 3 * pp + 1; ++m)
+        for (int g = pp; g <= std::min(m, pp + 2); ++g) {
+          ScheduleSpec s{ScheduleKind::interleaved, pp, vpp, m, g};
+          const int rest = m % g;
+          if (rest == 0 || rest >= pp) specs.push_back(s);
+        }
+  return specs;
+}
+
+std::string name_of(const ScheduleSpec& s) {
+  std::ostringstream o;
+  o << schedule_kind_name(s.kind) << " pp=" << s.pp << " vpp=" << s.vpp
+    << " m=" << s.num_microbatches << " g=" << s.microbatch_group_size;
+  return o.str();
+}
+
+TEST(ScheduleProperties, EachMicrobatchChunkForwardedOnceThenBackwardedOnce) {
+  for (const auto& spec : sweep()) {
+    const auto sched = make_schedule(spec);
+    for (int r = 0; r < spec.pp; ++r) {
+      std::map<std::pair<int, int>, int> fwd_at, bwd_at;
+      const auto& ops = sched.ranks[r];
+      for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+        if (!ops[i].is_compute()) continue;
+        auto& seen = ops[i].type == OpType::forward ? fwd_at : bwd_at;
+        const auto key = std::make_pair(ops[i].microbatch, ops[i].chunk);
+        ASSERT_FALSE(seen.count(key))
+            << name_of(spec) << " rank " << r << " repeats " << describe(ops[i], true);
+        seen[key] = i;
+      }
+      ASSERT_EQ(fwd_at.size(), static_cast<std::size_t>(spec.num_microbatches * spec.vpp))
+          << name_of(spec);
+      ASSERT_EQ(bwd_at.size(), fwd_at.size()) << name_of(spec);
+      for (const auto& [key, i] : bwd_at)
+        ASSERT_LT(fwd_at.at(key), i)
+            << name_of(spec) << " rank " << r << " backward before forward";
+    }
+  }
+}
+
+TEST(ScheduleProperties, OneFOneBKeepsAtMostPpMinusRankActivationsInFlight) {
+  for (const auto& spec : sweep()) {
+    if (spec.kind != ScheduleKind::one_f_one_b) continue;
+    const auto sched = make_schedule(spec);
+    for (int r = 0; r < spec.pp; ++r) {
+      int in_flight = 0, peak = 0;
+      for (const auto& op : sched.ranks[r]) {
+        if (op.type == OpType::forward) peak = std::max(peak, ++in_flight);
+        if (op.type == OpType::backward) --in_flight;
+      }
+      EXPECT_LE(peak, spec.pp - r) << name_of(spec) << " rank " << r;
+      EXPECT_EQ(peak, std::min(spec.pp - r, spec.num_microbatches))
+          << name_of(spec) << " rank " << r;
+    }
+  }
+}
+
+TEST(ScheduleProperties, InterleavedInFlightBoundedByWarmupPlusOne) {
+  for (const auto& spec : sweep()) {
+    if (spec.kind != ScheduleKind::interleaved) continue;
+    const auto sched = make_schedule(spec);
+    for (int r = 0; r < spec.pp; ++r) {
+      int in_flight = 0, peak = 0;
+      for (const auto& op : sched.ranks[r]) {
+        if (op.type == OpType::forward) peak = std::max(peak, ++in_flight);
+        if (op.type == OpType::backward) --in_flight;
+      }
+      const int total = spec.num_microbatches * spec.vpp;
+      EXPECT_LE(peak, std::min(total, num_warmup_microbatches(spec, r) + 1)) << name_of(spec);
+    }
+  }
+}
+
+// An independent player: every transfer is a rendezvous. A rank blocked in a p2p call
+// completes a transfer when the neighbour's current call holds the matching transfer and
+// both are the next unmatched ones on their (sender, receiver, activation|gradient)
+// channel; the call returns when all its transfers are done. The moved tensor must be the
+// one the receiver expects.
+struct Player {
+  const Schedule& s;
+  std::vector<std::size_t> at;                               // op index per rank
+  std::vector<std::vector<bool>> done;                       // per rank: transfers of current op
+  std::map<std::tuple<int, int, bool>, int> sent, received;  // per channel counters
+  std::map<std::tuple<int, int, bool>, std::vector<std::pair<int, int>>> moved;  // (mb, chunk)
+
+  explicit Player(const Schedule& sched)
+      : s(sched), at(sched.ranks.size(), 0), done(sched.ranks.size()) {}
+
+  static bool is_send(P2PDirection d) {
+    return d == P2PDirection::send_next || d == P2PDirection::send_prev;
+  }
+  static bool activation(P2PDirection d) {
+    return d == P2PDirection::send_next || d == P2PDirection::recv_prev;
+  }
+
+  bool step_rank(int r) {
+    bool moved_any = false;
+    while (at[r] < s.ranks[r].size()) {
+      const auto& op = s.ranks[r][at[r]];
+      if (op.is_compute()) {
+        ++at[r];
+        moved_any = true;
+        continue;
+      }
+      if (done[r].size() != op.transfers.size()) done[r].assign(op.transfers.size(), false);
+      for (std::size_t t = 0; t < op.transfers.size(); ++t) {
+        if (done[r][t]) continue;
+        const auto& tr = op.transfers[t];
+        if (!is_send(tr.direction)) continue;  // sends drive the matching
+        moved_any |= try_match(r, t, tr);
+      }
+      if (std::all_of(done[r].begin(), done[r].end(), [](bool b) { return b; })) {
+        ++at[r];
+        done[r].clear();
+        moved_any = true;
+        continue;
+      }
+      break;
+    }
+    return moved_any;
+  }
+
+  bool try_match(int r, std::size_t t, const Transfer& tr) {
+    const int peer = tr.peer;
+    if (at[peer] >= s.ranks[peer].size()) return false;
+    const auto& pop = s.ranks[peer][at[peer]];
+    if (pop.is_compute()) return false;
+    if (done[peer].size() != pop.transfers.size()) done[peer].assign(pop.transfers.size(), false);
+    const bool act = activation(tr.direction);
+    const auto want = act ? P2PDirection::recv_prev : P2PDirection::recv_next;
+    for (std::size_t u = 0; u < pop.transfers.size(); ++u) {
+      const auto& pr = pop.transfers[u];
+      if (done[peer][u] || pr.direction != want || pr.peer != r) continue;
+      const auto ch = std::make_tuple(r, peer, act);
+      const bool wraps = act ? (r == s.spec.pp - 1) : (r == 0);
+      const int chunk_at_receiver = wraps ? tr.chunk + (act ? 1 : -1) : tr.chunk;
+      EXPECT_EQ(pr.microbatch, tr.microbatch)
+          << name_of(s.spec) << " channel " << r << "->" << peer;
+      EXPECT_EQ(pr.chunk, chunk_at_receiver) << name_of(s.spec) << " channel " << r << "->" << peer;
+      ++sent[ch];
+      ++received[ch];
+      done[r][t] = true;
+      done[peer][u] = true;
+      return true;
+    }
+    return false;
+  }
+
+  bool run() {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) progress |= step_rank(r);
+    }
+    for (std::size_t r = 0; r < s.ranks.size(); ++r)
+      if (at[r] != s.ranks[r].size()) return false;
+    return true;
+  }
+};
+
+TEST(ScheduleProperties, SendsAndReceivesPairUpWithoutDeadlock) {
+  for (const auto& spec : sweep()) {
+    const auto sched = make_schedule(spec);
+    Player player(sched);
+    ASSERT_TRUE(player.run()) << name_of(spec) << " deadlocks";
+    // Every activation crossing a stage boundary is sent exactly once per (mb, chunk).
+    int sends = 0;
+    for (const auto& ops : sched.ranks)
+      for (const auto& op : ops)
+        for (const auto& t : op.transfers) sends += Player::is_send(t.direction) ? 1 : 0;
+    const int boundaries = spec.pp * spec.vpp - 1;  // virtual stages minus one
+    EXPECT_EQ(sends, 2 * boundaries * spec.num_microbatches) << name_of(spec);
+  }
+}
+
+// ---- validation ---------------------------------------------------------------------
+
+std::string violated_field(const ScheduleSpec& spec) {
+  try {
+    validate_schedule_spec(spec);
+  } catch (const ConfigError& e) {
+    return e.violations().at(0).field + "=" + e.violations().at(0).value;
+  }
+  return "accepted";
+}
+
+TEST(ScheduleValidation, RejectsWithFieldAndValue) {
+  EXPECT_EQ(violated_field({ScheduleKind::one_f_one_b, 0, 1, 4}), "pipeline_model_parallel_size=0");
+  EXPECT_EQ(violated_field({ScheduleKind::one_f_one_b, 2, 1, 0}), "num_microbatches=0");
+  EXPECT_EQ(violated_field({ScheduleKind::none, 2, 1, 4}), "pipeline_model_parallel_size=2");
+  EXPECT_EQ(violated_field({ScheduleKind::one_f_one_b, 2, 2, 4}),
+            "virtual_pipeline_model_parallel_size=2");
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 1, 2, 4}), "pipeline_model_parallel_size=1");
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 2, 1, 4}),
+            "virtual_pipeline_model_parallel_size=1");
+  // Group size must lie in [pp, m].
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 4, 2, 3}),
+            "microbatch_group_size_per_vp_stage=4");
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 4, 2, 8, 3}),
+            "microbatch_group_size_per_vp_stage=3");
+  // m mod group must be 0 or ≥ pp: 9 mod 4 = 1.
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 4, 2, 9}), "num_microbatches=9");
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 4, 2, 12}), "accepted");
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 2, 2, 5}),
+            "num_microbatches=5");  // 5 mod 2 = 1
+  EXPECT_EQ(violated_field({ScheduleKind::interleaved, 2, 2, 5, 3}),
+            "accepted");  // 5 mod 3 = 2 ≥ 2
+}
+
+TEST(ScheduleValidation, MessageNamesTheRule) {
+  try {
+    validate_schedule_spec({ScheduleKind::interleaved, 4, 2, 9});
+    FAIL() << "accepted m = 9 with pp = 4";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("num_microbatches = 9"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("≥ pipeline_model_parallel_size (4)"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
