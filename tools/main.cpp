@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     tandem::cli::add_schedule_command(app);
     tandem::cli::add_scenario_command(app);
     tandem::cli::add_trace_command(app);
+    tandem::cli::add_preprocess_command(app);
+    tandem::cli::add_train_command(app);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

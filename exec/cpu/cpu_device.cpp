@@ -1,0 +1,271 @@
+#include "exec/cpu/cpu_device.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/adam.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/layer_norm.hpp"
+
+namespace tandem {
+namespace {
+
+namespace k = kernels::cpu;
+
+class HostStorage : public Storage {
+ public:
+  HostStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker)
+      : bytes_(bytes), tracker_(std::move(tracker)) {
+    const auto rounded = static_cast<std::size_t>((bytes.value + 63) / 64 * 64);
+    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!data_) throw std::bad_alloc();
+    tracker_->on_allocate(bytes_);
+  }
+  ~HostStorage() override {
+    std::free(data_);
+    tracker_->on_release(bytes_);
+  }
+  void* data() override { return data_; }
+  Bytes bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  Bytes bytes_;
+  std::shared_ptr<MemoryTracker> tracker_;
+};
+
+class CpuStream : public Stream {
+ public:
+  explicit CpuStream(std::string name) : name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  void record(Event&) override {}
+  void wait(Event&) override {}
+  void synchronize() override {}
+
+ private:
+  std::string name_;
+};
+
+class CpuEvent : public Event {
+ public:
+  void synchronize() override {}
+  bool query() override { return true; }
+};
+
+float* f32(const Tensor& t) {
+  return t.data<float>();
+}
+const std::int32_t* i32(const Tensor& t) {
+  return t.data<std::int32_t>();
+}
+
+void same_numel(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel())
+    throw std::invalid_argument(std::string(op) + ": " + a.shape.to_string() + " and " +
+                                b.shape.to_string() + " differ in element count");
+}
+
+// (rows, C) view of a tensor whose last dimension is C.
+std::int64_t last_dim(const Tensor& t) {
+  return t.shape[t.shape.rank() - 1];
+}
+
+k::AttentionShape attention_shape(const Tensor& qkv) {
+  if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
+    throw std::invalid_argument("attention: qkv must be (B, T, 3, heads, head_dim), got " +
+                                qkv.shape.to_string());
+  return {qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
+}
+
+k::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {
+  return {a.logits.shape[0], last_dim(a.logits), a.vocab_begin};
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice()
+    : memory_(std::make_shared<MemoryTracker>()),
+      default_stream_(std::make_unique<CpuStream>("compute")) {}
+
+CpuDevice::~CpuDevice() = default;
+
+Tensor CpuDevice::allocate(const Shape& shape, DType dtype) {
+  const Bytes bytes = dtype_size(dtype) * shape.numel();
+  return Tensor{shape, dtype, std::make_shared<HostStorage>(bytes, memory_), 0};
+}
+
+std::unique_ptr<Stream> CpuDevice::create_stream(std::string name) {
+  return std::make_unique<CpuStream>(std::move(name));
+}
+
+std::unique_ptr<Event> CpuDevice::create_event() {
+  return std::make_unique<CpuEvent>();
+}
+
+void CpuDevice::upload(Stream&, Tensor& t, const ProduceFloats& produce) {
+  produce(std::span<float>(f32(t), static_cast<std::size_t>(t.numel())));
+}
+
+void CpuDevice::upload(Stream&, Tensor& t, const ProduceInts& produce) {
+  produce(std::span<std::int32_t>(t.data<std::int32_t>(), static_cast<std::size_t>(t.numel())));
+}
+
+void CpuDevice::download(Stream&, const Tensor& t, std::span<float> host) {
+  if (static_cast<std::int64_t>(host.size()) != t.numel())
+    throw std::invalid_argument("download: host buffer of " + std::to_string(host.size()) +
+                                " floats for a tensor of " + std::to_string(t.numel()));
+  std::memcpy(host.data(), f32(t), host.size() * sizeof(float));
+}
+
+void CpuDevice::gemm(Stream&, const GemmArgs& a) {
+  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
+  const std::int64_t kk = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
+  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
+  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
+  if (kk != kb || a.c.numel() != m * n)
+    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") +
+                                " · " + a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") +
+                                " into " + a.c.shape.to_string() + " do not conform");
+  k::gemm({.m = m,
+           .n = n,
+           .k = kk,
+           .transpose_a = a.transpose_a,
+           .transpose_b = a.transpose_b,
+           .alpha = a.alpha,
+           .beta = a.beta},
+          f32(a.a), f32(a.b), f32(a.c));
+}
+
+void CpuDevice::bias_add(Stream&, Tensor& x, const Tensor& bias) {
+  k::bias_add(f32(x), f32(bias), x.numel() / bias.numel(), bias.numel());
+}
+
+void CpuDevice::bias_grad(Stream&, const Tensor& grad, Tensor& grad_bias) {
+  k::bias_backward(f32(grad_bias), f32(grad), grad.numel() / grad_bias.numel(), grad_bias.numel());
+}
+
+void CpuDevice::layer_norm(Stream&, const LayerNormArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  k::layer_norm_forward({a.input.numel() / C, C}, f32(a.input), f32(a.gamma), f32(a.beta),
+                        f32(a.output), f32(a.mean), f32(a.rstd), a.epsilon);
+}
+
+void CpuDevice::layer_norm_backward(Stream&, const LayerNormBackwardArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  k::layer_norm_backward({a.input.numel() / C, C}, f32(a.grad_output), f32(a.input), f32(a.gamma),
+                         f32(a.mean), f32(a.rstd), f32(a.grad_input), f32(a.grad_gamma),
+                         f32(a.grad_beta));
+}
+
+void CpuDevice::attention(Stream&, const AttentionArgs& a) {
+  const auto sh = attention_shape(a.qkv);
+  if (a.output.numel() != sh.B * sh.T * sh.NH * sh.HD ||
+      a.probs.numel() != sh.B * sh.NH * sh.T * sh.T)
+    throw std::invalid_argument("attention: output or probs does not match qkv " +
+                                a.qkv.shape.to_string());
+  k::attention_forward(sh, f32(a.qkv), f32(a.output), f32(a.probs));
+}
+
+void CpuDevice::attention_backward(Stream&, const AttentionBackwardArgs& a) {
+  const auto sh = attention_shape(a.qkv);
+  same_numel("attention_backward", a.qkv, a.grad_qkv);
+  k::attention_backward(sh, f32(a.grad_output), f32(a.qkv), f32(a.probs), f32(a.grad_qkv));
+}
+
+void CpuDevice::gelu(Stream&, const Tensor& in, Tensor& out) {
+  same_numel("gelu", in, out);
+  k::gelu_forward(f32(in), f32(out), in.numel());
+}
+
+void CpuDevice::gelu_backward(Stream&, const Tensor& dout, const Tensor& in, Tensor& din) {
+  same_numel("gelu_backward", in, din);
+  k::gelu_backward(f32(dout), f32(in), f32(din), in.numel());
+}
+
+void CpuDevice::embedding(Stream&, const EmbeddingArgs& a) {
+  const std::int64_t C = last_dim(a.table);
+  k::embedding_forward(i32(a.tokens), f32(a.table), {a.vocab_begin, a.table.shape[0]},
+                       a.tokens.numel(), C, f32(a.output));
+}
+
+void CpuDevice::embedding_backward(Stream&, const EmbeddingBackwardArgs& a) {
+  const std::int64_t C = last_dim(a.grad_table);
+  k::embedding_backward(i32(a.tokens), f32(a.grad_output), {a.vocab_begin, a.grad_table.shape[0]},
+                        a.tokens.numel(), C, f32(a.grad_table));
+}
+
+void CpuDevice::cross_entropy_max(Stream&, const CrossEntropyArgs& a, Tensor& row_max) {
+  k::cross_entropy_max(ce_shape(a), f32(a.logits), f32(row_max));
+}
+
+void CpuDevice::cross_entropy_sums(Stream&, const CrossEntropyArgs& a, const Tensor& row_max,
+                                   Tensor& sum_exp, Tensor& target_logit) {
+  k::cross_entropy_sums(ce_shape(a), f32(a.logits), i32(a.targets), f32(row_max), f32(sum_exp),
+                        f32(target_logit));
+}
+
+void CpuDevice::cross_entropy_loss(Stream&, const Tensor& row_max, const Tensor& sum_exp,
+                                   const Tensor& target_logit, Tensor& loss) {
+  k::cross_entropy_loss(loss.numel(), f32(row_max), f32(sum_exp), f32(target_logit), f32(loss));
+}
+
+void CpuDevice::cross_entropy_backward(Stream&, const CrossEntropyArgs& a, const Tensor& row_max,
+                                       const Tensor& sum_exp, const Tensor& grad_loss,
+                                       Tensor& grad_logits) {
+  same_numel("cross_entropy_backward", a.logits, grad_logits);
+  k::cross_entropy_backward(ce_shape(a), f32(a.logits), i32(a.targets), f32(row_max), f32(sum_exp),
+                            f32(grad_loss), f32(grad_logits));
+}
+
+void CpuDevice::add(Stream&, const Tensor& a, const Tensor& b, Tensor& out) {
+  same_numel("add", a, b);
+  same_numel("add", a, out);
+  k::add(f32(a), f32(b), f32(out), a.numel());
+}
+
+void CpuDevice::scale(Stream&, Tensor& x, float factor) {
+  k::scale(f32(x), x.numel(), factor);
+}
+
+void CpuDevice::fill(Stream&, Tensor& x, float value) {
+  if (x.dtype == DType::int32) {
+    std::fill_n(x.data<std::int32_t>(), x.numel(), static_cast<std::int32_t>(value));
+    return;
+  }
+  k::fill(f32(x), x.numel(), value);
+}
+
+void CpuDevice::copy(Stream&, const Tensor& from, Tensor& to) {
+  same_numel("copy", from, to);
+  if (from.dtype != to.dtype) throw std::invalid_argument("copy: dtypes differ");
+  std::memcpy(static_cast<char*>(tensor_data_or_throw(to)) + to.offset * dtype_size(to.dtype).value,
+              static_cast<const char*>(tensor_data_or_throw(from)) +
+                  from.offset * dtype_size(from.dtype).value,
+              static_cast<std::size_t>(from.bytes().value));
+}
+
+void CpuDevice::sum_squares(Stream&, const Tensor& x, Tensor& out) {
+  f32(out)[0] =
+      static_cast<float>(static_cast<double>(f32(out)[0]) + k::sum_squares(f32(x), x.numel()));
+}
+
+void CpuDevice::adam(Stream&, const AdamArgs& a) {
+  same_numel("adam", a.param, a.grad);
+  k::adamw(f32(a.param), f32(a.grad), f32(a.exp_avg), f32(a.exp_avg_sq), a.param.numel(),
+           {.lr = a.lr,
+            .beta1 = a.beta1,
+            .beta2 = a.beta2,
+            .epsilon = a.epsilon,
+            .weight_decay = a.weight_decay,
+            .grad_scale = a.grad_scale},
+           a.step);
+}
+
+}  // namespace tandem

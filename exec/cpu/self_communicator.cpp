@@ -1,0 +1,63 @@
+#include "exec/cpu/self_communicator.hpp"
+
+#include <stdexcept>
+
+namespace tandem {
+namespace {
+
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+void check_same_size(const char* what, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel() || a.dtype != b.dtype)
+    throw std::invalid_argument(std::string(what) + " on a one-rank group: input has " +
+                                std::to_string(a.numel()) + " elements, output " +
+                                std::to_string(b.numel()));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> SelfCommunicator::split(int, int, std::string name) {
+  return std::make_unique<SelfCommunicator>(device_, std::move(name));
+}
+
+std::unique_ptr<Work> SelfCommunicator::all_reduce(Stream&, Tensor&, ReduceOp) {
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> SelfCommunicator::all_gather(Stream& s, const Tensor& in, Tensor& out) {
+  check_same_size("all_gather", in, out);
+  device_.copy(s, in, out);
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> SelfCommunicator::reduce_scatter(Stream& s, const Tensor& in, Tensor& out,
+                                                       ReduceOp) {
+  check_same_size("reduce_scatter", in, out);
+  device_.copy(s, in, out);
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> SelfCommunicator::broadcast(Stream&, Tensor&, int root) {
+  if (root != 0)
+    throw std::invalid_argument("broadcast on a one-rank group from root " + std::to_string(root));
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> SelfCommunicator::all_to_all(Stream& s, const Tensor& in, Tensor& out) {
+  check_same_size("all_to_all", in, out);
+  device_.copy(s, in, out);
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> SelfCommunicator::batch_p2p(Stream&, std::span<const P2POp> ops) {
+  if (!ops.empty())
+    throw std::invalid_argument(
+        "point-to-point transfer on a one-rank group: a pipeline stage has no neighbour");
+  return std::make_unique<DoneWork>();
+}
+
+}  // namespace tandem

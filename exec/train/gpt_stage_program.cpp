@@ -1,0 +1,82 @@
+#include "exec/train/gpt_stage_program.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace tandem {
+
+GptStageProgram::GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims)
+    : env_(env), chunks_(std::move(chunks)), dims_(dims) {}
+
+void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward_only) {
+  batch_ = std::move(batch);
+  loss_scale_ = loss_scale;
+  forward_only_ = forward_only;
+  loss_sum_ = 0;
+  loss_rows_ = 0;
+}
+
+double GptStageProgram::mean_loss() const {
+  return loss_rows_ > 0 ? loss_sum_ / static_cast<double>(loss_rows_) : 0.0;
+}
+
+Shape GptStageProgram::activation_shape(int) const {
+  return Shape{static_cast<std::int64_t>(dims_.seq) * dims_.micro_batch, dims_.hidden};
+}
+
+MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const ChunkPlan& plan) {
+  const std::int64_t T = dims_.seq, B = dims_.micro_batch, rows = T * B;
+  const auto& indices = batch_.microbatches.at(static_cast<std::size_t>(microbatch));
+  if (static_cast<std::int64_t>(indices.size()) != B)
+    throw std::logic_error("microbatch holds " + std::to_string(indices.size()) +
+                           " samples, expected " + std::to_string(B));
+  // Row b·T + t: tokens are the first T of each sample, labels the last T.
+  auto gather = [&](std::span<std::int32_t> out, std::int64_t shift) {
+    std::vector<std::int32_t> sample(static_cast<std::size_t>(T + 1));
+    for (std::int64_t b = 0; b < B; ++b) {
+      batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
+      std::copy(sample.begin() + shift, sample.begin() + shift + T, out.begin() + b * T);
+    }
+  };
+  Device& d = env_.device;
+  MicrobatchTensors mb;
+  if (plan.pre_process) {
+    mb.tokens = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.tokens,
+             Device::ProduceInts([&](std::span<std::int32_t> out) { gather(out, 0); }));
+    mb.positions = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.positions, Device::ProduceInts([&](std::span<std::int32_t> out) {
+               for (std::int64_t r = 0; r < rows; ++r)
+                 out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r % T);
+             }));
+  }
+  if (plan.post_process) {
+    mb.labels = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.labels,
+             Device::ProduceInts([&](std::span<std::int32_t> out) { gather(out, 1); }));
+  }
+  return mb;
+}
+
+Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
+  GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
+  const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
+  Tensor out = c.forward(env_, microbatch, input, mb);
+  if (c.plan().post_process) {
+    const Tensor& losses = c.row_losses(microbatch);
+    std::vector<float> host(static_cast<std::size_t>(losses.numel()));
+    env_.device.download(env_.stream, losses, host);
+    loss_sum_ += std::accumulate(host.begin(), host.end(), 0.0);
+    loss_rows_ += losses.numel();
+  }
+  if (forward_only_) c.discard(microbatch);
+  return out;
+}
+
+Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
+  return chunks_.at(static_cast<std::size_t>(chunk))
+      ->backward(env_, microbatch, grad_output, loss_scale_);
+}
+
+}  // namespace tandem

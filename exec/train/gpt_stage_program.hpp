@@ -1,0 +1,48 @@
+// The GPT as a pipeline stage: the model chunks one rank owns, bound to the microbatches of
+// the current step, behind the step interpreter's StageProgram interface. It turns
+// samples into device tensors (row b·T + t, as the model wants them), runs the chunk
+// of each forward/backward op, and collects the loss on the last stage.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "exec/data/sample_dataset.hpp"
+#include "model/gpt_chunk.hpp"
+#include "schedules/step_interpreter.hpp"
+
+namespace tandem {
+
+struct StepBatch {
+  const data::SampleDataset* samples = nullptr;
+  std::vector<std::vector<std::int64_t>> microbatches;  // sample indices, one list per microbatch
+};
+
+class GptStageProgram : public StageProgram {
+ public:
+  GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims);
+
+  // Binds the next step's microbatches; `loss_scale` multiplies every loss gradient.
+  void begin_step(StepBatch batch, float loss_scale, bool forward_only);
+  // Mean per-token loss over the step's microbatches (last stage; 0 elsewhere).
+  double mean_loss() const;
+
+  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
+  Shape activation_shape(int microbatch) const override;
+  DType activation_dtype() const override { return DType::fp32; }
+
+ private:
+  MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
+
+  ModelEnv env_;
+  std::vector<GptChunk*> chunks_;
+  GptDims dims_;
+  StepBatch batch_;
+  float loss_scale_ = 1;
+  bool forward_only_ = false;
+  double loss_sum_ = 0;
+  std::int64_t loss_rows_ = 0;
+};
+
+}  // namespace tandem

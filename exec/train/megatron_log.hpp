@@ -1,0 +1,30 @@
+// Megatron-LM's training and validation log lines, character for character, so that
+// existing log parsers and dashboards read tandem's logs unchanged (DESIGN §12).
+#pragma once
+
+#include <cstdint>
+#include <ctime>
+#include <string>
+
+namespace tandem {
+
+struct IterationLog {
+  std::int64_t iteration = 0;
+  std::int64_t train_iters = 0;
+  std::int64_t consumed_samples = 0;
+  double elapsed_ms = 0;      // per iteration, averaged over the log interval
+  double tflops_per_gpu = 0;  // Megatron's log formula (model/flops.hpp)
+  double learning_rate = 0;
+  std::int64_t global_batch_size = 0;
+  double lm_loss = 0;
+  double loss_scale = 1.0;
+  double grad_norm = 0;
+  std::int64_t skipped_iterations = 0;
+  std::int64_t nan_iterations = 0;
+};
+
+std::string format_iteration_log(const IterationLog& log, std::time_t now);
+// The validation block: a dashed rule, the line, a dashed rule.
+std::string format_validation_log(std::int64_t iteration, double lm_loss);
+
+}  // namespace tandem

@@ -1,0 +1,221 @@
+#include "exec/train/trainer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "schedules/step_interpreter.hpp"
+
+namespace tandem {
+namespace {
+
+GptDims dims_of(const Scenario& s) {
+  const auto& m = s.model;
+  return {m.num_layers,          m.hidden_size,
+          m.num_attention_heads, ffn_hidden_size(s),
+          m.seq_length,          s.training.micro_batch_size,
+          padded_vocab_size(s),  m.max_position_embeddings.value_or(m.seq_length)};
+}
+
+std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
+  const auto& r = s.training.rampup_batch_size;
+  if (r.empty()) return std::nullopt;
+  return RampupBatchSize{r.at(0), r.at(1), r.at(2)};
+}
+
+Communicator& need(Communicator* c, const char* what) {
+  if (!c) throw std::invalid_argument(std::string("Trainer: no ") + what + " communicator");
+  return *c;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
+                 TrainerGroups groups, const data::SampleDataset& train,
+                 const data::SampleDataset* valid)
+    : scenario_(scenario),
+      ctx_(ctx),
+      device_(device),
+      stream_(device.default_stream()),
+      groups_(groups),
+      train_(train),
+      valid_(valid),
+      dims_(dims_of(scenario)),
+      params_(ctx.sizes.tp, ctx.coords.tp),
+      microbatches_(scenario.training.global_batch_size, scenario.training.micro_batch_size,
+                    ctx.sizes.dp * ctx.sizes.cp, rampup_of(scenario)) {
+  const auto& t = scenario.training;
+  const int vpp = virtual_pipeline_size(scenario);
+  const Recompute recompute = parse_recompute(t.recompute_granularity);
+  for (int c = 0; c < vpp; ++c)
+    chunks_.push_back(std::make_unique<GptChunk>(
+        params_, dims_, plan_chunk(dims_.num_layers, ctx.sizes.pp, vpp, ctx.coords.pp, c),
+        recompute));
+  params_.allocate(device_);
+  params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
+  optimizer_ = std::make_unique<AdamW>(
+      device_, params_,
+      AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                 static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)});
+  std::vector<GptChunk*> raw;
+  for (auto& c : chunks_) raw.push_back(c.get());
+  program_ = std::make_unique<GptStageProgram>(ModelEnv{device_, stream_, need(groups_.tp, "tp")},
+                                               raw, dims_);
+  lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
+                  t.lr_decay_style};
+  schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
+}
+
+Trainer::~Trainer() = default;
+
+StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
+                              std::int64_t num_microbatches) const {
+  // Megatron's pretraining sampler: each microbatch takes micro · dp consecutive samples,
+  // and data-parallel rank r reads its `micro` of them.
+  const std::int64_t micro = scenario_.training.micro_batch_size;
+  const std::int64_t dp = ctx_.sizes.dp * ctx_.sizes.cp, r = ctx_.coords.dp;
+  StepBatch batch{&samples, {}};
+  for (std::int64_t j = 0; j < num_microbatches; ++j) {
+    std::vector<std::int64_t> idx;
+    for (std::int64_t i = 0; i < micro; ++i)
+      idx.push_back((first_sample + j * micro * dp + r * micro + i) % samples.size());
+    batch.microbatches.push_back(std::move(idx));
+  }
+  return batch;
+}
+
+void Trainer::finalize_grads() {
+  // The loss gradient was scaled by 1/(m · dp), so the sum over dp is the mean.
+  need(groups_.dp, "dp").all_reduce(stream_, params_.grads(), ReduceOp::sum)->wait();
+  // The tied word embedding lives on the first and the last stage: sum their gradients.
+  if (groups_.embedding && groups_.embedding->size() > 1)
+    for (auto& p : params_.all())
+      if (p.spec.name == "embedding.word_embeddings.weight")
+        groups_.embedding->all_reduce(stream_, p.grad, ReduceOp::sum)->wait();
+}
+
+double Trainer::global_grad_norm() {
+  Tensor ss = optimizer_->grad_sum_squares(stream_);
+  need(groups_.model_parallel, "model-parallel").all_reduce(stream_, ss, ReduceOp::sum)->wait();
+  float host = 0;
+  device_.download(stream_, ss, std::span<float>(&host, 1));
+  return std::sqrt(static_cast<double>(host));
+}
+
+double Trainer::average_over_dp(double value) {
+  Tensor t = device_.allocate(Shape{1}, DType::fp32);
+  device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                   out[0] = static_cast<float>(value);
+                 }));
+  Communicator& dp = need(groups_.dp, "dp");
+  dp.all_reduce(stream_, t, ReduceOp::sum)->wait();
+  float host = 0;
+  device_.download(stream_, t, std::span<float>(&host, 1));
+  return static_cast<double>(host) / dp.size();
+}
+
+StepResult Trainer::train_step() {
+  microbatches_.update(consumed_samples_);
+  const std::int64_t m = microbatches_.num_microbatches();
+  const std::int64_t global = microbatches_.current_global_batch_size();
+  const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  device_.fill(stream_, params_.grads(), 0.0f);
+  program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
+                       false);
+  const ScheduleSpec spec{schedule_kind_, ctx_.sizes.pp, virtual_pipeline_size(scenario_),
+                          static_cast<int>(m),
+                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0)};
+  StepContext step{device_, stream_, need(groups_.pp, "pp")};
+  run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
+  finalize_grads();
+  const double norm = global_grad_norm();
+  // Megatron steps the optimizer at the rate of the scheduler's current step, then
+  // advances the scheduler; the log shows the advanced rate.
+  const double lr = learning_rate(lr_schedule_, optimizer_->steps());
+  optimizer_->step(stream_, static_cast<float>(lr),
+                   clip_coefficient(norm, scenario_.training.clip_grad));
+  consumed_samples_ += global;
+  ++iteration_;
+  return {average_over_dp(program_->mean_loss()), norm,
+          learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+}
+
+double Trainer::evaluate() {
+  if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
+  const std::int64_t global = scenario_.training.global_batch_size;
+  const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
+  const ScheduleSpec spec{schedule_kind_,
+                          ctx_.sizes.pp,
+                          virtual_pipeline_size(scenario_),
+                          static_cast<int>(m),
+                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
+                          true};
+  const auto ops = make_rank_schedule(spec, ctx_.coords.pp);
+  double sum = 0;
+  const std::int64_t iters = scenario_.training.eval_iters;
+  for (std::int64_t k = 0; k < iters; ++k) {
+    program_->begin_step(make_batch(*valid_, k * global, m), 1.0f, true);
+    StepContext step{device_, stream_, need(groups_.pp, "pp")};
+    run_schedule(ops, *program_, step);
+    sum += program_->mean_loss();
+  }
+  return average_over_dp(sum / static_cast<double>(std::max<std::int64_t>(1, iters)));
+}
+
+CheckpointState Trainer::checkpoint_state() {
+  auto grab = [&](const std::string& name, const Tensor& t) {
+    CheckpointTensor ct{name, std::vector<float>(static_cast<std::size_t>(t.numel()))};
+    device_.download(stream_, t, ct.values);
+    return ct;
+  };
+  CheckpointState st;
+  st.iteration = iteration_;
+  st.consumed_samples = consumed_samples_;
+  st.optimizer_steps = optimizer_->steps();
+  st.rank = ctx_.rank;
+  st.world_size = ctx_.sizes.world();
+  st.scenario = to_json(scenario_);
+  st.tensors.push_back(grab("params", params_.values()));
+  st.tensors.push_back(grab("exp_avg", optimizer_->exp_avg()));
+  st.tensors.push_back(grab("exp_avg_sq", optimizer_->exp_avg_sq()));
+  return st;
+}
+
+void Trainer::restore(const CheckpointState& st) {
+  // The model and the layout must match; training settings (iterations, intervals, lr
+  // schedule) may change between runs as in Megatron.
+  const auto now = to_json(scenario_);
+  for (const char* section : {"model", "parallelism"})
+    if (st.scenario.value(section, nlohmann::json{}) != now.at(section))
+      throw ConfigError(
+          "load", std::string(section),
+          "the checkpoint was written with a different " + std::string(section) +
+              " configuration: " + st.scenario.value(section, nlohmann::json{}).dump());
+  if (st.world_size != ctx_.sizes.world())
+    throw ConfigError("load", std::to_string(st.world_size),
+                      "the checkpoint was written by " + std::to_string(st.world_size) +
+                          " ranks, this run has " + std::to_string(ctx_.sizes.world()));
+  auto put = [&](const std::string& name, Tensor& t) {
+    for (const auto& ct : st.tensors)
+      if (ct.name == name) {
+        if (static_cast<std::int64_t>(ct.values.size()) != t.numel())
+          throw ConfigError("load", name,
+                            "holds " + std::to_string(ct.values.size()) +
+                                " values, the model needs " + std::to_string(t.numel()));
+        device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                         std::copy(ct.values.begin(), ct.values.end(), out.begin());
+                       }));
+        return;
+      }
+    throw ConfigError("load", name, "is missing from the checkpoint");
+  };
+  put("params", params_.values());
+  put("exp_avg", optimizer_->exp_avg());
+  put("exp_avg_sq", optimizer_->exp_avg_sq());
+  iteration_ = st.iteration;
+  consumed_samples_ = st.consumed_samples;
+  optimizer_->set_steps(st.optimizer_steps);
+}
+
+}  // namespace tandem

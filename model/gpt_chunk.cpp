@@ -1,0 +1,139 @@
+#include "model/gpt_chunk.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+ChunkPlan plan_chunk(int num_layers, int pp, int vpp, int pp_rank, int chunk) {
+  if (num_layers % (pp * vpp) != 0)
+    throw std::invalid_argument("num_layers " + std::to_string(num_layers) +
+                                " is not divisible by pp · vpp = " + std::to_string(pp * vpp));
+  const int per = num_layers / (pp * vpp);
+  return {(chunk * pp + pp_rank) * per, per, pp_rank == 0 && chunk == 0,
+          pp_rank == pp - 1 && chunk == vpp - 1};
+}
+
+GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan,
+                   Recompute recompute)
+    : params_(params), dims_(dims), plan_(plan) {
+  const std::int64_t C = dims.hidden;
+  if (plan.pre_process || plan.post_process)
+    // The output layer on the last stage is the word embedding (tied); with pipelining it
+    // is a second copy, initialised identically because the seed derives from the name,
+    // whose gradient the embedding group all-reduces.
+    word_ = params.add({"embedding.word_embeddings.weight", Shape{dims.padded_vocab, C},
+                        ShardKind::rows, 0.02f, 0, true, !plan.pre_process});
+  if (plan.pre_process)
+    position_ = params.add({"embedding.position_embeddings.weight", Shape{dims.max_positions, C},
+                            ShardKind::replicated, 0.02f, 0, true, false});
+  const LayerDims ld{dims.hidden, dims.heads,       dims.ffn,
+                     dims.seq,    dims.micro_batch, dims.num_layers};
+  layers_.reserve(static_cast<std::size_t>(plan.num_layers));
+  for (int i = 0; i < plan.num_layers; ++i)
+    layers_.emplace_back(params, plan.first_layer + i, ld, recompute);
+  if (plan.post_process) {
+    final_ln_w_ = params.add(
+        {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false});
+    final_ln_b_ = params.add(
+        {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false});
+  }
+}
+
+namespace {
+std::int64_t vocab_begin(const ParameterSet& p, const Parameter& word) {
+  return static_cast<std::int64_t>(p.tp_rank()) * word.local_shape[0];
+}
+}  // namespace
+
+Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
+  Device& d = env.device;
+  const std::int64_t rows = mb.tokens.numel(), C = dims_.hidden;
+  Tensor words = allocate_like(d, Shape{rows, C});
+  d.embedding(env.stream,
+              {mb.tokens, params_[word_].value, words, vocab_begin(params_, params_[word_])});
+  env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
+  Tensor pos = allocate_like(d, Shape{rows, C});
+  d.embedding(env.stream, {mb.positions, params_[position_].value, pos, 0});
+  d.add(env.stream, words, pos, words);
+  return words;
+}
+
+void GptChunk::head_forward(ModelEnv& env, const Tensor& x, Saved& s) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t rows = x.shape[0];
+  s.final_input = x;
+  s.final_ln_out = allocate_like(d, x.shape);
+  s.final_mean = allocate_like(d, Shape{rows});
+  s.final_rstd = allocate_like(d, Shape{rows});
+  d.layer_norm(st, {x, params_[final_ln_w_].value, params_[final_ln_b_].value, s.final_ln_out,
+                    s.final_mean, s.final_rstd});
+  s.logits = column_parallel_forward(env, s.final_ln_out, params_[word_], nullptr);
+  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
+  s.row_max = allocate_like(d, Shape{rows});
+  d.cross_entropy_max(st, ce, s.row_max);
+  env.tp.all_reduce(st, s.row_max, ReduceOp::max)->wait();
+  s.sum_exp = allocate_like(d, Shape{rows});
+  Tensor target = allocate_like(d, Shape{rows});
+  d.cross_entropy_sums(st, ce, s.row_max, s.sum_exp, target);
+  env.tp.all_reduce(st, s.sum_exp, ReduceOp::sum)->wait();
+  env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
+  s.losses = allocate_like(d, Shape{rows});
+  d.cross_entropy_loss(st, s.row_max, s.sum_exp, target, s.losses);
+}
+
+Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t rows = s.logits.shape[0];
+  Tensor grad_loss = allocate_like(d, Shape{rows});
+  d.fill(st, grad_loss, loss_scale / static_cast<float>(rows));  // mean over tokens
+  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
+  d.cross_entropy_backward(st, ce, s.row_max, s.sum_exp, grad_loss, s.logits);  // in place
+  Tensor d_ln = column_parallel_backward(env, s.final_ln_out, s.logits, params_[word_], nullptr);
+  s.logits = s.final_ln_out = Tensor{};
+  Tensor dx = allocate_like(d, d_ln.shape);
+  d.layer_norm_backward(
+      st, {d_ln, s.final_input, params_[final_ln_w_].value, s.final_mean, s.final_rstd, dx,
+           params_[final_ln_w_].grad, params_[final_ln_b_].grad});
+  return dx;
+}
+
+void GptChunk::embed_backward(ModelEnv& env, const Tensor& grad, const MicrobatchTensors& mb) {
+  Parameter& word = params_[word_];
+  env.device.embedding_backward(env.stream,
+                                {mb.tokens, grad, word.grad, vocab_begin(params_, word)});
+  env.device.embedding_backward(env.stream, {mb.positions, grad, params_[position_].grad, 0});
+}
+
+Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
+                         const MicrobatchTensors& mb) {
+  Saved& s = saved_[microbatch];
+  s = Saved{};
+  s.batch = mb;
+  s.layers.resize(layers_.size());
+  Tensor x = plan_.pre_process ? embed(env, mb) : input;
+  for (std::size_t i = 0; i < layers_.size(); ++i) x = layers_[i].forward(env, x, s.layers[i]);
+  if (!plan_.post_process) return x;
+  head_forward(env, x, s);
+  return Tensor{};
+}
+
+Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_output,
+                          float loss_scale) {
+  auto it = saved_.find(microbatch);
+  if (it == saved_.end())
+    throw std::logic_error("GptChunk::backward: microbatch " + std::to_string(microbatch) +
+                           " was not run forward");
+  Saved s = std::move(it->second);
+  saved_.erase(it);
+  Tensor g = plan_.post_process ? head_backward(env, s, loss_scale) : grad_output;
+  s.final_input = Tensor{};
+  for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i].backward(env, g, s.layers[i]);
+  if (!plan_.pre_process) return g;
+  embed_backward(env, g, s.batch);
+  return Tensor{};
+}
+
+}  // namespace tandem

@@ -1,0 +1,80 @@
+// A model chunk of Megatron's GPTModel: the layers one (virtual) pipeline stage owns,
+// plus the word and position embeddings on the first stage and the final layer norm,
+// output layer (tied to the word embedding) and vocab-parallel cross entropy on the last.
+// Written against Device and the tp Communicator only; the pipeline between chunks is the
+// step interpreter's business.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "model/transformer_layer.hpp"
+
+namespace tandem {
+
+struct GptDims {
+  int num_layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int ffn = 0;
+  int seq = 0;
+  int micro_batch = 0;
+  int padded_vocab = 0;  // a multiple of 128 · tp
+  int max_positions = 0;
+};
+
+// Which layers a chunk holds: chunk c of pp rank r holds layers
+// [(c·pp + r)·L/(pp·vpp), +L/(pp·vpp)) — Megatron's interleaved assignment, which is the
+// contiguous split when vpp = 1.
+struct ChunkPlan {
+  int first_layer = 0;
+  int num_layers = 0;
+  bool pre_process = false;   // holds the embeddings
+  bool post_process = false;  // holds the head and the loss
+};
+ChunkPlan plan_chunk(int num_layers, int pp, int vpp, int pp_rank, int chunk);
+
+// One microbatch as the chunk sees it: token, position and label ids, row b·T + t.
+struct MicrobatchTensors {
+  Tensor tokens;     // (B·T) int32
+  Tensor positions;  // (B·T) int32
+  Tensor labels;     // (B·T) int32
+};
+
+class GptChunk {
+ public:
+  GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan, Recompute recompute);
+
+  // pre_process: input ignored, the microbatch's tokens are embedded. post_process: returns
+  // an empty tensor and records the microbatch's loss (per-row losses, see row_losses).
+  // `loss_scale` multiplies the loss gradient (1 / number of microbatches in the step).
+  Tensor forward(ModelEnv& env, int microbatch, const Tensor& input, const MicrobatchTensors& mb);
+  Tensor backward(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);
+  // Drops what forward saved for `microbatch` (forward-only evaluation).
+  void discard(int microbatch) { saved_.erase(microbatch); }
+
+  // Per-row losses (T·B) of a microbatch run forward on the last stage, until backward.
+  const Tensor& row_losses(int microbatch) const { return saved_.at(microbatch).losses; }
+  const ChunkPlan& plan() const { return plan_; }
+
+ private:
+  struct Saved {
+    std::vector<LayerActivations> layers;
+    MicrobatchTensors batch;
+    Tensor final_input, final_ln_out, final_mean, final_rstd, logits, row_max, sum_exp, losses;
+  };
+  Tensor embed(ModelEnv& env, const MicrobatchTensors& mb);
+  void head_forward(ModelEnv& env, const Tensor& x, Saved& s);
+  Tensor head_backward(ModelEnv& env, Saved& s, float loss_scale);
+  void embed_backward(ModelEnv& env, const Tensor& grad, const MicrobatchTensors& mb);
+
+  ParameterSet& params_;
+  GptDims dims_;
+  ChunkPlan plan_;
+  std::vector<TransformerLayer> layers_;
+  int word_ = -1, position_ = -1, final_ln_w_ = -1, final_ln_b_ = -1;
+  std::map<int, Saved> saved_;
+};
+
+}  // namespace tandem

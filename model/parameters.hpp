@@ -1,0 +1,84 @@
+// Parameters of a model chunk: every weight and bias this rank holds (its tensor-parallel
+// shard), laid out in one contiguous fp32 value buffer and one contiguous fp32 gradient
+// buffer (Megatron's param and grad buffers, which the data-parallel buckets and the
+// distributed optimizer slice). The gradient buffer lists parameters in reverse
+// registration order, so that backward — which visits the model in reverse — fills it
+// from the front and buckets become ready in order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+
+namespace tandem {
+
+// How a logical (unsharded) parameter maps onto this rank's shard.
+enum class ShardKind {
+  replicated,  // every tp rank holds all of it (layer norms, row-parallel biases)
+  rows,        // split along dim 0 (column-parallel weights and biases, vocab rows)
+  columns,     // split along dim 1 (row-parallel weights)
+  qkv_rows,    // (3·heads·head_dim, C) split by heads within each of q, k, v
+};
+
+struct ParameterSpec {
+  std::string name;  // "layers.3.attention.qkv.weight"
+  Shape full_shape;  // logical, unsharded
+  ShardKind shard = ShardKind::replicated;
+  float init_std = 0.0f;  // normal(0, std); 0 → constant init_value
+  float init_value = 0.0f;
+  bool weight_decay = true;  // Megatron: no decay on biases and norm parameters
+  // A second copy of a parameter that lives on another stage (the tied output layer on the
+  // last pipeline stage): counted once in the gradient norm.
+  bool shared_copy = false;
+};
+
+struct Parameter {
+  ParameterSpec spec;
+  Shape local_shape;
+  std::int64_t value_offset = 0;  // elements into the value buffer
+  std::int64_t grad_offset = 0;   // elements into the gradient buffer
+  Tensor value;
+  Tensor grad;
+};
+
+class ParameterSet {
+ public:
+  ParameterSet(int tp_size, int tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
+
+  // Registration phase: returns the parameter's index.
+  int add(ParameterSpec spec);
+  // Allocates the two buffers on `device` and makes every parameter a view into them.
+  void allocate(Device& device);
+
+  Parameter& operator[](int i) { return params_.at(i); }
+  const Parameter& operator[](int i) const { return params_.at(i); }
+  std::vector<Parameter>& all() { return params_; }
+  const std::vector<Parameter>& all() const { return params_; }
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  std::int64_t numel() const { return numel_; }
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+
+  // Initialises every parameter as Megatron does, from the logical tensor: each rank
+  // generates the full parameter from a seed derived from (seed, name) and keeps its
+  // shard, so any tensor-parallel size starts from the same model.
+  void initialize(Device& device, Stream& s, std::uint64_t seed);
+
+ private:
+  int tp_size_, tp_rank_;
+  std::vector<Parameter> params_;
+  std::int64_t numel_ = 0;
+  Tensor values_, grads_;
+};
+
+// The local shape of a logical parameter on tp rank `rank` of `size`.
+Shape local_shape_of(const ParameterSpec& spec, int size);
+// Copies rank `rank`'s shard of `full` (row-major, spec.full_shape) into `shard`.
+void extract_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& full,
+                   std::vector<float>& shard);
+
+}  // namespace tandem

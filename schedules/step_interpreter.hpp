@@ -1,0 +1,45 @@
+// The step interpreter: runs one rank's pipeline schedule (schedule.hpp) for real — or
+// for the simulator — against a Device and the pipeline Communicator. Forward and
+// backward ops call into the stage's program (the model chunks it owns); p2p calls become
+// one batched send/recv on the pp group, exactly as Megatron's p2p_communication posts
+// them. The interpreter owns the tensors in flight between stages: outputs waiting to be
+// sent, inputs received for forwards to come, gradients received for backwards to come.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/device.hpp"
+#include "schedules/schedule.hpp"
+
+namespace tandem {
+
+// What a pipeline stage computes. `input` is empty (no storage, no shape) on the first
+// virtual stage, whose input is its microbatch of tokens; forward returns the activation
+// to send on (empty on the last virtual stage, which computes the loss). backward gets the
+// gradient of that output (empty on the last virtual stage) and returns the gradient of
+// its input (empty on the first virtual stage).
+class StageProgram {
+ public:
+  virtual ~StageProgram() = default;
+  virtual Tensor forward(int microbatch, int chunk, const Tensor& input) = 0;
+  virtual Tensor backward(int microbatch, int chunk, const Tensor& grad_output) = 0;
+  // Shape and dtype of the activation exchanged between stages (Megatron's tensor_shape:
+  // (seq / cp [/ tp with sequence parallelism], micro batch, hidden)).
+  virtual Shape activation_shape(int microbatch) const = 0;
+  virtual DType activation_dtype() const = 0;
+};
+
+struct StepContext {
+  Device& device;
+  Stream& stream;
+  Communicator& pp;  // the pipeline group; rank i is pipeline stage i
+};
+
+// Runs `ops` (one rank's op list of `spec`) to completion.
+void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, StepContext& ctx);
+
+}  // namespace tandem

@@ -1,0 +1,133 @@
+// Elementwise kernels, bias and GeLU against double references; GeLU's and the bias's
+// reference backward against central differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/gelu.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+using testing::all_close;
+using testing::Doubles;
+using testing::Floats;
+using testing::random_floats;
+
+// Sizes below and above the parallel threshold (kMinParallelElements = 32768).
+const std::int64_t kSizes[] = {1, 7, 65, 40000, 100003};
+
+TEST(Elementwise, AddScaleFillCopy) {
+  for (const std::int64_t n : kSizes) {
+    const std::size_t un = static_cast<std::size_t>(n);
+    const Floats a = random_floats(un, 1), b = random_floats(un, 2);
+    Floats out(un);
+    add(a.data(), b.data(), out.data(), n);
+    Doubles sum(un), scaled(un);
+    for (std::size_t i = 0; i < un; ++i) sum[i] = static_cast<double>(a[i]) + b[i];
+    EXPECT_TRUE(all_close(out, sum, 1e-7, Doubles(un, 2.0)));
+    Floats inplace = a;  // residual add in place: x += b
+    add(inplace.data(), b.data(), inplace.data(), n);
+    EXPECT_EQ(inplace, out);
+    scale(out.data(), n, -0.5f);
+    for (std::size_t i = 0; i < un; ++i) scaled[i] = -0.5 * static_cast<double>(inplace[i]);
+    EXPECT_TRUE(all_close(out, scaled, 1e-7));
+    fill(out.data(), n, 3.0f);
+    EXPECT_EQ(out, Floats(un, 3.0f));
+    copy(a.data(), out.data(), n);
+    EXPECT_EQ(out, a);
+  }
+}
+
+double gelu_ref(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+double gelu_derivative_ref(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / std::numbers::pi) *
+                               (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+TEST(Gelu, ReferenceDerivativeMatchesFiniteDifferences) {
+  const Doubles x = testing::to_double(random_floats(50, 3, -6.0f, 6.0f));
+  const Doubles w = testing::to_double(random_floats(50, 4));
+  Doubles grad(50);
+  for (std::size_t i = 0; i < 50; ++i) grad[i] = w[i] * gelu_derivative_ref(x[i]);
+  EXPECT_TRUE(testing::matches_finite_differences(
+      [&](const Doubles& v) {
+        double s = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) s += w[i] * gelu_ref(v[i]);
+        return s;
+      },
+      x, grad));
+}
+
+TEST(Gelu, ForwardAndBackwardMatchDoubleReference) {
+  for (const std::int64_t n : kSizes) {
+    const std::size_t un = static_cast<std::size_t>(n);
+    // Wide range: deep negative tail (exp underflow), the knee and the linear part.
+    const Floats x = random_floats(un, 5, -12.0f, 12.0f), dy = random_floats(un, 6);
+    Floats y(un), dx(un);
+    gelu_forward(x.data(), y.data(), n);
+    gelu_backward(dy.data(), x.data(), dx.data(), n);
+    Doubles y_ref(un), dx_ref(un), y_scale(un), dx_scale(un);
+    for (std::size_t i = 0; i < un; ++i) {
+      y_ref[i] = gelu_ref(x[i]);
+      dx_ref[i] = dy[i] * gelu_derivative_ref(x[i]);
+      // tanh's absolute error ~3e-7 enters as 0.5·|x|·error: scale by |x| (and |dy|·|x|).
+      y_scale[i] = std::fabs(x[i]) * 0.1;
+      dx_scale[i] = std::fabs(dy[i]) * (0.1 + std::fabs(x[i]) * 0.1);
+    }
+    EXPECT_TRUE(all_close(y, y_ref, 1e-5, y_scale)) << n;
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-5, dx_scale)) << n;
+  }
+}
+
+TEST(Bias, ReferenceGradientMatchesFiniteDifferences) {
+  // out(r, c) = x(r, c) + bias(c); d Σ w·out / d bias(c) = Σ_r w(r, c).
+  const std::int64_t rows = 5, C = 3;
+  const Doubles bias = testing::to_double(random_floats(C, 11));
+  const Doubles w = testing::to_double(random_floats(rows * C, 12));
+  Doubles grad(C, 0.0);
+  for (std::int64_t i = 0; i < rows * C; ++i) grad[i % C] += w[i];
+  EXPECT_TRUE(testing::matches_finite_differences(
+      [&](const Doubles& b) {
+        Doubles out(rows * C);
+        for (std::int64_t i = 0; i < rows * C; ++i) out[i] = 0.5 + b[i % C];
+        return testing::weighted_sum(out, w);
+      },
+      bias, grad));
+}
+
+TEST(Bias, AddAndBackwardMatchDoubleReference) {
+  for (const auto& [rows, C] :
+       {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 5}, {65, 130}, {1024, 96}}) {
+    const std::size_t n = static_cast<std::size_t>(rows * C);
+    const Floats bias = random_floats(C, 7), dout = random_floats(n, 8), x = random_floats(n, 9);
+    Floats out = x;
+    bias_add(out.data(), bias.data(), rows, C);
+    Doubles out_ref(n);
+    for (std::size_t i = 0; i < n; ++i) out_ref[i] = static_cast<double>(x[i]) + bias[i % C];
+    EXPECT_TRUE(all_close(out, out_ref, 1e-7, Doubles(n, 2.0)));
+
+    const Floats dbias0 = random_floats(C, 10);
+    Floats dbias = dbias0;
+    bias_backward(dbias.data(), dout.data(), rows, C);
+    Doubles dbias_ref(dbias0.begin(), dbias0.end()), scale(C, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      dbias_ref[i % C] += dout[i];
+      scale[i % C] += std::fabs(dout[i]);
+    }
+    EXPECT_TRUE(all_close(dbias, dbias_ref, 1e-6, scale)) << rows << "x" << C;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cpu

@@ -1,0 +1,54 @@
+// The log lines match Megatron-LM's format character for character (DESIGN §12): the
+// expected strings are written out by hand from Megatron's format strings.
+#include <gtest/gtest.h>
+
+#include "exec/train/megatron_log.hpp"
+
+namespace tandem {
+namespace {
+
+TEST(MegatronLog, IterationLine) {
+  IterationLog l{.iteration = 12,
+                 .train_iters = 500,
+                 .consumed_samples = 384,
+                 .elapsed_ms = 1234.56,
+                 .tflops_per_gpu = 0.04,
+                 .learning_rate = 1.5e-4,
+                 .global_batch_size = 32,
+                 .lm_loss = 7.123456789,
+                 .loss_scale = 1.0,
+                 .grad_norm = 2.71828,
+                 .skipped_iterations = 0,
+                 .nan_iterations = 0};
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 22;
+  tm.tm_hour = 4;
+  tm.tm_min = 5;
+  tm.tm_sec = 6;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  EXPECT_EQ(format_iteration_log(l, t),
+            " [2026-11-22 04:05:06] iteration       12/     500 | consumed samples:          384 | "
+            "elapsed time per iteration (ms): 1234.6 | throughput per GPU (TFLOP/s/GPU): 0.0 | "
+            "learning rate: 1.500000E-04 | global batch size:    32 | lm loss: 7.123457E+00 | "
+            "loss scale: 1.0 | grad norm: 2.718 | number of skipped iterations:   0 | number of "
+            "nan iterations:   0 |");
+}
+
+TEST(MegatronLog, ValidationBlock) {
+  const std::string block = format_validation_log(100, 2.0);
+  const std::string line =
+      " validation loss at iteration 100 | lm loss value: 2.000000E+00 | lm loss PPL: 7.389056E+00 "
+      "| ";
+  const std::string rule(line.size() + 1, '-');
+  EXPECT_EQ(block, rule + "\n" + line + "\n" + rule);
+}
+
+TEST(MegatronLog, PerplexityExponentCappedAt20) {
+  EXPECT_NE(format_validation_log(1, 50.0).find("lm loss PPL: 4.851652E+08"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,201 @@
+// `tandem train`: Megatron-style GPT pretraining for real on the cpu binding, one MPI
+// process per rank (`mpirun -np N tandem train …`, or a single process without mpirun).
+// Everything a user can get wrong — scenario, world size, data files, checkpoint — is
+// checked before MPI starts and before any step runs.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <thread>
+
+#include "core/error.hpp"
+#include "exec/cpu/cpu_device.hpp"
+#include "exec/data/dataset_builder.hpp"
+#include "exec/mpi/group_communicators.hpp"
+#include "exec/mpi/mpi_runtime.hpp"
+#include "exec/train/megatron_log.hpp"
+#include "exec/train/trainer.hpp"
+#include "kernels/cpu/threads.hpp"
+#include "model/flops.hpp"
+#include "schedules/layout.hpp"
+#include "tools/cli.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct TrainOptions {
+  ScenarioOptions scenario;
+  std::vector<std::string> data_path;
+  bool mock_data = false;
+  std::string split = "969,30,1";
+  std::string save, load;
+  int threads = 0;
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// The rules a real cpu run adds to the scenario's own.
+void check_trainable(const Scenario& s, int launched) {
+  std::vector<Violation> v;
+  const auto& p = s.parallelism;
+  if (s.cluster.world_size != launched)
+    v.push_back({"cluster.world_size", std::to_string(s.cluster.world_size),
+                 "this run has " + std::to_string(launched) + " process(es): pass --world-size " +
+                     std::to_string(launched) + " or launch with mpirun -np " +
+                     std::to_string(s.cluster.world_size)});
+  if (p.context_parallel_size != 1)
+    v.push_back({"context_parallel_size", std::to_string(p.context_parallel_size),
+                 "context parallelism is simulated only; real training needs 1"});
+  if (p.expert_model_parallel_size != 1)
+    v.push_back({"expert_model_parallel_size", std::to_string(p.expert_model_parallel_size),
+                 "the GPT trained here has no experts; needs 1"});
+  if (p.sequence_parallel)
+    v.push_back({"sequence_parallel", "true", "not yet supported by the cpu binding"});
+  if (p.use_distributed_optimizer)
+    v.push_back({"use_distributed_optimizer", "true", "not yet supported by the cpu binding"});
+  if (s.training.bf16 || s.training.fp16)
+    v.push_back({s.training.bf16 ? "bf16" : "fp16", "true", "the cpu binding trains in fp32"});
+  if (!v.empty()) throw ConfigError(v);
+}
+
+data::SplitDatasets build_data(const TrainOptions& o, const Scenario& s) {
+  if (o.data_path.empty() == !o.mock_data)
+    throw ConfigError("--data-path", o.data_path.empty() ? "(none)" : o.data_path.front(),
+                      "give either --data-path PREFIX… (from tandem preprocess) or --mock-data");
+  data::GptDataConfig dc;
+  dc.mock = o.mock_data;
+  if (!o.mock_data) dc.blend = data::parse_data_path(o.data_path);
+  dc.mock_data.vocab_size = s.model.vocab_size;
+  dc.mock_data.eod = s.model.vocab_size - 1;
+  dc.split = o.split;
+  dc.dataset.sequence_length = s.model.seq_length;
+  dc.dataset.random_seed = static_cast<std::uint64_t>(s.training.seed);
+  const auto& t = s.training;
+  return data::build_gpt_datasets(
+      dc, {t.train_iters * t.global_batch_size, t.eval_iters * t.global_batch_size, std::nullopt});
+}
+
+TrainerGroups groups_of(GroupCommunicators& g) {
+  auto get = [&](GroupKind k) -> Communicator* {
+    auto it = g.find(k);
+    return it == g.end() ? nullptr : it->second.get();
+  };
+  return {get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp), get(GroupKind::tp_pp),
+          get(GroupKind::embedding)};
+}
+
+void print_progress(std::int64_t it, std::int64_t total) {
+  const int width = 30, done = static_cast<int>(width * it / std::max<std::int64_t>(1, total));
+  std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#')
+            << std::string(static_cast<std::size_t>(width - done), '.') << "] " << it << "/"
+            << total << std::flush;
+}
+
+void run_training(TrainOptions& o) {
+  if (o.scenario.file.empty())
+    throw ConfigError("scenario", "(none)",
+                      "tandem train needs a scenario file, e.g. scenarios/brown-small.json");
+  const int launched = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  Scenario s = resolve_scenario(o.scenario, false);
+  check_trainable(s, launched);
+  validate(s);
+  const auto data = build_data(o, s);  // reads and checks every data file
+  std::int64_t resume_from = -1;
+  if (!o.load.empty()) resume_from = latest_checkpoint_iteration(o.load);
+  const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  kernels::cpu::set_num_threads(
+      o.threads > 0 ? o.threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+
+  int argc = 0;
+  char** argv = nullptr;
+  MpiRuntime mpi(argc, argv);
+  const int rank = mpi.world().rank();
+  const Layout layout =
+      make_layout({launched, s.parallelism.tensor_model_parallel_size,
+                   s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
+  auto comms = make_group_communicators(mpi.world(), layout);
+  CpuDevice device;
+  Trainer trainer(s, make_parallel_context(layout, rank), device, groups_of(comms), *data[0],
+                  data[1].get());
+  if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
+  const bool reporter = rank == launched - 1;  // Megatron's print_rank_last
+  const bool tty = reporter && isatty(STDERR_FILENO);
+  const auto& t = s.training;
+  const FlopsShape flops{
+      static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
+      static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
+      static_cast<double>(padded_vocab_size(s))};
+  auto save = [&] {
+    save_checkpoint(o.save, trainer.checkpoint_state());
+    mpi.world().barrier();
+    if (rank == 0) mark_latest_checkpoint(o.save, trainer.iteration());
+    if (reporter)
+      std::cout << "saved checkpoint at iteration " << trainer.iteration() << " to " << o.save
+                << "\n";
+  };
+  double interval_seconds = 0;
+  std::int64_t interval_iters = 0;
+  while (trainer.iteration() < t.train_iters) {
+    const auto start = std::chrono::steady_clock::now();
+    const StepResult r = trainer.train_step();
+    interval_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++interval_iters;
+    const std::int64_t it = trainer.iteration();
+    if (it % t.log_interval == 0) {
+      const double per_iter = interval_seconds / static_cast<double>(interval_iters);
+      if (reporter) {
+        if (tty) std::cerr << "\r\033[K";
+        std::cout << format_iteration_log(
+                         {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
+                          megatron_log_flops(flops) / (per_iter * launched * 1e12), r.learning_rate,
+                          r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0,
+                          std::isfinite(r.lm_loss) ? 0 : 1},
+                         std::time(nullptr))
+                  << std::endl;
+      }
+      interval_seconds = 0;
+      interval_iters = 0;
+    }
+    if (t.eval_interval > 0 && it % t.eval_interval == 0 && data[1]) {
+      const double v = trainer.evaluate();
+      if (reporter) std::cout << format_validation_log(it, v) << std::endl;
+    }
+    if (!o.save.empty() && t.save_interval > 0 && it % t.save_interval == 0) save();
+    if (tty) print_progress(it, t.train_iters);
+  }
+  if (tty) std::cerr << "\r\033[K";
+  if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
+    save();
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto opts = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Pretrain a GPT for real on the cpu binding (Eigen/OpenBLAS kernels, MPI across "
+      "ranks): mpirun -np N tandem train SCENARIO --data-path PREFIX");
+  cmd->add_option("--data-path", opts->data_path,
+                  "Indexed dataset prefix(es) from tandem preprocess, optionally weighted: "
+                  "'PREFIX' or 'W1 PREFIX1 W2 PREFIX2'");
+  cmd->add_flag("--mock-data", opts->mock_data, "Train on Megatron-style mock data");
+  cmd->add_option("--split", opts->split, "train,valid,test ratio")->capture_default_str();
+  cmd->add_option("--save", opts->save, "Checkpoint directory to write");
+  cmd->add_option("--load", opts->load,
+                  "Checkpoint directory to resume from (its latest iteration)");
+  cmd->add_option("--threads", opts->threads,
+                  "Kernel threads per rank (default: cores / ranks per node)")
+      ->check(CLI::PositiveNumber);
+  add_scenario_options(*cmd, opts->scenario);
+  cmd->callback([opts] { run_training(*opts); });
+}
+
+}  // namespace tandem::cli
