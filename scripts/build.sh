@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures (once) and builds a tree incrementally: scripts/build.sh DIR [cmake -D options…]
+# TANDEM_TARGETS="a b" builds only those targets.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="$1"; shift
@@ -10,4 +11,6 @@ if [ ! -f "$dir/CMakeCache.txt" ]; then
 else
   cmake "$dir" "$@" >/dev/null
 fi
-cmake --build "$dir" -j "$(nproc)"
+targets=()
+for t in ${TANDEM_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
