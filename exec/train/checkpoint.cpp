@@ -54,7 +54,7 @@ void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& st
         {{"name", t.name}, {"elements", t.values.size()}, {"offset", payload.size()}});
     const std::size_t at = payload.size();
     payload.resize(at + bytes);
-    std::memcpy(payload.data() + at, t.values.data(), bytes);
+    if (bytes > 0) std::memcpy(payload.data() + at, t.values.data(), bytes);  // data() may be null
   }
   const nlohmann::json header = {{"iteration", st.iteration},
                                  {"consumed_samples", st.consumed_samples},
@@ -153,7 +153,8 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, std::int64_t i
     const auto offset = t.at("offset").get<std::size_t>();
     if (offset + ct.values.size() * sizeof(float) > payload.size())
       throw fail("tensor " + ct.name + " runs past the payload");
-    std::memcpy(ct.values.data(), payload.data() + offset, ct.values.size() * sizeof(float));
+    if (!ct.values.empty())
+      std::memcpy(ct.values.data(), payload.data() + offset, ct.values.size() * sizeof(float));
     st.tensors.push_back(std::move(ct));
   }
   if (st.rank != rank) throw fail("was written by rank " + std::to_string(st.rank));
