@@ -1,7 +1,10 @@
 #include "exec/cpu/cpu_device.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 #include "kernels/cpu/adam.hpp"
@@ -15,21 +18,59 @@
 #include "kernels/cpu/layer_norm.hpp"
 
 namespace tandem {
+
+// Keeps freed blocks for reuse, as PyTorch's CPU and CUDA caching allocators do: a
+// training step frees and re-allocates the same activation sizes every microbatch, and
+// handing them back to the OS made the kernel zero fresh pages each time (a quarter of
+// the GPT-2 124M step at T = 256). The tracker counts tensors, not the cache, so live and
+// peak bytes stay what the model asked for — the figure the simulator reproduces.
+class BlockCache {
+ public:
+  ~BlockCache() {
+    for (auto& [size, block] : free_) std::free(block);
+  }
+  void* take(std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end()) {
+        void* block = it->second;
+        free_.erase(it);
+        return block;
+      }
+    }
+    void* block = std::aligned_alloc(64, bytes);
+    if (!block) throw std::bad_alloc();
+    return block;
+  }
+  void give(std::size_t bytes, void* block) {
+    std::lock_guard lock(mutex_);
+    free_.emplace(bytes, block);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<std::size_t, void*> free_;
+};
+
 namespace {
 
 namespace k = kernels::cpu;
 
 class HostStorage : public Storage {
  public:
-  HostStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker)
-      : bytes_(bytes), tracker_(std::move(tracker)) {
-    const auto rounded = static_cast<std::size_t>((bytes.value + 63) / 64 * 64);
-    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!data_) throw std::bad_alloc();
+  HostStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker,
+              std::shared_ptr<BlockCache> cache)
+      : bytes_(bytes),
+        block_bytes_(
+            static_cast<std::size_t>(std::max<std::int64_t>(64, (bytes.value + 63) / 64 * 64))),
+        tracker_(std::move(tracker)),
+        cache_(std::move(cache)) {
+    data_ = cache_->take(block_bytes_);
     tracker_->on_allocate(bytes_);
   }
   ~HostStorage() override {
-    std::free(data_);
+    cache_->give(block_bytes_, data_);
     tracker_->on_release(bytes_);
   }
   void* data() override { return data_; }
@@ -38,7 +79,9 @@ class HostStorage : public Storage {
  private:
   void* data_;
   Bytes bytes_;
+  std::size_t block_bytes_;
   std::shared_ptr<MemoryTracker> tracker_;
+  std::shared_ptr<BlockCache> cache_;
 };
 
 class CpuStream : public Stream {
@@ -92,13 +135,14 @@ k::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {
 
 CpuDevice::CpuDevice()
     : memory_(std::make_shared<MemoryTracker>()),
+      cache_(std::make_shared<BlockCache>()),
       default_stream_(std::make_unique<CpuStream>("compute")) {}
 
 CpuDevice::~CpuDevice() = default;
 
 Tensor CpuDevice::allocate(const Shape& shape, DType dtype) {
   const Bytes bytes = dtype_size(dtype) * shape.numel();
-  return Tensor{shape, dtype, std::make_shared<HostStorage>(bytes, memory_), 0};
+  return Tensor{shape, dtype, std::make_shared<HostStorage>(bytes, memory_, cache_), 0};
 }
 
 std::unique_ptr<Stream> CpuDevice::create_stream(std::string name) {

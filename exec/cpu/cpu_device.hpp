@@ -11,6 +11,8 @@
 
 namespace tandem {
 
+class BlockCache;
+
 class CpuDevice : public Device {
  public:
   CpuDevice();
@@ -56,6 +58,7 @@ class CpuDevice : public Device {
 
  private:
   std::shared_ptr<MemoryTracker> memory_;  // shared with live storages, which may outlive us
+  std::shared_ptr<BlockCache> cache_;      // freed blocks kept for reuse
   std::unique_ptr<Stream> default_stream_;
 };
 
