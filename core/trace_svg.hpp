@@ -14,7 +14,7 @@ struct SvgOptions {
   std::string title;
   int width = 1400;       // px, whole drawing
   int row_height = 26;    // px
-  int label_width = 170;  // px, the row names on the left
+  int label_width = 240;  // px, the row names on the left
 };
 
 std::string render_trace_svg(const nlohmann::json& trace, const SvgOptions& options = {});

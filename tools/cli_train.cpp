@@ -7,7 +7,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "core/error.hpp"
@@ -16,6 +19,7 @@
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
 #include "exec/train/megatron_log.hpp"
+#include "exec/train/run_trace.hpp"
 #include "exec/train/trainer.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "model/flops.hpp"
@@ -30,7 +34,7 @@ struct TrainOptions {
   std::vector<std::string> data_path;
   bool mock_data = false;
   std::string split = "969,30,1";
-  std::string save, load;
+  std::string save, load, trace;
   int threads = 0;
 };
 
@@ -80,10 +84,10 @@ data::SplitDatasets build_data(const TrainOptions& o, const Scenario& s) {
       dc, {t.train_iters * t.global_batch_size, t.eval_iters * t.global_batch_size, std::nullopt});
 }
 
-TrainerGroups groups_of(GroupCommunicators& g) {
+TrainerGroups groups_of(const std::map<GroupKind, Communicator*>& g) {
   auto get = [&](GroupKind k) -> Communicator* {
     auto it = g.find(k);
-    return it == g.end() ? nullptr : it->second.get();
+    return it == g.end() ? nullptr : it->second;
   };
   return {get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp), get(GroupKind::tp_pp),
           get(GroupKind::embedding)};
@@ -96,6 +100,30 @@ void print_progress(std::int64_t it, std::int64_t total) {
             << total << std::flush;
 }
 
+// Each rank writes its part next to the trace; rank 0 merges them into one file.
+void write_trace(const std::string& path, const RunTrace& trace, MpiRuntime& mpi,
+                 const Layout& layout) {
+  const int rank = mpi.world().rank(), size = mpi.world().size();
+  auto part_path = [&](int r) { return path + ".rank" + std::to_string(r) + ".part"; };
+  {
+    std::ofstream out(part_path(rank));
+    out << trace.part().dump();
+    if (!out) throw std::runtime_error("cannot write " + part_path(rank));
+  }
+  mpi.world().barrier();
+  if (rank != 0) return;
+  std::vector<nlohmann::json> parts;
+  std::vector<ParallelContext> contexts;
+  for (int r = 0; r < size; ++r) {
+    std::ifstream in(part_path(r));
+    parts.push_back(nlohmann::json::parse(in));
+    contexts.push_back(make_parallel_context(layout, r));
+    std::filesystem::remove(part_path(r));
+  }
+  write_merged_trace(path, parts, contexts);
+  std::cout << "wrote trace " << path << " (" << size << " ranks)\n";
+}
+
 void run_training(TrainOptions& o) {
   if (o.scenario.file.empty())
     throw ConfigError("scenario", "(none)",
@@ -105,6 +133,11 @@ void run_training(TrainOptions& o) {
   check_trainable(s, launched);
   validate(s);
   const auto data = build_data(o, s);  // reads and checks every data file
+  if (!o.trace.empty()) {
+    const auto parent = std::filesystem::path(o.trace).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw ConfigError("--trace", o.trace, "its folder " + parent.string() + " does not exist");
+  }
   std::int64_t resume_from = -1;
   if (!o.load.empty()) resume_from = latest_checkpoint_iteration(o.load);
   const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
@@ -120,9 +153,21 @@ void run_training(TrainOptions& o) {
       make_layout({launched, s.parallelism.tensor_model_parallel_size,
                    s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
   auto comms = make_group_communicators(mpi.world(), layout);
+  const ParallelContext ctx = make_parallel_context(layout, rank);
+  // With --trace every communicator is wrapped so its collectives land in the trace.
+  RunTrace run_trace;
+  std::map<GroupKind, std::unique_ptr<Communicator>> traced;
+  std::map<GroupKind, Communicator*> used;
+  for (auto& [kind, comm] : comms) {
+    used[kind] = comm.get();
+    if (o.trace.empty()) continue;
+    traced[kind] = std::make_unique<TracingCommunicator>(*comm, run_trace, ctx.group(kind),
+                                                         trace_thread_of(kind));
+    used[kind] = traced[kind].get();
+  }
   CpuDevice device;
-  Trainer trainer(s, make_parallel_context(layout, rank), device, groups_of(comms), *data[0],
-                  data[1].get());
+  Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
+  if (!o.trace.empty()) trainer.set_trace(&run_trace);
   if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
   const bool reporter = rank == launched - 1;  // Megatron's print_rank_last
   const bool tty = reporter && isatty(STDERR_FILENO);
@@ -173,6 +218,7 @@ void run_training(TrainOptions& o) {
   if (tty) std::cerr << "\r\033[K";
   if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
     save();
+  if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);
 }
 
 }  // namespace
@@ -191,6 +237,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", opts->save, "Checkpoint directory to write");
   cmd->add_option("--load", opts->load,
                   "Checkpoint directory to resume from (its latest iteration)");
+  cmd->add_option("--trace", opts->trace,
+                  "Write a Chrome trace of the run (forward/backward per microbatch, every "
+                  "collective and p2p batch, all ranks merged)");
   cmd->add_option("--threads", opts->threads,
                   "Kernel threads per rank (default: cores / ranks per node)")
       ->check(CLI::PositiveNumber);

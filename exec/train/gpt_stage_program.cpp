@@ -4,6 +4,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/trace.hpp"
+
 namespace tandem {
 
 GptStageProgram::GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims)
@@ -60,6 +62,7 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
 }
 
 Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
+  const auto start = RunTrace::Clock::now();
   GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
   const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
   Tensor out = c.forward(env_, microbatch, input, mb);
@@ -71,12 +74,25 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
     loss_rows_ += losses.numel();
   }
   if (forward_only_) c.discard(microbatch);
+  record("F", microbatch, chunk, start);
   return out;
 }
 
 Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
-  return chunks_.at(static_cast<std::size_t>(chunk))
-      ->backward(env_, microbatch, grad_output, loss_scale_);
+  const auto start = RunTrace::Clock::now();
+  Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
+                 ->backward(env_, microbatch, grad_output, loss_scale_);
+  record("B", microbatch, chunk, start);
+  return g;
+}
+
+void GptStageProgram::record(const char* type, int microbatch, int chunk,
+                             RunTrace::Clock::time_point start) {
+  if (!trace_) return;
+  std::string name = type + std::to_string(microbatch);
+  if (name_chunks_) name += "." + std::to_string(chunk);
+  trace_->slice(name, type[0] == 'F' ? "forward" : "backward", trace_thread::compute, start,
+                RunTrace::Clock::now(), {{"microbatch", microbatch}, {"chunk", chunk}});
 }
 
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/data/sample_dataset.hpp"
+#include "exec/train/run_trace.hpp"
 #include "model/gpt_chunk.hpp"
 #include "schedules/step_interpreter.hpp"
 
@@ -24,6 +25,11 @@ class GptStageProgram : public StageProgram {
 
   // Binds the next step's microbatches; `loss_scale` multiplies every loss gradient.
   void begin_step(StepBatch batch, float loss_scale, bool forward_only);
+  // Records forward and backward of every (microbatch, chunk) on `trace` (null: off).
+  void set_trace(RunTrace* trace, bool name_chunks) {
+    trace_ = trace;
+    name_chunks_ = name_chunks;
+  }
   // Mean per-token loss over the step's microbatches (last stage; 0 elsewhere).
   double mean_loss() const;
 
@@ -34,6 +40,7 @@ class GptStageProgram : public StageProgram {
 
  private:
   MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
+  void record(const char* type, int microbatch, int chunk, RunTrace::Clock::time_point start);
 
   ModelEnv env_;
   std::vector<GptChunk*> chunks_;
@@ -41,6 +48,8 @@ class GptStageProgram : public StageProgram {
   StepBatch batch_;
   float loss_scale_ = 1;
   bool forward_only_ = false;
+  RunTrace* trace_ = nullptr;
+  bool name_chunks_ = false;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;
 };

@@ -68,6 +68,10 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
 
 Trainer::~Trainer() = default;
 
+void Trainer::set_trace(RunTrace* trace) {
+  program_->set_trace(trace, virtual_pipeline_size(scenario_) > 1);
+}
+
 StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
                               std::int64_t num_microbatches) const {
   // Megatron's pretraining sampler: each microbatch takes micro · dp consecutive samples,

@@ -50,6 +50,8 @@ class Trainer {
   std::int64_t iteration() const { return iteration_; }
   std::int64_t consumed_samples() const { return consumed_samples_; }
   ParameterSet& parameters() { return params_; }
+  // Records forward/backward of every microbatch on `trace` (null: off).
+  void set_trace(RunTrace* trace);
   const ParallelContext& context() const { return ctx_; }
 
   CheckpointState checkpoint_state();

@@ -1,0 +1,80 @@
+// Traces of real runs (`tandem train --trace FILE`), in the schema of core/trace.hpp so a
+// measured and a predicted trace open side by side: each rank records forward/backward
+// of every (microbatch, chunk) on its compute thread and every collective and p2p batch
+// on the thread of its group, with send → receive flow arrows; rank 0 merges the ranks'
+// parts into one file. Times come from the host's monotonic clock, shared by the ranks
+// of one node (ranks on several nodes would need a clock offset, not done yet).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/parallel_context.hpp"
+
+namespace tandem {
+
+class RunTrace {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void slice(std::string name, std::string category, int tid, Clock::time_point start,
+             Clock::time_point end, nlohmann::json args = nlohmann::json::object());
+  // One end of a send → receive arrow; both ends use the same id.
+  void flow(std::int64_t id, bool start, int tid, Clock::time_point at);
+  nlohmann::json part() const;  // this rank's events, absolute nanoseconds
+
+ private:
+  mutable std::mutex mutex_;
+  nlohmann::json events_ = nlohmann::json::array();
+};
+
+// Records every collective of `inner` on `trace`, as a slice from issue to the return of
+// wait(), on the thread of the group kind. p2p sends and receives get flow ids from
+// (global sender, global receiver, sequence number), which both ends compute alike.
+class TracingCommunicator : public Communicator {
+ public:
+  TracingCommunicator(Communicator& inner, RunTrace& trace, std::vector<int> global_ranks, int tid);
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string_view name() const override { return inner_.name(); }
+  std::unique_ptr<Communicator> split(int color, int key, std::string name) override {
+    return inner_.split(color, key, std::move(name));
+  }
+  std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp op) override;
+  std::unique_ptr<Work> all_gather(Stream& s, const Tensor& in, Tensor& out) override;
+  std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& in, Tensor& out,
+                                       ReduceOp op) override;
+  std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
+  std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& in, Tensor& out) override;
+  std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  void barrier() override { inner_.barrier(); }
+
+ private:
+  std::unique_ptr<Work> traced(std::unique_ptr<Work> work, std::string name, const Tensor& t,
+                               RunTrace::Clock::time_point issued);
+
+  Communicator& inner_;
+  RunTrace& trace_;
+  std::vector<int> global_ranks_;
+  int tid_;
+  std::map<std::pair<int, int>, std::int64_t> p2p_sequence_;  // (sender, receiver) → count
+};
+
+// The trace thread of a group kind: tp → tp comm, pp → pp send/recv, the rest → dp comm.
+int trace_thread_of(GroupKind kind);
+
+// Rank 0: reads every rank's part, names processes "rank r (tp a, pp b, dp c)" and
+// threads, shifts times to start at 0, writes one Chrome trace to `path`.
+void write_merged_trace(const std::filesystem::path& path, const std::vector<nlohmann::json>& parts,
+                        const std::vector<ParallelContext>& contexts);
+
+}  // namespace tandem

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A real 4-rank run (pp 2 × dp 2, 1F1B) with --trace writes one merged Chrome trace that
+# passes the format checker, has a process per rank, every microbatch's forward and
+# backward on every rank, dp all-reduces, and a flow arrow for every pipeline send.
+#   tests/train/real_trace.sh TANDEM_BINARY SCENARIO OUT_DIR
+set -euo pipefail
+tandem="$1"; scenario="$2"; out="$3"
+mkdir -p "$out"
+trace="$out/real_trace.json"
+rm -f "$trace"
+mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 4 "$tandem" train "$scenario" \
+  --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 512 \
+  --train-iters 2 --lr-warmup-iters 1 --eval-interval 100 --global-batch-size 16 --micro-batch-size 2 \
+  --threads 1 --world-size 4 --pipeline-model-parallel-size 2 --trace "$trace" >/dev/null
+"$tandem" trace check "$trace"
+# 2 iterations × m = 4 microbatches × (F + B) × 4 ranks = 64 compute slices;
+# sends per iteration: 4 activations + 4 gradients per pipeline (2 pipelines) = 16 → 32 arrows.
+python3 - "$trace" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+compute = [e for e in events if e["ph"] == "X" and e["name"][0] in "FB" and e["name"][1:].isdigit()]
+flows = [e for e in events if e["ph"] == "s"]
+dp = [e for e in events if e["ph"] == "X" and e["name"] == "allreduce dp"]
+ranks = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+assert ranks == {0, 1, 2, 3}, ranks
+assert len(compute) == 64, len(compute)
+assert len(flows) == 32, len(flows)
+assert len(dp) >= 8, len(dp)
+print(f"real trace: {len(compute)} forward/backward slices, {len(flows)} send->recv arrows, {len(dp)} dp all-reduces")
+PY
