@@ -21,7 +21,10 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
     auto* o = cmd.add_option(f.flag, opts.values[i], f.help + " [" + f.type + "]");
     o->group("Scenario overrides (Megatron argument names)");
     if (f.type == "bool") o->expected(0, 1)->default_str("");
-    if (f.type == "int list") o->expected(1, 3)->delimiter(',');
+    if (f.type == "int list")
+      o->expected(1, 3)->delimiter(',');
+    else
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
     opts.flags.emplace_back(f.name, o);
   }
 }
@@ -34,7 +37,10 @@ Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
     auto* o = opts.flags[i].second;
     if (o->count() == 0) continue;
     std::string value;
-    for (const auto& r : o->results()) value += (value.empty() ? "" : ",") + r;
+    if (fields[i].type == "int list")
+      for (const auto& r : o->results()) value += (value.empty() ? "" : ",") + r;
+    else if (!o->results().empty())
+      value = o->results().back();
     if (fields[i].type == "bool" && value.empty()) value = "true";  // Megatron's store_true
     opts.overrides.emplace_back(fields[i].name, value);
   }

@@ -148,77 +148,84 @@ void run_training(TrainOptions& o) {
   int argc = 0;
   char** argv = nullptr;
   MpiRuntime mpi(argc, argv);
-  const int rank = mpi.world().rank();
-  const Layout layout =
-      make_layout({launched, s.parallelism.tensor_model_parallel_size,
-                   s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
-  auto comms = make_group_communicators(mpi.world(), layout);
-  const ParallelContext ctx = make_parallel_context(layout, rank);
-  // With --trace every communicator is wrapped so its collectives land in the trace.
-  RunTrace run_trace;
-  std::map<GroupKind, std::unique_ptr<Communicator>> traced;
-  std::map<GroupKind, Communicator*> used;
-  for (auto& [kind, comm] : comms) {
-    used[kind] = comm.get();
-    if (o.trace.empty()) continue;
-    traced[kind] = std::make_unique<TracingCommunicator>(*comm, run_trace, ctx.group(kind),
-                                                         trace_thread_of(kind));
-    used[kind] = traced[kind].get();
-  }
-  CpuDevice device;
-  Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
-  if (!o.trace.empty()) trainer.set_trace(&run_trace);
-  if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
-  const bool reporter = rank == launched - 1;  // Megatron's print_rank_last
-  const bool tty = reporter && isatty(STDERR_FILENO);
-  const auto& t = s.training;
-  const FlopsShape flops{
-      static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
-      static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
-      static_cast<double>(padded_vocab_size(s))};
-  auto save = [&] {
-    save_checkpoint(o.save, trainer.checkpoint_state());
-    mpi.world().barrier();
-    if (rank == 0) mark_latest_checkpoint(o.save, trainer.iteration());
-    if (reporter)
-      std::cout << "saved checkpoint at iteration " << trainer.iteration() << " to " << o.save
-                << "\n";
-  };
-  double interval_seconds = 0;
-  std::int64_t interval_iters = 0;
-  while (trainer.iteration() < t.train_iters) {
-    const auto start = std::chrono::steady_clock::now();
-    const StepResult r = trainer.train_step();
-    interval_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++interval_iters;
-    const std::int64_t it = trainer.iteration();
-    if (it % t.log_interval == 0) {
-      const double per_iter = interval_seconds / static_cast<double>(interval_iters);
-      if (reporter) {
-        if (tty) std::cerr << "\r\033[K";
-        std::cout << format_iteration_log(
-                         {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
-                          megatron_log_flops(flops) / (per_iter * launched * 1e12), r.learning_rate,
-                          r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0,
-                          std::isfinite(r.lm_loss) ? 0 : 1},
-                         std::time(nullptr))
-                  << std::endl;
+  // From here an error on one rank must end every rank: report it and abort the job.
+  try {
+    const int rank = mpi.world().rank();
+    const Layout layout =
+        make_layout({launched, s.parallelism.tensor_model_parallel_size,
+                     s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
+    auto comms = make_group_communicators(mpi.world(), layout);
+    const ParallelContext ctx = make_parallel_context(layout, rank);
+    // With --trace every communicator is wrapped so its collectives land in the trace.
+    RunTrace run_trace;
+    std::map<GroupKind, std::unique_ptr<Communicator>> traced;
+    std::map<GroupKind, Communicator*> used;
+    for (auto& [kind, comm] : comms) {
+      used[kind] = comm.get();
+      if (o.trace.empty()) continue;
+      traced[kind] = std::make_unique<TracingCommunicator>(*comm, run_trace, ctx.group(kind),
+                                                           trace_thread_of(kind));
+      used[kind] = traced[kind].get();
+    }
+    CpuDevice device;
+    Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
+    if (!o.trace.empty()) trainer.set_trace(&run_trace);
+    if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
+    const bool reporter = rank == launched - 1;  // Megatron's print_rank_last
+    const bool tty = reporter && isatty(STDERR_FILENO);
+    const auto& t = s.training;
+    const FlopsShape flops{
+        static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
+        static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
+        static_cast<double>(padded_vocab_size(s))};
+    auto save = [&] {
+      save_checkpoint(o.save, trainer.checkpoint_state());
+      mpi.world().barrier();
+      if (rank == 0) mark_latest_checkpoint(o.save, trainer.iteration());
+      if (reporter)
+        std::cout << "saved checkpoint at iteration " << trainer.iteration() << " to " << o.save
+                  << "\n";
+    };
+    double interval_seconds = 0;
+    std::int64_t interval_iters = 0;
+    while (trainer.iteration() < t.train_iters) {
+      const auto start = std::chrono::steady_clock::now();
+      const StepResult r = trainer.train_step();
+      interval_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++interval_iters;
+      const std::int64_t it = trainer.iteration();
+      if (it % t.log_interval == 0) {
+        const double per_iter = interval_seconds / static_cast<double>(interval_iters);
+        if (reporter) {
+          if (tty) std::cerr << "\r\033[K";
+          std::cout << format_iteration_log(
+                           {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
+                            megatron_log_flops(flops) / (per_iter * launched * 1e12),
+                            r.learning_rate, r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0,
+                            std::isfinite(r.lm_loss) ? 0 : 1},
+                           std::time(nullptr))
+                    << std::endl;
+        }
+        interval_seconds = 0;
+        interval_iters = 0;
       }
-      interval_seconds = 0;
-      interval_iters = 0;
+      if (t.eval_interval > 0 && it % t.eval_interval == 0 && data[1]) {
+        const double v = trainer.evaluate();
+        if (reporter) std::cout << format_validation_log(it, v) << std::endl;
+      }
+      if (!o.save.empty() && t.save_interval > 0 && it % t.save_interval == 0) save();
+      if (tty) print_progress(it, t.train_iters);
     }
-    if (t.eval_interval > 0 && it % t.eval_interval == 0 && data[1]) {
-      const double v = trainer.evaluate();
-      if (reporter) std::cout << format_validation_log(it, v) << std::endl;
-    }
-    if (!o.save.empty() && t.save_interval > 0 && it % t.save_interval == 0) save();
-    if (tty) print_progress(it, t.train_iters);
+    if (tty) std::cerr << "\r\033[K";
+    if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
+      save();
+    if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);
+  } catch (const ConfigError& e) {
+    mpi.abort(std::string("tandem: ") + e.what(), 2);
+  } catch (const std::exception& e) {
+    mpi.abort(std::string("tandem: error: ") + e.what(), 1);
   }
-  if (tty) std::cerr << "\r\033[K";
-  if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
-    save();
-  if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);
 }
 
 }  // namespace
