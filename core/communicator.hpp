@@ -5,7 +5,9 @@
 // bytes are derived, never passed. Bound to MPI (cpu), NCCL (cuda) and SimGrid (sim).
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,12 +19,22 @@ namespace tandem {
 
 enum class ReduceOp { sum, max, min };
 
+// When an operation was issued by the host, started, and finished where it ran (a
+// communication thread, a GPU stream, simulated time), on the host's monotonic clock.
+struct WorkTiming {
+  std::chrono::steady_clock::time_point issued;
+  std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point finished;
+};
+
 // A handle on an issued collective or p2p batch: start → test/wait, as SimGrid's activities.
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;  // the host blocks until done (and the issuing stream may go on)
   virtual bool test() = 0;  // true once done
+  // Where the operation really ran, once done; empty when the binding cannot tell.
+  virtual std::optional<WorkTiming> timing() const { return std::nullopt; }
 };
 
 // One send or receive inside a batched p2p (batch_isend_irecv / ncclGroupStart-End).

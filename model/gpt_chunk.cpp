@@ -128,11 +128,24 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
                            " was not run forward");
   Saved s = std::move(it->second);
   saved_.erase(it);
+  auto ready = [&](std::vector<int> indices) {
+    if (hook_) hook_->on_grads_ready(microbatch, indices);
+  };
   Tensor g = plan_.post_process ? head_backward(env, s, loss_scale) : grad_output;
+  if (plan_.post_process) {
+    // The tied word embedding is final only after the embedding's backward, when this
+    // chunk holds both.
+    ready(plan_.pre_process ? std::vector<int>{final_ln_w_, final_ln_b_}
+                            : std::vector<int>{final_ln_w_, final_ln_b_, word_});
+  }
   s.final_input = Tensor{};
-  for (std::size_t i = layers_.size(); i-- > 0;) g = layers_[i].backward(env, g, s.layers[i]);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    g = layers_[i].backward(env, g, s.layers[i]);
+    ready(layers_[i].parameter_indices());
+  }
   if (!plan_.pre_process) return g;
   embed_backward(env, g, s.batch);
+  ready({word_, position_});
   return Tensor{};
 }
 

@@ -42,6 +42,15 @@ struct MicrobatchTensors {
   Tensor labels;     // (B·T) int32
 };
 
+// Told when backward has finished writing a set of parameters' gradients for a
+// microbatch — what Megatron's gradient hooks tell its DDP buckets, so the data-parallel
+// reduction of a bucket can start while backward still runs.
+class GradReadyHook {
+ public:
+  virtual ~GradReadyHook() = default;
+  virtual void on_grads_ready(int microbatch, const std::vector<int>& parameters) = 0;
+};
+
 class GptChunk {
  public:
   GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan, Recompute recompute);
@@ -57,6 +66,7 @@ class GptChunk {
   // Per-row losses (T·B) of a microbatch run forward on the last stage, until backward.
   const Tensor& row_losses(int microbatch) const { return saved_.at(microbatch).losses; }
   const ChunkPlan& plan() const { return plan_; }
+  void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
 
  private:
   struct Saved {
@@ -75,6 +85,7 @@ class GptChunk {
   std::vector<TransformerLayer> layers_;
   int word_ = -1, position_ = -1, final_ln_w_ = -1, final_ln_b_ = -1;
   std::map<int, Saved> saved_;
+  GradReadyHook* hook_ = nullptr;
 };
 
 }  // namespace tandem

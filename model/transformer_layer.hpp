@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/tensor_parallel.hpp"
 
@@ -37,6 +38,11 @@ class TransformerLayer {
 
   Tensor forward(ModelEnv& env, const Tensor& x, LayerActivations& saved);
   Tensor backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& saved);
+  // The indices of this layer's parameters in the ParameterSet.
+  std::vector<int> parameter_indices() const {
+    return {ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_,
+            ln2_w_, ln2_b_, fc1_w_, fc1_b_, fc2_w_,  fc2_b_};
+  }
 
  private:
   Tensor forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a, bool keep_probs);

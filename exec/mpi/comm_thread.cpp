@@ -41,7 +41,7 @@ const std::string& MpiWork::label() const {
   return state_->label;
 }
 
-WorkTiming MpiWork::timing() const {
+std::optional<WorkTiming> MpiWork::timing() const {
   std::lock_guard lock(state_->mutex);
   return state_->timing;
 }

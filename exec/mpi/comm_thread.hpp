@@ -28,13 +28,8 @@ namespace tandem {
 
 using CommClock = std::chrono::steady_clock;
 
-// When an operation was issued by the host, started on the communication thread and
-// finished there (host-visible completion is `finished` plus a thread wake-up).
-struct WorkTiming {
-  CommClock::time_point issued;
-  CommClock::time_point started;
-  CommClock::time_point finished;
-};
+// WorkTiming (core/communicator.hpp): issued by the host, started on the communication
+// thread and finished there (host-visible completion is `finished` plus a thread wake-up).
 
 class MpiWork final : public Work {
  public:
@@ -46,8 +41,8 @@ class MpiWork final : public Work {
   void wait() override;
   bool test() override;  // true once finished; rethrows its error like wait()
 
-  const std::string& label() const;  // "all_reduce tp", "batch_p2p pp", …
-  WorkTiming timing() const;         // `started` and `finished` are set once test() is true
+  const std::string& label() const;                   // "all_reduce tp", "batch_p2p pp", …
+  std::optional<WorkTiming> timing() const override;  // set once test() is true
 
  private:
   std::shared_ptr<State> state_;

@@ -12,10 +12,14 @@ std::int64_t ns(RunTrace::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// Calls on_done(start, finish) once the operation is known complete: where it really ran
+// when the binding reports it (Work::timing), else from issue to the host seeing it done.
 class TracedWork : public Work {
  public:
-  TracedWork(std::unique_ptr<Work> inner, std::function<void()> on_done)
-      : inner_(std::move(inner)), on_done_(std::move(on_done)) {}
+  using Done = std::function<void(RunTrace::Clock::time_point, RunTrace::Clock::time_point)>;
+  TracedWork(std::unique_ptr<Work> inner, RunTrace::Clock::time_point issued, Done on_done)
+      : inner_(std::move(inner)), issued_(issued), on_done_(std::move(on_done)) {}
+  std::optional<WorkTiming> timing() const override { return inner_->timing(); }
   void wait() override {
     inner_->wait();
     finish();
@@ -28,11 +32,17 @@ class TracedWork : public Work {
 
  private:
   void finish() {
-    if (on_done_) on_done_();
+    if (!on_done_) return;
+    const auto t = inner_->timing();
+    if (t)
+      on_done_(t->started, t->finished);
+    else
+      on_done_(issued_, RunTrace::Clock::now());
     on_done_ = nullptr;
   }
   std::unique_ptr<Work> inner_;
-  std::function<void()> on_done_;
+  RunTrace::Clock::time_point issued_;
+  Done on_done_;
 };
 
 }  // namespace
@@ -82,8 +92,10 @@ std::unique_ptr<Work> TracingCommunicator::traced(std::unique_ptr<Work> work, st
                          {"elements", t.numel()},
                          {"ranks", global_ranks_}};
   return std::make_unique<TracedWork>(
-      std::move(work), [this, name = std::move(name), args, issued] {
-        trace_.slice(name, "collective", tid_, issued, RunTrace::Clock::now(), args);
+      std::move(work), issued,
+      [this, name = std::move(name), args](RunTrace::Clock::time_point start,
+                                           RunTrace::Clock::time_point end) {
+        trace_.slice(name, "collective", tid_, start, end, args);
       });
 }
 
@@ -131,10 +143,11 @@ std::unique_ptr<Work> TracingCommunicator::batch_p2p(Stream& s, std::span<const 
   }
   auto work = inner_.batch_p2p(s, ops);
   return std::make_unique<TracedWork>(
-      std::move(work), [this, flows, bytes, issued, n = ops.size()] {
-        const auto done = RunTrace::Clock::now();
-        trace_.slice("p2p", "p2p", tid_, issued, done, {{"ops", n}, {"bytes", bytes}});
-        for (const auto& [id, send] : flows) trace_.flow(id, send, tid_, send ? issued : done);
+      std::move(work), issued,
+      [this, flows, bytes, n = ops.size()](RunTrace::Clock::time_point start,
+                                           RunTrace::Clock::time_point done) {
+        trace_.slice("p2p", "p2p", tid_, start, done, {{"ops", n}, {"bytes", bytes}});
+        for (const auto& [id, send] : flows) trace_.flow(id, send, tid_, send ? start : done);
       });
 }
 

@@ -64,6 +64,11 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
+  if (scenario.parallelism.overlap_grad_reduce) {
+    buckets_ = std::make_unique<GradBuckets>(params_, scenario.parallelism.ddp_bucket_size,
+                                             need(groups_.dp, "dp"), stream_);
+    for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -90,7 +95,10 @@ StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t f
 
 void Trainer::finalize_grads() {
   // The loss gradient was scaled by 1/(m · dp), so the sum over dp is the mean.
-  need(groups_.dp, "dp").all_reduce(stream_, params_.grads(), ReduceOp::sum)->wait();
+  if (buckets_)
+    buckets_->finish();  // most buckets were launched during backward
+  else
+    need(groups_.dp, "dp").all_reduce(stream_, params_.grads(), ReduceOp::sum)->wait();
   // The tied word embedding lives on the first and the last stage: sum their gradients.
   if (groups_.embedding && groups_.embedding->size() > 1)
     for (auto& p : params_.all())
@@ -124,6 +132,7 @@ StepResult Trainer::train_step() {
   const std::int64_t global = microbatches_.current_global_batch_size();
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
   device_.fill(stream_, params_.grads(), 0.0f);
+  if (buckets_) buckets_->begin_step(static_cast<int>(m) - 1);
   program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
                        false);
   const ScheduleSpec spec{schedule_kind_, ctx_.sizes.pp, virtual_pipeline_size(scenario_),

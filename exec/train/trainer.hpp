@@ -15,6 +15,7 @@
 #include "core/scenario.hpp"
 #include "exec/train/checkpoint.hpp"
 #include "exec/train/gpt_stage_program.hpp"
+#include "exec/train/grad_buckets.hpp"
 #include "model/optimizer.hpp"
 #include "schedules/microbatches.hpp"
 
@@ -50,6 +51,7 @@ class Trainer {
   std::int64_t iteration() const { return iteration_; }
   std::int64_t consumed_samples() const { return consumed_samples_; }
   ParameterSet& parameters() { return params_; }
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }
   // Records forward/backward of every microbatch on `trace` (null: off).
   void set_trace(RunTrace* trace);
   const ParallelContext& context() const { return ctx_; }
@@ -77,6 +79,7 @@ class Trainer {
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<GptStageProgram> program_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<GradBuckets> buckets_;  // with overlap_grad_reduce
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;

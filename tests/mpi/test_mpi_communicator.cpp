@@ -171,7 +171,7 @@ TEST_F(Communicator3, WorkLifecycle) {
     work->wait();
     EXPECT_TRUE(work->test());
     EXPECT_TRUE(holds(buffer, [](std::int64_t i) { return 10 + i; }));
-    const WorkTiming t = dynamic_cast<MpiWork&>(*work).timing();
+    const WorkTiming t = *dynamic_cast<MpiWork&>(*work).timing();
     EXPECT_LE(t.issued, t.started);
     EXPECT_LE(t.started, t.finished);
     EXPECT_EQ(dynamic_cast<MpiWork&>(*work).label(), "batch_p2p pair");

@@ -104,7 +104,7 @@ Figures measure(const Compute& compute_for, double comm) {
     compute_for(3);
     const auto compute_end = Clock::now();
     work->wait();
-    f.finished_during_compute &= dynamic_cast<MpiWork&>(*work).timing().finished < compute_end;
+    f.finished_during_compute &= dynamic_cast<MpiWork&>(*work).timing()->finished < compute_end;
   });
   return f;
 }

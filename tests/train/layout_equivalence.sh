@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Layout equivalence: the same GPT trained 5 iterations from the same seed on the same
 # (mock) data gives the single-process run's losses under tensor, pipeline (1F1B and
-# interleaved) and data parallelism, each a real `mpirun` job. Losses are compared as
+# interleaved) and data parallelism (one all-reduce, or buckets overlapped with backward), each a real `mpirun` job. Losses are compared as
 # Megatron's log prints them (7 significant digits), within 1e-5 relative.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
@@ -21,6 +21,8 @@ layouts=(
   "2|--tensor-model-parallel-size 2"
   "2|--pipeline-model-parallel-size 2"
   "2|--tensor-model-parallel-size 1"
+  "2|--tensor-model-parallel-size 1 --overlap-grad-reduce --ddp-bucket-size 20000"
+  "4|--pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 20000"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "4|--pipeline-model-parallel-size 4"
 )

@@ -28,3 +28,22 @@ assert len(flows) == 32, len(flows)
 assert len(dp) >= 8, len(dp)
 print(f"real trace: {len(compute)} forward/backward slices, {len(flows)} send->recv arrows, {len(dp)} dp all-reduces")
 PY
+# With overlap_grad_reduce and small buckets, dp all-reduces run while backward still runs:
+# some dp slice on a rank's dp thread overlaps one of its B slices on the compute thread.
+overlap="$out/overlap_trace.json"
+mpirun --oversubscribe --bind-to none -np 2 "$tandem" train "$scenario" \
+  --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 512 \
+  --train-iters 2 --lr-warmup-iters 1 --eval-interval 100 --global-batch-size 8 --micro-batch-size 2 \
+  --threads 1 --world-size 2 --overlap-grad-reduce --ddp-bucket-size 20000 --trace "$overlap" >/dev/null
+"$tandem" trace check "$overlap"
+python3 - "$overlap" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+def spans(pred):
+    return [(e["pid"], e["ts"], e["ts"] + e["dur"]) for e in events if e["ph"] == "X" and pred(e)]
+backward = spans(lambda e: e["name"].startswith("B"))
+dp = spans(lambda e: e["name"] == "allreduce dp")
+hits = sum(1 for p, s, f in dp if any(q == p and s < g and f > t for q, t, g in backward))
+assert hits > 0, "no dp all-reduce overlaps a backward"
+print(f"overlap_grad_reduce: {hits} of {len(dp)} dp all-reduces overlap a backward on their rank")
+PY
