@@ -251,6 +251,10 @@ void add_train_command(CLI::App& app) {
                   "Kernel threads per rank (default: cores / ranks per node)")
       ->check(CLI::PositiveNumber);
   add_scenario_options(*cmd, opts->scenario);
+  cmd->get_option("scenario")
+      ->description(
+          "Scenario JSON file, required (e.g. scenarios/brown-small.json); flags below override "
+          "it");
   cmd->callback([opts] { run_training(*opts); });
 }
 
