@@ -29,6 +29,15 @@ inline Floats random_floats(std::size_t n, std::uint64_t seed, float lo = -1.0f,
   return v;
 }
 
+// n token ids uniform in [0, vocab), the same for the same seed.
+inline std::vector<std::int32_t> random_ids(std::size_t n, std::int64_t vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> dist(0, vocab - 1);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(dist(rng));
+  return t;
+}
+
 inline Doubles to_double(const Floats& v) {
   return Doubles(v.begin(), v.end());
 }

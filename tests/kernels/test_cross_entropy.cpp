@@ -15,14 +15,7 @@ using testing::all_close;
 using testing::Doubles;
 using testing::Floats;
 using testing::random_floats;
-
-std::vector<std::int32_t> random_targets(std::size_t n, std::int64_t vocab, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int64_t> dist(0, vocab - 1);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(dist(rng));
-  return t;
-}
+using testing::random_ids;
 
 // Loss per row, -log softmax(target), in double.
 Doubles reference_loss(std::int64_t rows, std::int64_t V, const Doubles& logits,
@@ -55,7 +48,7 @@ Doubles reference_grad(std::int64_t rows, std::int64_t V, const Doubles& logits,
 TEST(CrossEntropy, ReferenceGradientMatchesFiniteDifferences) {
   const std::int64_t rows = 3, V = 11;
   const Doubles logits = testing::to_double(random_floats(rows * V, 1, -3.0f, 3.0f));
-  const auto targets = random_targets(rows, V, 2);
+  const auto targets = random_ids(rows, V, 2);
   const Doubles dloss = testing::to_double(random_floats(rows, 3));
   EXPECT_TRUE(testing::matches_finite_differences(
       [&](const Doubles& x) {
@@ -110,7 +103,7 @@ TEST(CrossEntropy, ShardedPhasesMatchUnshardedReference) {
   for (const auto& [rows, V] :
        {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 5}, {65, 130}, {64, 5003}}) {
     const Floats logits = random_floats(rows * V, 4, -8.0f, 8.0f);
-    const auto targets = random_targets(rows, V, 5);
+    const auto targets = random_ids(rows, V, 5);
     const Floats dloss = random_floats(rows, 6);
     const Doubles ld = testing::to_double(logits);
     const Doubles loss_ref = reference_loss(rows, V, ld, targets);
@@ -132,7 +125,7 @@ TEST(CrossEntropy, ShardedPhasesMatchUnshardedReference) {
 TEST(CrossEntropy, BackwardIntoSeparateBufferEqualsInPlace) {
   const std::int64_t rows = 9, V = 300;
   const Floats logits = random_floats(rows * V, 7, -5.0f, 5.0f);
-  const auto targets = random_targets(rows, V, 8);
+  const auto targets = random_ids(rows, V, 8);
   const Floats dloss(rows, 1.0f / rows);
   const CrossEntropyShape s{.rows = rows, .local_vocab = V};
   Floats max(rows), sum(rows), target(rows);

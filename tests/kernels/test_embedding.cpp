@@ -13,14 +13,7 @@ using testing::all_close;
 using testing::Doubles;
 using testing::Floats;
 using testing::random_floats;
-
-std::vector<std::int32_t> random_tokens(std::size_t n, std::int32_t vocab, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = dist(rng);
-  return t;
-}
+using testing::random_ids;
 
 // out(r, :) = table(tokens[r], :) + position(r % T, :), in double.
 Doubles reference_forward(const Doubles& table, const Doubles& position,
@@ -64,7 +57,7 @@ TEST(Embedding, ShardsSumToTheFullLookupAndGradient) {
         {512, 96, 11}}) {
     const std::size_t n = static_cast<std::size_t>(rows * C);
     const Floats table = random_floats(static_cast<std::size_t>(vocab * C), 1);
-    const auto tokens = random_tokens(static_cast<std::size_t>(rows), vocab, 2);
+    const auto tokens = random_ids(static_cast<std::size_t>(rows), vocab, 2);
     const Floats dout = random_floats(n, 3);
     Doubles sum_out(n, 0.0);
     Floats dtable(static_cast<std::size_t>(vocab * C), 0.0f);
@@ -111,7 +104,7 @@ TEST(Embedding, PositionForwardAndBackward) {
 
 TEST(Embedding, BackwardIsBitwiseRepeatable) {
   const std::int64_t rows = 2048, C = 96;
-  const auto tokens = random_tokens(rows, 5, 7);  // many repeats per token
+  const auto tokens = random_ids(rows, 5, 7);  // many repeats per token
   const Floats dout = random_floats(static_cast<std::size_t>(rows * C), 8);
   Floats g1(5 * C, 0.0f), g2(5 * C, 0.0f);
   embedding_backward(tokens.data(), dout.data(), {.begin = 0, .size = 5}, rows, C, g1.data());
