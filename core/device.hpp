@@ -7,6 +7,7 @@
 // and that is the only way the step program expresses overlap.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -135,6 +136,12 @@ class Device {
   virtual Stream& default_stream() = 0;
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+
+  // When the work issued so far on `s` completes, on the trace clock (the host's monotonic
+  // clock for real runs; the simulated time, from the clock's epoch, in the simulator).
+  // Traces of forward/backward slices read it, so they show where the stream ran, not
+  // where the host issued. Real bindings may synchronize the stream to answer.
+  virtual std::chrono::steady_clock::time_point trace_time(Stream& s) = 0;
 
   // Host → device: `produce` writes the t.numel() values into the host span it is given.
   // The sim binding never calls it (phantom tensors hold no data), so producing host data

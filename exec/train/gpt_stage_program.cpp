@@ -62,7 +62,7 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
 }
 
 Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
-  const auto start = RunTrace::Clock::now();
+  const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
   const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
   Tensor out = c.forward(env_, microbatch, input, mb);
@@ -79,7 +79,7 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
 }
 
 Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
-  const auto start = RunTrace::Clock::now();
+  const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
                  ->backward(env_, microbatch, grad_output, loss_scale_);
   record("B", microbatch, chunk, start);
@@ -92,7 +92,8 @@ void GptStageProgram::record(const char* type, int microbatch, int chunk,
   std::string name = type + std::to_string(microbatch);
   if (name_chunks_) name += "." + std::to_string(chunk);
   trace_->slice(name, type[0] == 'F' ? "forward" : "backward", trace_thread::compute, start,
-                RunTrace::Clock::now(), {{"microbatch", microbatch}, {"chunk", chunk}});
+                env_.device.trace_time(env_.stream),
+                {{"microbatch", microbatch}, {"chunk", chunk}});
 }
 
 }  // namespace tandem
