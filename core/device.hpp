@@ -70,18 +70,20 @@ struct LayerNormBackwardArgs {
 };
 
 // Causal scaled-dot-product attention over the heads this tensor-parallel rank holds.
+// Activations are sequence-first, Megatron's [s, b, h]: row t·B + b of the (T·B, C) matrix
+// holds position t of sequence b, so sequence parallelism shards contiguous rows.
 // Shapes come from qkv; output and gradients need only the matching element count.
 struct AttentionArgs {
-  const Tensor& qkv;  // (B, T, 3, heads, head_dim)
-  Tensor& output;     // (B, T, heads, head_dim)
+  const Tensor& qkv;  // (T, B, 3, heads, head_dim)
+  Tensor& output;     // (T, B, heads, head_dim)
   Tensor& probs;      // (B, heads, T, T) softmax saved for backward
 };
 
 struct AttentionBackwardArgs {
-  const Tensor& grad_output;  // (B, T, heads, head_dim)
-  const Tensor& qkv;          // (B, T, 3, heads, head_dim)
+  const Tensor& grad_output;  // (T, B, heads, head_dim)
+  const Tensor& qkv;          // (T, B, 3, heads, head_dim)
   const Tensor& probs;        // (B, heads, T, T)
-  Tensor& grad_qkv;           // (B, T, 3, heads, head_dim), written
+  Tensor& grad_qkv;           // (T, B, 3, heads, head_dim), written
 };
 
 // Megatron's vocab-parallel pieces: each tp rank holds vocabulary rows

@@ -452,6 +452,9 @@ std::vector<FieldDef> parallelism_fields() {
                  {"overlap_param_gather", "overlap parameter all-gather with forward"}),
       make_field(p, &P::ddp_bucket_size,
                  {"ddp_bucket_size", "elements per dp gradient bucket", positive()}),
+      make_field(p, &P::variable_seq_lengths,
+                 {"variable_seq_lengths",
+                  "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),
   };
 }
 

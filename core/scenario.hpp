@@ -53,6 +53,9 @@ struct ParallelismConfig {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   std::int64_t ddp_bucket_size = 40000000;  // elements per dp gradient bucket
+  // Megatron's variable_seq_lengths: every pipeline send is preceded by its shape, and the
+  // receiver allocates from it (microbatches whose activations differ in shape).
+  bool variable_seq_lengths = false;
 
   bool operator==(const ParallelismConfig&) const = default;
 };

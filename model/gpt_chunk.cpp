@@ -24,19 +24,21 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
     // whose gradient the embedding group all-reduces.
     word_ = params.add({"embedding.word_embeddings.weight", Shape{dims.padded_vocab, C},
                         ShardKind::rows, 0.02f, 0, true, !plan.pre_process});
+  const bool sp = dims.sequence_parallel;
   if (plan.pre_process)
+    // Under sequence parallelism each rank adds the positions of its shard only.
     position_ = params.add({"embedding.position_embeddings.weight", Shape{dims.max_positions, C},
-                            ShardKind::replicated, 0.02f, 0, true, false});
-  const LayerDims ld{dims.hidden, dims.heads,       dims.ffn,
-                     dims.seq,    dims.micro_batch, dims.num_layers};
+                            ShardKind::replicated, 0.02f, 0, true, false, sp});
+  const LayerDims ld{dims.hidden,      dims.heads,      dims.ffn, dims.seq,
+                     dims.micro_batch, dims.num_layers, sp};
   layers_.reserve(static_cast<std::size_t>(plan.num_layers));
   for (int i = 0; i < plan.num_layers; ++i)
     layers_.emplace_back(params, plan.first_layer + i, ld, recompute);
   if (plan.post_process) {
     final_ln_w_ = params.add(
-        {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false});
+        {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false, sp});
     final_ln_b_ = params.add(
-        {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false});
+        {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false, sp});
   }
 }
 
@@ -44,17 +46,29 @@ namespace {
 std::int64_t vocab_begin(const ParameterSet& p, const Parameter& word) {
   return static_cast<std::int64_t>(p.tp_rank()) * word.local_shape[0];
 }
+
+// The positions of this rank's rows: all of them, or its sequence shard (contiguous rows,
+// the activations being sequence-first).
+Tensor local_positions(const ModelEnv& env, const Tensor& positions) {
+  if (!env.sequence_parallel) return positions;
+  const std::int64_t shard = positions.numel() / env.tp.size();
+  return positions.view(Shape{shard}, env.tp.rank() * shard);
+}
 }  // namespace
 
 Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
   Device& d = env.device;
   const std::int64_t rows = mb.tokens.numel(), C = dims_.hidden;
-  Tensor words = allocate_like(d, Shape{rows, C});
+  Tensor words = allocate_like(d, Shape{rows, C});  // this rank's vocabulary rows only
   d.embedding(env.stream,
               {mb.tokens, params_[word_].value, words, vocab_begin(params_, params_[word_])});
-  env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
-  Tensor pos = allocate_like(d, Shape{rows, C});
-  d.embedding(env.stream, {mb.positions, params_[position_].value, pos, 0});
+  if (env.sequence_parallel)  // Megatron: reduce_scatter_to_sequence_parallel_region
+    words = reduce_scatter_to_sequence_parallel_region(env, words);
+  else
+    env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
+  const Tensor positions = local_positions(env, mb.positions);
+  Tensor pos = allocate_like(d, words.shape);
+  d.embedding(env.stream, {positions, params_[position_].value, pos, 0});
   d.add(env.stream, words, pos, words);
   return words;
 }
@@ -69,17 +83,19 @@ void GptChunk::head_forward(ModelEnv& env, const Tensor& x, Saved& s) {
   s.final_rstd = allocate_like(d, Shape{rows});
   d.layer_norm(st, {x, params_[final_ln_w_].value, params_[final_ln_b_].value, s.final_ln_out,
                     s.final_mean, s.final_rstd});
+  // (T·B, local vocab): the output layer sees whole sequences also under sequence parallelism.
   s.logits = column_parallel_forward(env, s.final_ln_out, params_[word_], nullptr);
+  const std::int64_t tokens = s.logits.shape[0];
   const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
-  s.row_max = allocate_like(d, Shape{rows});
+  s.row_max = allocate_like(d, Shape{tokens});
   d.cross_entropy_max(st, ce, s.row_max);
   env.tp.all_reduce(st, s.row_max, ReduceOp::max)->wait();
-  s.sum_exp = allocate_like(d, Shape{rows});
-  Tensor target = allocate_like(d, Shape{rows});
+  s.sum_exp = allocate_like(d, Shape{tokens});
+  Tensor target = allocate_like(d, Shape{tokens});
   d.cross_entropy_sums(st, ce, s.row_max, s.sum_exp, target);
   env.tp.all_reduce(st, s.sum_exp, ReduceOp::sum)->wait();
   env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
-  s.losses = allocate_like(d, Shape{rows});
+  s.losses = allocate_like(d, Shape{tokens});
   d.cross_entropy_loss(st, s.row_max, s.sum_exp, target, s.losses);
 }
 
@@ -102,9 +118,13 @@ Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
 
 void GptChunk::embed_backward(ModelEnv& env, const Tensor& grad, const MicrobatchTensors& mb) {
   Parameter& word = params_[word_];
+  // The conjugate of the reduce-scatter: every token's gradient, for this rank's vocabulary.
+  const Tensor all_rows =
+      env.sequence_parallel ? gather_from_sequence_parallel_region(env, grad) : grad;
   env.device.embedding_backward(env.stream,
-                                {mb.tokens, grad, word.grad, vocab_begin(params_, word)});
-  env.device.embedding_backward(env.stream, {mb.positions, grad, params_[position_].grad, 0});
+                                {mb.tokens, all_rows, word.grad, vocab_begin(params_, word)});
+  env.device.embedding_backward(
+      env.stream, {local_positions(env, mb.positions), grad, params_[position_].grad, 0});
 }
 
 Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,

@@ -22,6 +22,7 @@ struct GptDims {
   int micro_batch = 0;
   int padded_vocab = 0;  // a multiple of 128 · tp
   int max_positions = 0;
+  bool sequence_parallel = false;  // Megatron's sequence_parallel (meaningful at tp > 1)
 };
 
 // Which layers a chunk holds: chunk c of pp rank r holds layers
@@ -35,11 +36,12 @@ struct ChunkPlan {
 };
 ChunkPlan plan_chunk(int num_layers, int pp, int vpp, int pp_rank, int chunk);
 
-// One microbatch as the chunk sees it: token, position and label ids, row b·T + t.
+// One microbatch as the chunk sees it: token, position and label ids, sequence-first
+// (row t·B + b, Megatron's [s, b]), whole sequences also under sequence parallelism.
 struct MicrobatchTensors {
-  Tensor tokens;     // (B·T) int32
-  Tensor positions;  // (B·T) int32
-  Tensor labels;     // (B·T) int32
+  Tensor tokens;     // (T·B) int32
+  Tensor positions;  // (T·B) int32
+  Tensor labels;     // (T·B) int32
 };
 
 // Told when backward has finished writing a set of parameters' gradients for a
@@ -57,6 +59,8 @@ class GptChunk {
 
   // pre_process: input ignored, the microbatch's tokens are embedded. post_process: returns
   // an empty tensor and records the microbatch's loss (per-row losses, see row_losses).
+  // Activations in and out are (T·B, C), or this rank's (T·B / tp, C) sequence shard with
+  // sequence parallelism.
   // `loss_scale` multiplies the loss gradient (1 / number of microbatches in the step).
   Tensor forward(ModelEnv& env, int microbatch, const Tensor& input, const MicrobatchTensors& mb);
   Tensor backward(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);

@@ -6,10 +6,10 @@
 
 namespace tandem {
 
-AdamW::AdamW(Device& device, ParameterSet& params, AdamConfig config)
-    : device_(device), params_(params), config_(config) {
-  exp_avg_ = device.allocate(Shape{params.numel()}, DType::fp32);
-  exp_avg_sq_ = device.allocate(Shape{params.numel()}, DType::fp32);
+AdamW::AdamW(Device& device, ParameterSet& params, AdamConfig config, OptimizerShard shard)
+    : device_(device), params_(params), config_(config), shard_(std::move(shard)) {
+  exp_avg_ = device.allocate(Shape{shard_.state_numel}, DType::fp32);
+  exp_avg_sq_ = device.allocate(Shape{shard_.state_numel}, DType::fp32);
   device.fill(device.default_stream(), exp_avg_, 0.0f);
   device.fill(device.default_stream(), exp_avg_sq_, 0.0f);
 }
@@ -17,21 +17,25 @@ AdamW::AdamW(Device& device, ParameterSet& params, AdamConfig config)
 Tensor AdamW::grad_sum_squares(Stream& s) {
   Tensor out = device_.allocate(Shape{1}, DType::fp32);
   device_.fill(s, out, 0.0f);
-  for (const auto& p : params_.all()) {
+  for (const auto& piece : shard_.pieces) {
+    const Parameter& p = params_[piece.param];
     const bool tp_duplicate = p.spec.shard == ShardKind::replicated && params_.tp_rank() != 0;
     if (tp_duplicate || p.spec.shared_copy) continue;
-    device_.sum_squares(s, p.grad, out);
+    device_.sum_squares(s, params_.grads().view(Shape{piece.length}, piece.begin), out);
   }
   return out;
 }
 
 void AdamW::step(Stream& s, float lr, float grad_scale) {
   ++steps_;
-  for (auto& p : params_.all()) {
-    Tensor m = exp_avg_.view(p.local_shape, p.value_offset);
-    Tensor v = exp_avg_sq_.view(p.local_shape, p.value_offset);
-    device_.adam(s, {.param = p.value,
-                     .grad = p.grad,
+  for (const auto& piece : shard_.pieces) {
+    const Parameter& p = params_[piece.param];
+    const Shape shape{piece.length};
+    Tensor value = params_.values().view(shape, piece.begin);
+    Tensor m = exp_avg_.view(shape, piece.state_offset);
+    Tensor v = exp_avg_sq_.view(shape, piece.state_offset);
+    device_.adam(s, {.param = value,
+                     .grad = params_.grads().view(shape, piece.begin),
                      .exp_avg = m,
                      .exp_avg_sq = v,
                      .lr = lr,

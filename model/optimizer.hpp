@@ -2,13 +2,16 @@
 // the model holds once (tensor-parallel duplicates and the tied output layer's copy
 // counted on one rank only), clipping folded into AdamW as a gradient scale, and the
 // learning-rate schedule of OptimizerParamScheduler (linear warmup, then constant,
-// linear or cosine decay to min_lr).
+// linear or cosine decay to min_lr). AdamW updates the pieces of an OptimizerShard: the
+// whole buffer, or with the distributed optimizer this data-parallel rank's slice, whose
+// moments alone it allocates.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/device.hpp"
+#include "model/optimizer_shard.hpp"
 #include "model/parameters.hpp"
 
 namespace tandem {
@@ -22,10 +25,15 @@ struct AdamConfig {
 
 class AdamW {
  public:
-  AdamW(Device& device, ParameterSet& params, AdamConfig config);
+  // Updates the pieces of `shard` (make_optimizer_shard(params, 1, 0): everything).
+  AdamW(Device& device, ParameterSet& params, AdamConfig config, OptimizerShard shard);
+  // Updates every parameter (no distributed optimizer).
+  AdamW(Device& device, ParameterSet& params, AdamConfig config)
+      : AdamW(device, params, config, make_optimizer_shard(params, 1, 0)) {}
 
-  // Σ grad² over the parameters this rank counts, into a one-element fp32 tensor; the
-  // caller all-reduces it across the model-parallel groups before taking the root.
+  // Σ grad² over the shard's elements of the parameters this rank counts, into a
+  // one-element fp32 tensor; the caller all-reduces it across the model-parallel groups
+  // (and the data-parallel group when the shard is a dp slice) before taking the root.
   Tensor grad_sum_squares(Stream& s);
   // One update at learning rate `lr`, gradients multiplied by `grad_scale` (clipping).
   void step(Stream& s, float lr, float grad_scale);
@@ -34,11 +42,13 @@ class AdamW {
   void set_steps(std::int64_t n) { steps_ = n; }
   Tensor& exp_avg() { return exp_avg_; }
   Tensor& exp_avg_sq() { return exp_avg_sq_; }
+  const OptimizerShard& shard() const { return shard_; }
 
  private:
   Device& device_;
   ParameterSet& params_;
   AdamConfig config_;
+  OptimizerShard shard_;
   Tensor exp_avg_, exp_avg_sq_;
   std::int64_t steps_ = 0;
 };

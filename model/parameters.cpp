@@ -7,6 +7,27 @@
 
 namespace tandem {
 
+std::string_view shard_kind_name(ShardKind k) {
+  switch (k) {
+    case ShardKind::replicated:
+      return "replicated";
+    case ShardKind::rows:
+      return "rows";
+    case ShardKind::columns:
+      return "columns";
+    case ShardKind::qkv_rows:
+      return "qkv_rows";
+  }
+  return "?";
+}
+
+ShardKind parse_shard_kind(std::string_view name) {
+  for (ShardKind k :
+       {ShardKind::replicated, ShardKind::rows, ShardKind::columns, ShardKind::qkv_rows})
+    if (shard_kind_name(k) == name) return k;
+  throw std::invalid_argument("unknown shard kind " + std::string(name));
+}
+
 Shape local_shape_of(const ParameterSpec& spec, int size) {
   const auto d = spec.full_shape.dims();
   std::vector<std::int64_t> dims(d.begin(), d.end());
@@ -34,58 +55,113 @@ Shape local_shape_of(const ParameterSpec& spec, int size) {
   return Shape(dims);
 }
 
-void extract_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& full,
-                   std::vector<float>& shard) {
+namespace {
+
+// Calls run(full_begin, shard_begin, count) for each contiguous run of rank `rank`'s shard
+// inside the full (row-major) parameter, in shard order.
+template <typename Run>
+void for_each_shard_run(const ParameterSpec& spec, int size, int rank, Run run) {
   const auto& fs = spec.full_shape;
   const std::int64_t rows = fs[0];
   const std::int64_t cols = fs.rank() > 1 ? fs.numel() / rows : 1;
-  shard.clear();
   switch (spec.shard) {
     case ShardKind::replicated:
-      shard = full;
+      run(0, 0, fs.numel());
       break;
     case ShardKind::rows: {
       const std::int64_t r = rows / size;
-      shard.assign(full.begin() + rank * r * cols, full.begin() + (rank + 1) * r * cols);
+      run(rank * r * cols, 0, r * cols);
       break;
     }
     case ShardKind::columns: {
       const std::int64_t c = cols / size;
-      for (std::int64_t i = 0; i < rows; ++i)
-        shard.insert(shard.end(), full.begin() + i * cols + rank * c,
-                     full.begin() + i * cols + (rank + 1) * c);
+      for (std::int64_t i = 0; i < rows; ++i) run(i * cols + rank * c, i * c, c);
       break;
     }
     case ShardKind::qkv_rows: {
-      // Rows are (3, heads·head_dim): take this rank's heads from each of q, k, v.
+      // Rows are (3, heads·head_dim): this rank's heads from each of q, k, v.
       const std::int64_t per = rows / 3, r = per / size;
-      for (int w = 0; w < 3; ++w) {
-        const std::int64_t first = w * per + rank * r;
-        shard.insert(shard.end(), full.begin() + first * cols, full.begin() + (first + r) * cols);
-      }
+      for (std::int64_t w = 0; w < 3; ++w) run((w * per + rank * r) * cols, w * r * cols, r * cols);
       break;
     }
   }
+}
+
+}  // namespace
+
+void extract_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& full,
+                   std::vector<float>& shard) {
+  shard.assign(static_cast<std::size_t>(local_shape_of(spec, size).numel()), 0.0f);
+  for_each_shard_run(spec, size, rank, [&](std::int64_t f, std::int64_t s, std::int64_t n) {
+    std::copy(full.begin() + f, full.begin() + f + n, shard.begin() + s);
+  });
+}
+
+std::vector<std::int64_t> shard_positions(const ParameterSpec& spec, int size, int rank) {
+  std::vector<std::int64_t> at(static_cast<std::size_t>(local_shape_of(spec, size).numel()));
+  for_each_shard_run(spec, size, rank, [&](std::int64_t f, std::int64_t s, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) at[static_cast<std::size_t>(s + i)] = f + i;
+  });
+  return at;
+}
+
+void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& shard,
+                  std::vector<float>& full) {
+  if (static_cast<std::int64_t>(shard.size()) != local_shape_of(spec, size).numel() ||
+      static_cast<std::int64_t>(full.size()) != spec.full_shape.numel())
+    throw std::invalid_argument("insert_shard: " + spec.name + " shard or full size mismatch");
+  for_each_shard_run(spec, size, rank, [&](std::int64_t f, std::int64_t s, std::int64_t n) {
+    std::copy(shard.begin() + s, shard.begin() + s + n, full.begin() + f);
+  });
 }
 
 int ParameterSet::add(ParameterSpec spec) {
   if (values_.storage) throw std::logic_error("ParameterSet: add after allocate");
   Parameter p{std::move(spec), Shape{}, 0, 0, Tensor{}, Tensor{}};
   p.local_shape = local_shape_of(p.spec, tp_size_);
-  p.value_offset = numel_;
-  numel_ += p.local_shape.numel();
   params_.push_back(std::move(p));
   return static_cast<int>(params_.size()) - 1;
 }
 
-void ParameterSet::allocate(Device& device) {
+std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
+                                         std::int64_t& numel) {
+  if (layout.pad_to < 1) throw std::invalid_argument("BufferLayout: pad_to must be ≥ 1");
+  std::vector<BufferBucket> buckets;
+  std::int64_t offset = 0;
+  bool open = false;
+  auto close = [&] {
+    if (!open) return;
+    BufferBucket& b = buckets.back();
+    const std::int64_t size = offset - b.begin;
+    b.end = b.begin + (size + layout.pad_to - 1) / layout.pad_to * layout.pad_to;
+    offset = b.end;
+    open = false;
+  };
+  auto start = [&] {
+    close();
+    buckets.push_back({offset, offset, {}});
+    open = true;
+  };
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    Parameter& p = params[static_cast<std::size_t>(i)];
+    const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
+    if (alone || !open ||
+        (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
+      start();
+    p.value_offset = p.grad_offset = offset;
+    offset += p.local_shape.numel();
+    buckets.back().params.push_back(i);
+    if (alone) close();
+  }
+  close();
+  numel = offset;
+  return buckets;
+}
+
+void ParameterSet::allocate(Device& device, const BufferLayout& layout) {
+  buckets_ = layout_buffers(params_, layout, numel_);
   values_ = device.allocate(Shape{numel_}, DType::fp32);
   grads_ = device.allocate(Shape{numel_}, DType::fp32);
-  std::int64_t g = 0;
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    it->grad_offset = g;
-    g += it->local_shape.numel();
-  }
   for (auto& p : params_) {
     p.value = values_.view(p.local_shape, p.value_offset);
     p.grad = grads_.view(p.local_shape, p.grad_offset);
@@ -125,6 +201,7 @@ void fill_normal(std::vector<float>& out, float std_dev, std::uint64_t seed) {
 }  // namespace
 
 void ParameterSet::initialize(Device& device, Stream& s, std::uint64_t seed) {
+  device.fill(s, values_, 0.0f);  // the buckets' padding
   for (auto& p : params_) {
     device.upload(s, p.value, Device::ProduceFloats([&](std::span<float> host) {
                     std::vector<float> full(static_cast<std::size_t>(p.spec.full_shape.numel()),

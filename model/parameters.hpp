@@ -1,14 +1,17 @@
 // Parameters of a model chunk: every weight and bias this rank holds (its tensor-parallel
 // shard), laid out in one contiguous fp32 value buffer and one contiguous fp32 gradient
-// buffer (Megatron's param and grad buffers, which the data-parallel buckets and the
-// distributed optimizer slice). The gradient buffer lists parameters in reverse
-// registration order, so that backward — which visits the model in reverse — fills it
-// from the front and buckets become ready in order.
+// buffer (Megatron's ParamAndGradBuffer, which the data-parallel buckets and the
+// distributed optimizer slice). Both buffers share one index map: parameters in reverse
+// registration order, so that backward — which visits the model in reverse — fills the
+// gradient buffer from the front and buckets become ready in order. The buffers are cut
+// into buckets, each padded to a multiple of `pad_to` elements (the data-parallel size
+// with the distributed optimizer, so every dp rank owns an equal slice of every bucket).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.hpp"
@@ -33,15 +36,35 @@ struct ParameterSpec {
   // A second copy of a parameter that lives on another stage (the tied output layer on the
   // last pipeline stage): counted once in the gradient norm.
   bool shared_copy = false;
+  // Replicated over tp, but each rank's gradient sees only its sequence shard (layer norms,
+  // row-parallel biases, the position embedding under sequence parallelism): the gradient
+  // is all-reduced over tp (Megatron's `sequence_parallel` parameter attribute).
+  bool sequence_parallel = false;
 };
 
 struct Parameter {
   ParameterSpec spec;
   Shape local_shape;
   std::int64_t value_offset = 0;  // elements into the value buffer
-  std::int64_t grad_offset = 0;   // elements into the gradient buffer
+  std::int64_t grad_offset = 0;   // elements into the gradient buffer (= value_offset)
   Tensor value;
   Tensor grad;
+};
+
+// How the buffers are cut into buckets (Megatron's bucket_size and its padding).
+struct BufferLayout {
+  std::int64_t bucket_elements = 0;  // a bucket closes once it holds this many; 0: one bucket
+  int pad_to = 1;                    // every bucket's size is a multiple of this
+  // Parameters that get a bucket of their own: Megatron's shared embedding with the
+  // distributed optimizer, so the first and last stage shard it alike.
+  std::function<bool(const ParameterSpec&)> own_bucket;
+};
+
+// A contiguous range [begin, end) of both buffers; end − begin is a multiple of pad_to, the
+// tail past the last parameter is padding (zero).
+struct BufferBucket {
+  std::int64_t begin = 0, end = 0;
+  std::vector<int> params;  // indices, in buffer order
 };
 
 class ParameterSet {
@@ -50,8 +73,9 @@ class ParameterSet {
 
   // Registration phase: returns the parameter's index.
   int add(ParameterSpec spec);
-  // Allocates the two buffers on `device` and makes every parameter a view into them.
-  void allocate(Device& device);
+  // Lays the parameters out in buckets, allocates the two buffers on `device` and makes
+  // every parameter a view into them.
+  void allocate(Device& device, const BufferLayout& layout = {});
 
   Parameter& operator[](int i) { return params_.at(i); }
   const Parameter& operator[](int i) const { return params_.at(i); }
@@ -59,7 +83,8 @@ class ParameterSet {
   const std::vector<Parameter>& all() const { return params_; }
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
-  std::int64_t numel() const { return numel_; }
+  std::int64_t numel() const { return numel_; }  // of each buffer, padding included
+  const std::vector<BufferBucket>& buckets() const { return buckets_; }
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
 
@@ -71,14 +96,27 @@ class ParameterSet {
  private:
   int tp_size_, tp_rank_;
   std::vector<Parameter> params_;
+  std::vector<BufferBucket> buckets_;
   std::int64_t numel_ = 0;
   Tensor values_, grads_;
 };
+
+std::string_view shard_kind_name(ShardKind k);      // "replicated", "rows", "columns", "qkv_rows"
+ShardKind parse_shard_kind(std::string_view name);  // throws std::invalid_argument
 
 // The local shape of a logical parameter on tp rank `rank` of `size`.
 Shape local_shape_of(const ParameterSpec& spec, int size);
 // Copies rank `rank`'s shard of `full` (row-major, spec.full_shape) into `shard`.
 void extract_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& full,
                    std::vector<float>& shard);
+// For each element of rank `rank`'s shard, its index in the full (row-major) parameter.
+std::vector<std::int64_t> shard_positions(const ParameterSpec& spec, int size, int rank);
+// The inverse: writes rank `rank`'s `shard` into its place in `full` (spec.full_shape).
+void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& shard,
+                  std::vector<float>& full);
+// Lays out `params` (their local shapes, registration order) as allocate() does and returns
+// the buckets; sets every parameter's offsets. Pure arithmetic.
+std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
+                                         std::int64_t& numel);
 
 }  // namespace tandem

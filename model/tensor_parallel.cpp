@@ -1,6 +1,13 @@
 #include "model/tensor_parallel.hpp"
 
 namespace tandem {
+namespace {
+
+Shape with_rows(const Tensor& x, std::int64_t rows) {
+  return Shape{rows, x.shape[1]};
+}
+
+}  // namespace
 
 Tensor allocate_like(Device& d, const Shape& shape) {
   return d.allocate(shape, DType::fp32);
@@ -25,32 +32,66 @@ Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w) {
   return dx;
 }
 
+Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x) {
+  Tensor total = allocate_like(env.device, with_rows(x, x.shape[0] * env.tp.size()));
+  env.tp.all_gather(env.stream, x, total)->wait();
+  return total;
+}
+
+Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x) {
+  Tensor shard = allocate_like(env.device, with_rows(x, x.shape[0] / env.tp.size()));
+  env.tp.reduce_scatter(env.stream, x, shard, ReduceOp::sum)->wait();
+  return shard;
+}
+
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                                const Parameter* b) {
-  return linear_forward(env, x, w, b);
+  if (!env.sequence_parallel) return linear_forward(env, x, w, b);
+  // The gathered input is not kept: backward gathers it again (Megatron saves the shard).
+  return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b);
 }
 
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                                 Parameter* b) {
-  Tensor dx = linear_input_grad(env, dy, w);
-  auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
-  linear_weight_grad(env, x, dy, w, b);
-  work->wait();
+  if (!env.sequence_parallel) {
+    Tensor dx = linear_input_grad(env, dy, w);
+    auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
+    linear_weight_grad(env, x, dy, w, b);
+    work->wait();
+    return dx;
+  }
+  // Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input is re-gathered
+  // while the input gradient is computed, and the input gradient is reduce-scattered while
+  // the weight gradient is computed.
+  Tensor total = allocate_like(env.device, with_rows(x, x.shape[0] * env.tp.size()));
+  auto gather = env.tp.all_gather(env.stream, x, total);
+  Tensor dx_partial = linear_input_grad(env, dy, w);  // (rows, in), this rank's partial sum
+  gather->wait();
+  Tensor dx = allocate_like(env.device, x.shape);
+  auto scatter = env.tp.reduce_scatter(env.stream, dx_partial, dx, ReduceOp::sum);
+  linear_weight_grad(env, total, dy, w, b);
+  scatter->wait();
   return dx;
 }
 
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                             const Parameter* b) {
   Tensor y = linear_forward(env, x, w, nullptr);
-  env.tp.all_reduce(env.stream, y, ReduceOp::sum)->wait();
+  if (env.sequence_parallel)
+    y = reduce_scatter_to_sequence_parallel_region(env, y);
+  else
+    env.tp.all_reduce(env.stream, y, ReduceOp::sum)->wait();
   if (b) env.device.bias_add(env.stream, y, b->value);  // after the reduction, once
   return y;
 }
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b) {
-  Tensor dx = linear_input_grad(env, dy, w);
-  linear_weight_grad(env, x, dy, w, b);
+  const Tensor total = env.sequence_parallel ? gather_from_sequence_parallel_region(env, dy) : dy;
+  Tensor dx = linear_input_grad(env, total, w);
+  linear_weight_grad(env, x, total, w, nullptr);
+  // The bias was added to the (sharded) output: its gradient is the shard's column sums.
+  if (b) env.device.bias_grad(env.stream, dy, b->grad);
   return dx;
 }
 

@@ -5,6 +5,17 @@
 //   column-parallel  Y_r = X · W_rᵀ + b_r        backward: dX = Σ_r dY_r · W_r (all-reduce,
 //                                                 overlapped with the weight-gradient GEMM)
 //   row-parallel     Y = Σ_r X_r · W_rᵀ + b      forward all-reduce; backward local
+//
+// With sequence parallelism the activations outside these layers are sequence shards
+// (rows / tp, C) — rows are sequence-first, t·B + b, so a shard is contiguous — and the
+// collectives become their sequence-parallel conjugates, as in Megatron:
+//
+//   column-parallel  forward: all-gather X along the sequence, then the GEMM
+//                    backward: re-all-gather X (overlapped with the input-gradient GEMM),
+//                              reduce-scatter dX (overlapped with the weight-gradient GEMM)
+//   row-parallel     forward: reduce-scatter Y along the sequence, then the bias (on the shard)
+//                    backward: all-gather dY; the bias gradient comes from the shard (its
+//                              parameter is marked sequence_parallel: all-reduced over tp)
 #pragma once
 
 #include "core/communicator.hpp"
@@ -17,6 +28,9 @@ struct ModelEnv {
   Device& device;
   Stream& stream;
   Communicator& tp;
+  // Activations between tensor-parallel regions are sequence shards (Megatron's
+  // sequence_parallel; only meaningful at tp > 1).
+  bool sequence_parallel = false;
 };
 
 Tensor allocate_like(Device& d, const Shape& shape);  // fp32
@@ -29,13 +43,24 @@ void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parame
 // dx(rows, in) = dy(rows, out) · w(out, in)
 Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w);
 
+// Megatron's gather_from_sequence_parallel_region: x (rows / tp, C) → (rows, C), the tp
+// ranks' shards in rank order.
+Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x);
+// Megatron's reduce_scatter_to_sequence_parallel_region: partial sums x (rows, C) →
+// this rank's reduced shard (rows / tp, C).
+Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x);
+
+// x: (rows, in), or (rows / tp, in) with sequence parallelism; returns (rows, out / tp).
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                                const Parameter* b);
-// Returns dX, all-reduced over tp; the all-reduce runs while the weight gradient is computed.
+// Returns dX in x's shape: all-reduced over tp, or reduce-scattered with sequence
+// parallelism; the collective runs while the weight gradient is computed.
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                                 Parameter* b);
 
+// x: (rows, in / tp); returns (rows, out), or (rows / tp, out) with sequence parallelism.
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b);
+// dy in the forward output's shape; returns dX (rows, in / tp).
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b);
 

@@ -20,8 +20,9 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   const float std_dev = 0.02f;
   // Megatron scales the init of the layers that write into the residual stream.
   const float out_std = std_dev / std::sqrt(2.0f * static_cast<float>(dims.num_layers));
+  const bool sp = dims.sequence_parallel;
   auto norm = [&](const std::string& n, float v) {
-    return params.add({p + n, Shape{C}, ShardKind::replicated, 0.0f, v, false, false});
+    return params.add({p + n, Shape{C}, ShardKind::replicated, 0.0f, v, false, false, sp});
   };
   ln1_w_ = norm("input_layernorm.weight", 1.0f);
   ln1_b_ = norm("input_layernorm.bias", 0.0f);
@@ -31,8 +32,8 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
       params.add({p + "attention.qkv.bias", Shape{3 * C}, ShardKind::qkv_rows, 0, 0, false, false});
   proj_w_ = params.add(
       {p + "attention.dense.weight", Shape{C, C}, ShardKind::columns, out_std, 0, true, false});
-  proj_b_ =
-      params.add({p + "attention.dense.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false});
+  proj_b_ = params.add(
+      {p + "attention.dense.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false, sp});
   ln2_w_ = norm("post_attention_layernorm.weight", 1.0f);
   ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
   fc1_w_ =
@@ -40,7 +41,8 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   fc1_b_ = params.add({p + "mlp.fc1.bias", Shape{F}, ShardKind::rows, 0, 0, false, false});
   fc2_w_ =
       params.add({p + "mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std, 0, true, false});
-  fc2_b_ = params.add({p + "mlp.fc2.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false});
+  fc2_b_ =
+      params.add({p + "mlp.fc2.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false, sp});
 }
 
 Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a,
@@ -57,9 +59,9 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   d.layer_norm(
       s, {x, params_[ln1_w_].value, params_[ln1_b_].value, a.ln1_out, a.ln1_mean, a.ln1_rstd});
   a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], &params_[qkv_b_]);
-  a.attn_out = allocate_like(d, Shape{rows, local_heads * hd});
+  a.attn_out = allocate_like(d, Shape{T * B, local_heads * hd});  // whole sequences
   Tensor probs = allocate_like(d, Shape{B, local_heads, T, T});
-  d.attention(s, {a.qkv.view(Shape{B, T, 3, local_heads, hd}), a.attn_out, probs});
+  d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs});
   if (keep_probs) a.probs = probs;
   probs = Tensor{};
   Tensor proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], &params_[proj_b_]);
@@ -95,7 +97,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   if (a.probs.shape.dims().empty()) {  // selective: recompute the attention core
     a.probs = allocate_like(d, Shape{B, local_heads, T, T});
     Tensor scratch = allocate_like(d, a.attn_out.shape);
-    d.attention(s, {a.qkv.view(Shape{B, T, 3, local_heads, hd}), scratch, a.probs});
+    d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
   // MLP half: out = residual + fc2(gelu(fc1(ln2(residual)))).
   Tensor d_gelu =
@@ -118,7 +120,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
       row_parallel_backward(env, a.attn_out, d_residual, params_[proj_w_], &params_[proj_b_]);
   a.attn_out = Tensor{};
   Tensor d_qkv = allocate_like(d, a.qkv.shape);
-  d.attention_backward(s, {d_attn, a.qkv.view(Shape{B, T, 3, local_heads, hd}), a.probs, d_qkv});
+  d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv});
   d_attn = Tensor{};
   a.probs = a.attn_out = Tensor{};
   Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], &params_[qkv_b_]);

@@ -1,8 +1,9 @@
 // One pre-LN GPT block, Megatron's TransformerLayer: LN → QKV (column-parallel) → causal
 // attention over this rank's heads → projection (row-parallel) → residual; LN → fc1
-// (column-parallel) → GeLU → fc2 (row-parallel) → residual. Activations are (B·T, C),
-// row b·T + t, batch-major as llm.c keeps them (Megatron keeps [s, b, h]; sequence
-// parallelism will shard rows of a sequence-first view).
+// (column-parallel) → GeLU → fc2 (row-parallel) → residual. Activations are (T·B, C),
+// row t·B + b, sequence-first as Megatron's [s, b, h]; with sequence parallelism the
+// layer's input, layer norms and residuals are this rank's contiguous sequence shard
+// (T·B / tp, C) and only the tensor-parallel regions see whole sequences.
 #pragma once
 
 #include <string>
@@ -16,12 +17,13 @@ enum class Recompute { none, selective, full };
 Recompute parse_recompute(const std::string& granularity);  // "none" | "selective" | "full"
 
 struct LayerDims {
-  int hidden = 0;       // C
-  int heads = 0;        // all heads; this rank holds heads / tp
-  int ffn = 0;          // all of the MLP width; this rank holds ffn / tp
-  int seq = 0;          // T
-  int micro_batch = 0;  // B
-  int num_layers = 0;   // of the whole model, for the output-layer init scale
+  int hidden = 0;                  // C
+  int heads = 0;                   // all heads; this rank holds heads / tp
+  int ffn = 0;                     // all of the MLP width; this rank holds ffn / tp
+  int seq = 0;                     // T
+  int micro_batch = 0;             // B
+  int num_layers = 0;              // of the whole model, for the output-layer init scale
+  bool sequence_parallel = false;  // activations outside tp regions are sequence shards
 };
 
 // What backward needs from forward. With full recomputation only `input` is kept; with

@@ -1,7 +1,10 @@
 #include "schedules/step_interpreter.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -27,9 +30,70 @@ Tensor take(std::map<Key, Tensor>& m, Key k, const char* what) {
   return t;
 }
 
-void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFlight& f) {
+// A shape on the wire: (rank, dims…) padded to a fixed size so both ends agree on the
+// message length before they know the shape; fp32 words (exact below 2²⁴), because
+// Device::download reads fp32.
+constexpr std::int64_t kShapeWords = 8;
+
+Tensor encode_shape(Device& device, Stream& s, const Shape& shape) {
+  if (shape.rank() + 1 > static_cast<std::size_t>(kShapeWords))
+    throw ScheduleError("step interpreter: cannot send the shape " + shape.to_string() +
+                        " (more than " + std::to_string(kShapeWords - 1) + " dimensions)");
+  Tensor t = device.allocate(Shape{kShapeWords}, DType::fp32);
+  device.upload(s, t, Device::ProduceFloats([&](std::span<float> out) {
+                  std::fill(out.begin(), out.end(), 0.0f);
+                  out[0] = static_cast<float>(shape.rank());
+                  for (std::size_t i = 0; i < shape.rank(); ++i)
+                    out[i + 1] = static_cast<float>(shape[i]);
+                }));
+  return t;
+}
+
+// A phantom shape tensor (the sim binding moves no data) reads as rank 0: the receiver then
+// allocates what the program declares, the only shape a simulation can know.
+std::optional<Shape> decode_shape(Device& device, Stream& s, const Tensor& t) {
+  std::vector<float> host(static_cast<std::size_t>(kShapeWords));
+  device.download(s, t, host);
+  const auto rank = static_cast<std::size_t>(host[0]);
+  if (rank + 1 > host.size()) throw ScheduleError("step interpreter: received a malformed shape");
+  if (rank == 0) return std::nullopt;
+  std::vector<std::int64_t> dims;
+  for (std::size_t i = 0; i < rank; ++i) dims.push_back(static_cast<std::int64_t>(host[i + 1]));
+  return Shape(dims);
+}
+
+// Megatron's _communicate_shapes: one batch that sends the shape of every tensor the
+// coming batch sends and receives the shape of every tensor it receives, in the same order.
+std::vector<std::optional<Shape>> exchange_shapes(const ScheduleOp& op, const InFlight& f,
+                                                  StepContext& ctx) {
   std::vector<P2POp> batch;
-  std::vector<std::pair<Key, bool>> received;  // (key, is activation)
+  std::vector<Tensor> incoming;
+  for (const auto& t : op.transfers) {
+    const Key key{t.microbatch, t.chunk};
+    const bool send =
+        t.direction == P2PDirection::send_next || t.direction == P2PDirection::send_prev;
+    if (send) {
+      const auto& pending = t.direction == P2PDirection::send_next ? f.outputs : f.input_grads;
+      auto it = pending.find(key);
+      if (it == pending.end()) continue;  // run_p2p reports the missing tensor
+      batch.push_back(
+          {P2POp::Kind::send, encode_shape(ctx.device, ctx.stream, it->second.shape), t.peer});
+    } else {
+      incoming.push_back(ctx.device.allocate(Shape{kShapeWords}, DType::fp32));
+      batch.push_back({P2POp::Kind::recv, incoming.back(), t.peer});
+    }
+  }
+  ctx.pp.batch_p2p(ctx.stream, batch)->wait();
+  std::vector<std::optional<Shape>> shapes;
+  for (const auto& t : incoming) shapes.push_back(decode_shape(ctx.device, ctx.stream, t));
+  return shapes;
+}
+
+void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFlight& f) {
+  const auto shapes =
+      ctx.variable_seq_lengths ? exchange_shapes(op, f, ctx) : std::vector<std::optional<Shape>>{};
+  std::size_t next_shape = 0;
+  std::vector<P2POp> batch;
   for (const auto& t : op.transfers) {
     const Key key{t.microbatch, t.chunk};
     switch (t.direction) {
@@ -42,12 +106,12 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
         break;
       case P2PDirection::recv_prev:
       case P2PDirection::recv_next: {
-        Tensor buf =
-            ctx.device.allocate(program.activation_shape(t.microbatch), program.activation_dtype());
+        std::optional<Shape> shape;
+        if (ctx.variable_seq_lengths) shape = shapes.at(next_shape++);
+        if (!shape) shape = program.activation_shape(t.microbatch);
+        Tensor buf = ctx.device.allocate(*shape, program.activation_dtype());
         batch.push_back({P2POp::Kind::recv, buf, t.peer});
-        const bool act = t.direction == P2PDirection::recv_prev;
-        (act ? f.inputs : f.output_grads)[key] = buf;
-        received.emplace_back(key, act);
+        (t.direction == P2PDirection::recv_prev ? f.inputs : f.output_grads)[key] = buf;
         break;
       }
     }

@@ -4,6 +4,9 @@
 // one batched send/recv on the pp group, exactly as Megatron's p2p_communication posts
 // them. The interpreter owns the tensors in flight between stages: outputs waiting to be
 // sent, inputs received for forwards to come, gradients received for backwards to come.
+// With variable_seq_lengths every p2p batch is preceded by one that carries the shapes of
+// its tensors (Megatron's _communicate_shapes), and receive buffers are allocated from the
+// received shapes instead of StageProgram::activation_shape.
 #pragma once
 
 #include <functional>
@@ -36,7 +39,8 @@ class StageProgram {
 struct StepContext {
   Device& device;
   Stream& stream;
-  Communicator& pp;  // the pipeline group; rank i is pipeline stage i
+  Communicator& pp;                   // the pipeline group; rank i is pipeline stage i
+  bool variable_seq_lengths = false;  // exchange shapes before every p2p batch
 };
 
 // Runs `ops` (one rank's op list of `spec`) to completion.

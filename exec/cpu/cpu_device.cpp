@@ -122,9 +122,9 @@ std::int64_t last_dim(const Tensor& t) {
 
 k::AttentionShape attention_shape(const Tensor& qkv) {
   if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
-    throw std::invalid_argument("attention: qkv must be (B, T, 3, heads, head_dim), got " +
+    throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
                                 qkv.shape.to_string());
-  return {qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
+  return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
 }
 
 k::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {

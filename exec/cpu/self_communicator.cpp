@@ -30,7 +30,8 @@ std::unique_ptr<Work> SelfCommunicator::all_reduce(Stream&, Tensor&, ReduceOp) {
 
 std::unique_ptr<Work> SelfCommunicator::all_gather(Stream& s, const Tensor& in, Tensor& out) {
   check_same_size("all_gather", in, out);
-  device_.copy(s, in, out);
+  const bool in_place = in.storage == out.storage && in.offset == out.offset;
+  if (!in_place) device_.copy(s, in, out);
   return std::make_unique<DoneWork>();
 }
 

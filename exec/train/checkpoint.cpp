@@ -56,15 +56,16 @@ void save_checkpoint(const std::filesystem::path& dir, const CheckpointState& st
     payload.resize(at + bytes);
     if (bytes > 0) std::memcpy(payload.data() + at, t.values.data(), bytes);  // data() may be null
   }
-  const nlohmann::json header = {{"iteration", st.iteration},
-                                 {"consumed_samples", st.consumed_samples},
-                                 {"optimizer_steps", st.optimizer_steps},
-                                 {"rank", st.rank},
-                                 {"world_size", st.world_size},
-                                 {"scenario", st.scenario},
-                                 {"tensors", tensors},
-                                 {"payload_bytes", payload.size()},
-                                 {"crc32", crc_of(payload)}};
+  nlohmann::json header = {{"iteration", st.iteration},
+                           {"consumed_samples", st.consumed_samples},
+                           {"optimizer_steps", st.optimizer_steps},
+                           {"rank", st.rank},
+                           {"world_size", st.world_size},
+                           {"scenario", st.scenario},
+                           {"tensors", tensors},
+                           {"payload_bytes", payload.size()},
+                           {"crc32", crc_of(payload)}};
+  if (!st.parameters.is_null()) header["parameters"] = st.parameters;
   const std::string text = header.dump();
   const auto path = checkpoint_file(dir, st.iteration, st.rank);
   std::filesystem::create_directories(path.parent_path());
@@ -148,6 +149,7 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, std::int64_t i
   st.rank = header.at("rank");
   st.world_size = header.at("world_size");
   st.scenario = header.at("scenario");
+  st.parameters = header.value("parameters", nlohmann::json{});
   for (const auto& t : header.at("tensors")) {
     CheckpointTensor ct{t.at("name"), std::vector<float>(t.at("elements").get<std::size_t>())};
     const auto offset = t.at("offset").get<std::size_t>();

@@ -6,7 +6,8 @@
 // A file is written to a temporary name and renamed; its payload carries a CRC-32.
 //   file = "TANDEMCK" | u32 version | u64 header bytes | header JSON | payload
 //   header = {iteration, consumed_samples, optimizer_steps, rank, world_size, scenario,
-//             tensors: [{name, elements, offset}], payload_bytes, crc32}
+//             parameters (checkpoint_params.hpp), tensors: [{name, elements, offset}],
+//             payload_bytes, crc32}
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,8 @@ struct CheckpointState {
   int rank = 0;
   int world_size = 1;
   nlohmann::json scenario;  // to_json(Scenario) of the run that wrote it
+  // Where each parameter's tp shard sits in "params" (parameter_table); null if absent.
+  nlohmann::json parameters;
   std::vector<CheckpointTensor> tensors;
 };
 

@@ -24,7 +24,10 @@ double GptStageProgram::mean_loss() const {
 }
 
 Shape GptStageProgram::activation_shape(int) const {
-  return Shape{static_cast<std::int64_t>(dims_.seq) * dims_.micro_batch, dims_.hidden};
+  // Megatron's tensor_shape (seq [/ tp with sequence parallelism], micro batch, hidden),
+  // flattened to rows.
+  const std::int64_t rows = static_cast<std::int64_t>(dims_.seq) * dims_.micro_batch;
+  return Shape{env_.sequence_parallel ? rows / env_.tp.size() : rows, dims_.hidden};
 }
 
 MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const ChunkPlan& plan) {
@@ -33,12 +36,13 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
   if (static_cast<std::int64_t>(indices.size()) != B)
     throw std::logic_error("microbatch holds " + std::to_string(indices.size()) +
                            " samples, expected " + std::to_string(B));
-  // Row b·T + t: tokens are the first T of each sample, labels the last T.
+  // Row t·B + b (sequence-first): tokens are the first T of each sample, labels the last T.
   auto gather = [&](std::span<std::int32_t> out, std::int64_t shift) {
     std::vector<std::int32_t> sample(static_cast<std::size_t>(T + 1));
     for (std::int64_t b = 0; b < B; ++b) {
       batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
-      std::copy(sample.begin() + shift, sample.begin() + shift + T, out.begin() + b * T);
+      for (std::int64_t t = 0; t < T; ++t)
+        out[static_cast<std::size_t>(t * B + b)] = sample[static_cast<std::size_t>(t + shift)];
     }
   };
   Device& d = env_.device;
@@ -50,7 +54,7 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
     mb.positions = d.allocate(Shape{rows}, DType::int32);
     d.upload(env_.stream, mb.positions, Device::ProduceInts([&](std::span<std::int32_t> out) {
                for (std::int64_t r = 0; r < rows; ++r)
-                 out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r % T);
+                 out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r / B);
              }));
   }
   if (plan.post_process) {

@@ -1,6 +1,6 @@
 // The GPT as a pipeline stage: the model chunks one rank owns, bound to the microbatches of
 // the current step, behind the step interpreter's StageProgram interface. It turns
-// samples into device tensors (row b·T + t, as the model wants them), runs the chunk
+// samples into device tensors (row t·B + b, sequence-first as the model wants them), runs the chunk
 // of each forward/backward op, and collects the loss on the last stage.
 #pragma once
 

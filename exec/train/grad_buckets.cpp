@@ -1,29 +1,30 @@
 #include "exec/train/grad_buckets.hpp"
 
 #include <algorithm>
-#include <numeric>
+#include <stdexcept>
+#include <tuple>
 
 namespace tandem {
 
-GradBuckets::GradBuckets(ParameterSet& params, std::int64_t bucket_elements, Communicator& dp,
-                         Stream& stream)
-    : params_(params), dp_(dp), stream_(stream) {
-  const int n = static_cast<int>(params.all().size());
-  std::vector<int> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return params[a].grad_offset < params[b].grad_offset; });
-  bucket_of_.assign(static_cast<std::size_t>(n), 0);
-  for (int i : order) {
-    const auto& p = params[i];
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements)
-      buckets_.push_back({p.grad_offset, p.grad_offset, 0, 0, nullptr});
-    Bucket& b = buckets_.back();
-    b.end = p.grad_offset + p.local_shape.numel();
-    ++b.parameters;
-    bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(buckets_.size()) - 1;
+GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
+                         Communicator& dp, Device& device, Stream& stream)
+    : params_(params), reduction_(reduction), dp_(dp), device_(device), stream_(stream) {
+  const auto& layout = params.buckets();
+  if (shard.bucket_slices.size() != layout.size())
+    throw std::invalid_argument("GradBuckets: the optimizer shard has " +
+                                std::to_string(shard.bucket_slices.size()) + " bucket slices, " +
+                                "the parameters " + std::to_string(layout.size()) + " buckets");
+  bucket_of_.assign(params.all().size(), 0);
+  for (std::size_t k = 0; k < layout.size(); ++k) {
+    Bucket b;
+    b.begin = layout[k].begin;
+    b.end = layout[k].end;
+    std::tie(b.slice_begin, b.slice_end) = shard.bucket_slices[k];
+    b.parameters = static_cast<int>(layout[k].params.size());
+    for (int i : layout[k].params) bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(k);
+    buckets_.push_back(std::move(b));
   }
-  ready_.assign(static_cast<std::size_t>(n), false);
+  ready_.assign(params.all().size(), false);
 }
 
 void GradBuckets::begin_step(int last_microbatch) {
@@ -38,7 +39,12 @@ void GradBuckets::begin_step(int last_microbatch) {
 
 void GradBuckets::launch(Bucket& b) {
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
-  b.work = dp_.all_reduce(stream_, view, ReduceOp::sum);
+  if (reduction_ == GradReduction::all_reduce) {
+    b.work = dp_.all_reduce(stream_, view, ReduceOp::sum);
+    return;
+  }
+  b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, DType::fp32);
+  b.work = dp_.reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
 }
 
 void GradBuckets::on_grads_ready(int microbatch, const std::vector<int>& parameters) {
@@ -60,7 +66,33 @@ void GradBuckets::finish() {
   for (auto& b : buckets_) {
     b.work->wait();
     b.work.reset();
+    if (reduction_ == GradReduction::reduce_scatter) {
+      // This rank's slice of the sum goes where the optimizer reads its gradients.
+      Tensor slice = params_.grads().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+      device_.copy(stream_, b.scattered, slice);
+      b.scattered = Tensor{};
+    }
   }
+}
+
+void GradBuckets::start_param_gather() {
+  if (reduction_ != GradReduction::reduce_scatter)
+    throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
+  for (auto& b : buckets_) {
+    if (b.gather) throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
+    // In place: this rank's slice already sits in its block of the bucket.
+    const Tensor slice = params_.values().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+    Tensor whole = params_.values().view(Shape{b.end - b.begin}, b.begin);
+    b.gather = dp_.all_gather(stream_, slice, whole);
+  }
+}
+
+void GradBuckets::finish_param_gather() {
+  for (auto& b : buckets_)
+    if (b.gather) {
+      b.gather->wait();
+      b.gather.reset();
+    }
 }
 
 }  // namespace tandem

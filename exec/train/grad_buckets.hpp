@@ -1,9 +1,15 @@
-// Megatron's DDP gradient buckets with overlap_grad_reduce: the contiguous gradient buffer
-// (parameters in reverse order, so backward fills it front to back) is cut into buckets of
-// at least ddp_bucket_size elements; during the last microbatch's backward, as soon as
-// every parameter of a bucket has its final gradient, the bucket's data-parallel
-// all-reduce is launched, and finish() waits for them all before the optimizer
-// (Megatron's finish_grad_sync).
+// Megatron's DDP buckets (_ParamAndGradBucketGroup): the data-parallel reduction of the
+// gradient buffer, bucket by bucket (ParameterSet::buckets(): parameters in reverse order, so
+// backward fills the buffer front to back). Without the distributed optimizer each bucket is
+// all-reduced; with it each bucket is reduce-scattered and this rank's slice of the sum is
+// written back into its place in the gradient buffer, and after the optimizer step each
+// bucket's parameters are all-gathered (in place) from the slices the ranks updated.
+//
+// With overlap_grad_reduce, during the last microbatch's backward a bucket's reduction is
+// launched as soon as every parameter in it has its final gradient (Megatron's gradient
+// hooks); finish() launches the rest and waits for all (finish_grad_sync). Without it, the
+// buffer is one bucket reduced in finish(). With overlap_param_gather the all-gathers are
+// launched after the optimizer step and waited for before the parameters are next used.
 #pragma once
 
 #include <memory>
@@ -11,12 +17,18 @@
 
 #include "core/communicator.hpp"
 #include "model/gpt_chunk.hpp"
+#include "model/optimizer_shard.hpp"
 
 namespace tandem {
 
+enum class GradReduction { all_reduce, reduce_scatter };
+
 class GradBuckets : public GradReadyHook {
  public:
-  GradBuckets(ParameterSet& params, std::int64_t bucket_elements, Communicator& dp, Stream& stream);
+  // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
+  // writes and what the parameter all-gather sends).
+  GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
+              Communicator& dp, Device& device, Stream& stream);
 
   // Gradients are final during the backward of microbatch `last_microbatch`.
   void begin_step(int last_microbatch);
@@ -24,21 +36,30 @@ class GradBuckets : public GradReadyHook {
   // Launches any bucket not launched yet, then waits for every bucket's reduction.
   void finish();
 
+  // Distributed optimizer: all-gathers every bucket's parameters from the dp ranks' slices.
+  void start_param_gather();
+  void finish_param_gather();  // no-op when nothing is in flight
+
   std::size_t num_buckets() const { return buckets_.size(); }
   // Buckets launched from inside backward in the last step (the rest waited for finish()).
   int launched_during_backward() const { return launched_early_; }
 
  private:
   struct Bucket {
-    std::int64_t begin = 0, end = 0;  // elements of the gradient buffer
+    std::int64_t begin = 0, end = 0;              // elements of the buffers
+    std::int64_t slice_begin = 0, slice_end = 0;  // this rank's slice (reduce_scatter)
     int parameters = 0;
     int ready = 0;
     std::unique_ptr<Work> work;
+    Tensor scattered;  // (slice) the reduce-scatter's output until it is written back
+    std::unique_ptr<Work> gather;
   };
   void launch(Bucket& b);
 
   ParameterSet& params_;
+  GradReduction reduction_;
   Communicator& dp_;
+  Device& device_;
   Stream& stream_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // parameter index → bucket

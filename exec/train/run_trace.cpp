@@ -49,6 +49,7 @@ class TracedWork : public Work {
 
 void RunTrace::slice(std::string name, std::string category, int tid, Clock::time_point start,
                      Clock::time_point end, nlohmann::json args) {
+  if (observer_) observer_(category);
   std::lock_guard lock(mutex_);
   events_.push_back({{"name", std::move(name)},
                      {"cat", std::move(category)},
@@ -152,7 +153,7 @@ std::unique_ptr<Work> TracingCommunicator::batch_p2p(Stream& s, std::span<const 
 }
 
 void write_merged_trace(const std::filesystem::path& path, const std::vector<nlohmann::json>& parts,
-                        const std::vector<ParallelContext>& contexts) {
+                        const std::vector<ParallelContext>& contexts, const std::string& producer) {
   std::int64_t origin = std::numeric_limits<std::int64_t>::max();
   for (const auto& part : parts)
     for (const auto& e : part) origin = std::min(origin, e.at("start_ns").get<std::int64_t>());
@@ -160,10 +161,10 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
   Trace trace;
   std::map<std::int64_t, std::pair<int, const nlohmann::json*>> flow_starts;
   for (std::size_t r = 0; r < parts.size(); ++r) {
-    const int pid = static_cast<int>(r);
+    const int pid = contexts[r].rank;  // the simulator traces only some ranks
     const auto& c = contexts[r].coords;
     trace.name_process(pid,
-                       "rank " + std::to_string(r) + " (tp " + std::to_string(c.tp) + ", pp " +
+                       "rank " + std::to_string(pid) + " (tp " + std::to_string(c.tp) + ", pp " +
                            std::to_string(c.pp) + ", dp " + std::to_string(c.dp) + ")",
                        pid);
     trace.name_thread(pid, trace_thread::compute, "compute", 0);
@@ -186,10 +187,10 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
       auto it = flow_starts.find(e.at("id").get<std::int64_t>());
       if (it == flow_starts.end()) continue;
       const auto& s = *it->second.second;
-      trace.add_flow("p2p", it->second.first, s.at("tid"), at(s.at("start_ns")),
-                     static_cast<int>(r), e.at("tid"), at(e.at("start_ns")));
+      trace.add_flow("p2p", it->second.first, s.at("tid"), at(s.at("start_ns")), contexts[r].rank,
+                     e.at("tid"), at(e.at("start_ns")));
     }
-  trace.set_metadata("producer", "tandem train (measured, cpu binding)");
+  trace.set_metadata("producer", producer);
   trace.write(path);
 }
 

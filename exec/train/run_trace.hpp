@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,8 +31,13 @@ class RunTrace {
   // One end of a send → receive arrow; both ends use the same id.
   void flow(std::int64_t id, bool start, int tid, Clock::time_point at);
   nlohmann::json part() const;  // this rank's events, absolute nanoseconds
+  // Told the category of every slice as it is recorded (the simulator's progress bar).
+  void set_slice_observer(std::function<void(const std::string&)> observer) {
+    observer_ = std::move(observer);
+  }
 
  private:
+  std::function<void(const std::string&)> observer_;
   mutable std::mutex mutex_;
   nlohmann::json events_ = nlohmann::json::array();
 };
@@ -74,7 +80,9 @@ int trace_thread_of(GroupKind kind);
 
 // Rank 0: reads every rank's part, names processes "rank r (tp a, pp b, dp c)" and
 // threads, shifts times to start at 0, writes one Chrome trace to `path`.
+// `producer` goes into the trace's metadata (measured or predicted, which binding).
 void write_merged_trace(const std::filesystem::path& path, const std::vector<nlohmann::json>& parts,
-                        const std::vector<ParallelContext>& contexts);
+                        const std::vector<ParallelContext>& contexts,
+                        const std::string& producer = "tandem train (measured, cpu binding)");
 
 }  // namespace tandem

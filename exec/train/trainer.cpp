@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "exec/train/checkpoint_params.hpp"
 #include "schedules/step_interpreter.hpp"
 
 namespace tandem {
@@ -11,10 +12,34 @@ namespace {
 
 GptDims dims_of(const Scenario& s) {
   const auto& m = s.model;
-  return {m.num_layers,          m.hidden_size,
-          m.num_attention_heads, ffn_hidden_size(s),
-          m.seq_length,          s.training.micro_batch_size,
-          padded_vocab_size(s),  m.max_position_embeddings.value_or(m.seq_length)};
+  const auto& p = s.parallelism;
+  // Megatron turns sequence parallelism off at tp 1 (it has nothing to shard).
+  return {m.num_layers,
+          m.hidden_size,
+          m.num_attention_heads,
+          ffn_hidden_size(s),
+          m.seq_length,
+          s.training.micro_batch_size,
+          padded_vocab_size(s),
+          m.max_position_embeddings.value_or(m.seq_length),
+          p.sequence_parallel && p.tensor_model_parallel_size > 1};
+}
+
+constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
+
+// Megatron's ParamAndGradBuffer layout: buckets of ddp_bucket_size with overlap_grad_reduce
+// (else one), padded to dp with the distributed optimizer; the word embedding tied across
+// pipeline stages gets a bucket of its own then, so the first and last stage shard it alike
+// and the embedding-group all-reduce adds matching slices.
+BufferLayout buffer_layout_of(const Scenario& s, const ParallelContext& ctx) {
+  const auto& p = s.parallelism;
+  const bool distributed = p.use_distributed_optimizer;
+  BufferLayout layout{.bucket_elements = p.overlap_grad_reduce ? p.ddp_bucket_size : 0,
+                      .pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp : 1,
+                      .own_bucket = nullptr};
+  if (distributed && ctx.sizes.pp > 1)
+    layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kWordEmbedding; };
+  return layout;
 }
 
 std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
@@ -51,24 +76,29 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
     chunks_.push_back(std::make_unique<GptChunk>(
         params_, dims_, plan_chunk(dims_.num_layers, ctx.sizes.pp, vpp, ctx.coords.pp, c),
         recompute));
-  params_.allocate(device_);
+  const auto& par = scenario.parallelism;
+  const int dp = ctx.sizes.dp * ctx.sizes.cp;
+  params_.allocate(device_, buffer_layout_of(scenario, ctx));
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   optimizer_ = std::make_unique<AdamW>(
       device_, params_,
       AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
-                 static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)});
+                 static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)},
+      par.use_distributed_optimizer ? make_optimizer_shard(params_, dp, ctx.coords.dp)
+                                    : make_optimizer_shard(params_, 1, 0));
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
-  program_ = std::make_unique<GptStageProgram>(ModelEnv{device_, stream_, need(groups_.tp, "tp")},
-                                               raw, dims_);
+  program_ = std::make_unique<GptStageProgram>(
+      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel}, raw, dims_);
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
-  if (scenario.parallelism.overlap_grad_reduce) {
-    buckets_ = std::make_unique<GradBuckets>(params_, scenario.parallelism.ddp_bucket_size,
-                                             need(groups_.dp, "dp"), stream_);
+  buckets_ = std::make_unique<GradBuckets>(
+      params_, optimizer_->shard(),
+      par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
+      need(groups_.dp, "dp"), device_, stream_);
+  if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
-  }
 }
 
 Trainer::~Trainer() = default;
@@ -93,21 +123,36 @@ StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t f
   return batch;
 }
 
+void Trainer::all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&)) {
+  std::vector<std::unique_ptr<Work>> works;
+  for (const auto& piece : optimizer_->shard().pieces)
+    if (selected(params_[piece.param].spec)) {
+      Tensor g = params_.grads().view(Shape{piece.length}, piece.begin);
+      works.push_back(group.all_reduce(stream_, g, ReduceOp::sum));
+    }
+  for (auto& w : works) w->wait();
+}
+
 void Trainer::finalize_grads() {
-  // The loss gradient was scaled by 1/(m · dp), so the sum over dp is the mean.
-  if (buckets_)
-    buckets_->finish();  // most buckets were launched during backward
-  else
-    need(groups_.dp, "dp").all_reduce(stream_, params_.grads(), ReduceOp::sum)->wait();
+  // Megatron's finalize_model_grads. The loss gradient was scaled by 1/(m · dp), so the sum
+  // over dp is the mean; with the distributed optimizer only this rank's slice of the
+  // gradient buffer holds it, and the reductions below visit only that slice.
+  buckets_->finish();  // with overlap_grad_reduce most buckets were launched during backward
+  // Sequence parallelism: replicated parameters whose gradients saw one sequence shard.
+  if (dims_.sequence_parallel)
+    all_reduce_shard_grads(need(groups_.tp, "tp"),
+                           [](const ParameterSpec& p) { return p.sequence_parallel; });
   // The tied word embedding lives on the first and the last stage: sum their gradients.
   if (groups_.embedding && groups_.embedding->size() > 1)
-    for (auto& p : params_.all())
-      if (p.spec.name == "embedding.word_embeddings.weight")
-        groups_.embedding->all_reduce(stream_, p.grad, ReduceOp::sum)->wait();
+    all_reduce_shard_grads(*groups_.embedding,
+                           [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }
 
 double Trainer::global_grad_norm() {
   Tensor ss = optimizer_->grad_sum_squares(stream_);
+  // The distributed optimizer's slices are disjoint across dp: add them up first.
+  if (scenario_.parallelism.use_distributed_optimizer)
+    need(groups_.dp, "dp").all_reduce(stream_, ss, ReduceOp::sum)->wait();
   need(groups_.model_parallel, "model-parallel").all_reduce(stream_, ss, ReduceOp::sum)->wait();
   float host = 0;
   device_.download(stream_, ss, std::span<float>(&host, 1));
@@ -131,14 +176,16 @@ StepResult Trainer::train_step() {
   const std::int64_t m = microbatches_.num_microbatches();
   const std::int64_t global = microbatches_.current_global_batch_size();
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  buckets_->finish_param_gather();  // overlap_param_gather: the parameters are needed now
   device_.fill(stream_, params_.grads(), 0.0f);
-  if (buckets_) buckets_->begin_step(static_cast<int>(m) - 1);
+  buckets_->begin_step(static_cast<int>(m) - 1);
   program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
                        false);
   const ScheduleSpec spec{schedule_kind_, ctx_.sizes.pp, virtual_pipeline_size(scenario_),
                           static_cast<int>(m),
                           scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0)};
-  StepContext step{device_, stream_, need(groups_.pp, "pp")};
+  StepContext step{device_, stream_, need(groups_.pp, "pp"),
+                   scenario_.parallelism.variable_seq_lengths};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   finalize_grads();
   const double norm = global_grad_norm();
@@ -147,6 +194,11 @@ StepResult Trainer::train_step() {
   const double lr = learning_rate(lr_schedule_, optimizer_->steps());
   optimizer_->step(stream_, static_cast<float>(lr),
                    clip_coefficient(norm, scenario_.training.clip_grad));
+  if (scenario_.parallelism.use_distributed_optimizer) {
+    // Every rank updated its slice: gather the parameters (Megatron's start_param_sync).
+    buckets_->start_param_gather();
+    if (!scenario_.parallelism.overlap_param_gather) buckets_->finish_param_gather();
+  }
   consumed_samples_ += global;
   ++iteration_;
   return {average_over_dp(program_->mean_loss()), norm,
@@ -155,6 +207,7 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate() {
   if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
+  buckets_->finish_param_gather();
   const std::int64_t global = scenario_.training.global_batch_size;
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
   const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
@@ -169,7 +222,8 @@ double Trainer::evaluate() {
   const std::int64_t iters = scenario_.training.eval_iters;
   for (std::int64_t k = 0; k < iters; ++k) {
     program_->begin_step(make_batch(*valid_, k * global, m), 1.0f, true);
-    StepContext step{device_, stream_, need(groups_.pp, "pp")};
+    StepContext step{device_, stream_, need(groups_.pp, "pp"),
+                     scenario_.parallelism.variable_seq_lengths};
     run_schedule(ops, *program_, step);
     sum += program_->mean_loss();
   }
@@ -182,6 +236,7 @@ CheckpointState Trainer::checkpoint_state() {
     device_.download(stream_, t, ct.values);
     return ct;
   };
+  buckets_->finish_param_gather();
   CheckpointState st;
   st.iteration = iteration_;
   st.consumed_samples = consumed_samples_;
@@ -189,6 +244,7 @@ CheckpointState Trainer::checkpoint_state() {
   st.rank = ctx_.rank;
   st.world_size = ctx_.sizes.world();
   st.scenario = to_json(scenario_);
+  st.parameters = parameter_table(params_);
   st.tensors.push_back(grab("params", params_.values()));
   st.tensors.push_back(grab("exp_avg", optimizer_->exp_avg()));
   st.tensors.push_back(grab("exp_avg_sq", optimizer_->exp_avg_sq()));
@@ -223,6 +279,7 @@ void Trainer::restore(const CheckpointState& st) {
       }
     throw ConfigError("load", name, "is missing from the checkpoint");
   };
+  buckets_->finish_param_gather();
   put("params", params_.values());
   put("exp_avg", optimizer_->exp_avg());
   put("exp_avg_sq", optimizer_->exp_avg_sq());

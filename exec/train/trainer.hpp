@@ -1,8 +1,10 @@
 // One rank's share of Megatron's pretrain loop (training.py train / train_step /
 // evaluate): the model chunks this rank owns, the optimizer, the schedule, and the steps
 // of an iteration — zero grads, forward-backward over the microbatches per the pipeline
-// schedule, finalize grads (data-parallel all-reduce, embedding-group all-reduce of the
-// tied word embedding), global grad norm and clipping, AdamW, learning-rate schedule.
+// schedule, finalize grads (data-parallel all-reduce — or reduce-scatter with the
+// distributed optimizer —, tp all-reduce of sequence-parallel gradients, embedding-group
+// all-reduce of the tied word embedding), global grad norm and clipping, AdamW on this
+// rank's shard (and the parameter all-gather), learning-rate schedule.
 // Written against Device and Communicator only: the cpu, cuda and sim bindings all run it.
 #pragma once
 
@@ -64,6 +66,8 @@ class Trainer {
   StepBatch make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
                        std::int64_t num_microbatches) const;
   void finalize_grads();
+  // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
+  void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
   double global_grad_norm();
   double average_over_dp(double value);
 
@@ -79,7 +83,7 @@ class Trainer {
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<GptStageProgram> program_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<GradBuckets> buckets_;  // with overlap_grad_reduce
+  std::unique_ptr<GradBuckets> buckets_;  // dp reduction (and the distributed optimizer's gather)
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;

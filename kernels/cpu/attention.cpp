@@ -1,7 +1,8 @@
-// Causal attention with per-(batch, head) GEMMs; see attention.hpp. Pointers into the
-// fused qkv for head h of batch b (C = NH·HD, a row of qkv is 3C floats):
-//   Q = qkv + b·T·3C + h·HD, K = Q + C, V = Q + 2C, each with leading dimension 3C;
-//   O = out + b·T·C + h·HD with leading dimension C; P = att + (b·NH + h)·T·T.
+// Causal attention with per-(batch, head) GEMMs; see attention.hpp. Rows are sequence-first
+// (row t·B + b, Megatron's [s, b, h]), so the rows of one sequence are B rows apart.
+// Pointers into the fused qkv for head h of batch b (C = NH·HD, a row of qkv is 3C floats):
+//   Q = qkv + b·3C + h·HD, K = Q + C, V = Q + 2C, each with leading dimension B·3C;
+//   O = out + b·C + h·HD with leading dimension B·C; P = att + (b·NH + h)·T·T.
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
@@ -21,8 +22,8 @@ struct Head {
   const float* q;
   const float* k;
   const float* v;
-  std::int64_t ld_qkv;  // 3C
-  std::int64_t ld_out;  // C
+  std::int64_t ld_qkv;  // B·3C: from one position of the sequence to the next
+  std::int64_t ld_out;  // B·C
   std::int64_t offset_out;
   std::int64_t offset_qkv;
   std::int64_t offset_att;
@@ -32,13 +33,13 @@ Head head(AttentionShape s, std::int64_t bh, const float* qkv) {
   const std::int64_t b = bh / s.NH;
   const std::int64_t h = bh % s.NH;
   const std::int64_t C = s.NH * s.HD;
-  const std::int64_t offset_qkv = b * s.T * 3 * C + h * s.HD;
+  const std::int64_t offset_qkv = b * 3 * C + h * s.HD;
   return Head{.q = qkv + offset_qkv,
               .k = qkv + offset_qkv + C,
               .v = qkv + offset_qkv + 2 * C,
-              .ld_qkv = 3 * C,
-              .ld_out = C,
-              .offset_out = b * s.T * C + h * s.HD,
+              .ld_qkv = s.B * 3 * C,
+              .ld_out = s.B * C,
+              .offset_out = b * C + h * s.HD,
               .offset_qkv = offset_qkv,
               .offset_att = bh * s.T * s.T};
 }

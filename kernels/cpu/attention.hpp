@@ -17,11 +17,12 @@ struct AttentionShape {
   std::int64_t HD = 0;  // head dimension; C = NH·HD
 };
 
-// qkv (B, T, 3, NH, HD) → out (B, T, NH, HD); att (B, NH, T, T) receives the softmax
-// probabilities, zero above the diagonal, saved for backward.
+// Sequence-first, as Megatron's [s, b, h]: qkv (T, B, 3, NH, HD) → out (T, B, NH, HD);
+// att (B, NH, T, T) receives the softmax probabilities, zero above the diagonal, saved for
+// backward.
 void attention_forward(AttentionShape s, const float* qkv, float* out, float* att);
 
-// dqkv (B, T, 3, NH, HD) written from dout (B, T, NH, HD), the forward's qkv and att.
+// dqkv (T, B, 3, NH, HD) written from dout (T, B, NH, HD), the forward's qkv and att.
 void attention_backward(AttentionShape s, const float* dout, const float* qkv, const float* att,
                         float* dqkv);
 

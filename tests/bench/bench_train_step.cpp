@@ -42,7 +42,7 @@ void BM_Gpt2TrainStep(benchmark::State& state) {
                        device.allocate(Shape{rows}, DType::int32)};
   for (std::int64_t i = 0; i < rows; ++i) {
     mb.tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7919) % 50257);
-    mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % T);
+    mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i / B);  // row t·B + b
     mb.labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 104729 + 1) % 50257);
   }
   for (auto _ : state) {

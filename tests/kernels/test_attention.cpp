@@ -17,7 +17,7 @@ using testing::random_floats;
 using testing::rms_scale;
 
 struct Ref {
-  Doubles out;  // (B, T, NH, HD)
+  Doubles out;  // (T, B, NH, HD)
   Doubles att;  // (B, NH, T, T)
 };
 
@@ -31,15 +31,15 @@ std::size_t size_att(AttentionShape s) {
   return static_cast<std::size_t>(s.B * s.NH * s.T * s.T);
 }
 
-// Index helpers for (B, T, 3, NH, HD) and (B, T, NH, HD).
+// Index helpers for the sequence-first (T, B, 3, NH, HD) and (T, B, NH, HD).
 struct Index {
   AttentionShape s;
   std::size_t qkv(std::int64_t b, std::int64_t t, std::int64_t which, std::int64_t h,
                   std::int64_t d) const {
-    return static_cast<std::size_t>((((b * s.T + t) * 3 + which) * s.NH + h) * s.HD + d);
+    return static_cast<std::size_t>((((t * s.B + b) * 3 + which) * s.NH + h) * s.HD + d);
   }
   std::size_t out(std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d) const {
-    return static_cast<std::size_t>(((b * s.T + t) * s.NH + h) * s.HD + d);
+    return static_cast<std::size_t>(((t * s.B + b) * s.NH + h) * s.HD + d);
   }
   std::size_t att(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return static_cast<std::size_t>(((b * s.NH + h) * s.T + i) * s.T + j);

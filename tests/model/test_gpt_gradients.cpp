@@ -43,7 +43,7 @@ struct TinyGpt {
     for (std::int64_t i = 0; i < rows; ++i) {
       mb.tokens.data<std::int32_t>()[i] = tok(gen);
       mb.labels.data<std::int32_t>()[i] = tok(gen);
-      mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % kDims.seq);
+      mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i / kDims.micro_batch);
     }
   }
 

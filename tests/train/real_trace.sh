@@ -47,3 +47,27 @@ hits = sum(1 for p, s, f in dp if any(q == p and s < g and f > t for q, t, g in 
 assert hits > 0, "no dp all-reduce overlaps a backward"
 print(f"overlap_grad_reduce: {hits} of {len(dp)} dp all-reduces overlap a backward on their rank")
 PY
+# With the distributed optimizer the dp gradient buckets are reduce-scattered and the
+# parameters all-gathered, and with sequence parallelism the tp collectives are
+# all-gathers and reduce-scatters: all show up on their ranks' comm threads.
+distopt="$out/distopt_trace.json"
+mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 4 "$tandem" train "$scenario" \
+  --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 512 \
+  --train-iters 2 --lr-warmup-iters 1 --eval-interval 100 --global-batch-size 8 --micro-batch-size 2 \
+  --threads 1 --world-size 4 --tensor-model-parallel-size 2 --sequence-parallel \
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --trace "$distopt" >/dev/null
+"$tandem" trace check "$distopt"
+python3 - "$distopt" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = [e["name"] for e in events if e["ph"] == "X"]
+count = {n: names.count(n) for n in ("reducescatter dp", "allgather dp", "allreduce dp",
+                                      "reducescatter tp", "allgather tp")}
+assert count["reducescatter dp"] >= 2 * 4, count  # ≥ 1 bucket × 2 iterations × 4 ranks
+assert count["allgather dp"] == count["reducescatter dp"], count  # one gather per bucket
+# The only dp all-reduces left: the grad norm's sum over the shards and the loss average,
+# once each per iteration on each of the 4 ranks.
+assert count["allreduce dp"] == 2 * 2 * 4, count
+assert count["reducescatter tp"] > 0 and count["allgather tp"] > 0, count
+print("distributed optimizer + sequence parallel trace:", count)
+PY

@@ -1,0 +1,43 @@
+#include "model/optimizer_shard.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+OptimizerShard make_optimizer_shard(const ParameterSet& params, int dp_size, int dp_rank) {
+  if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
+    throw std::invalid_argument("optimizer shard: rank " + std::to_string(dp_rank) + " of " +
+                                std::to_string(dp_size));
+  OptimizerShard shard;
+  for (const auto& bucket : params.buckets()) {
+    const std::int64_t size = bucket.end - bucket.begin;
+    if (size % dp_size != 0)
+      throw std::invalid_argument("optimizer shard: bucket [" + std::to_string(bucket.begin) +
+                                  ", " + std::to_string(bucket.end) + ") of " +
+                                  std::to_string(size) + " elements does not divide by dp " +
+                                  std::to_string(dp_size));
+    const std::int64_t part = size / dp_size;
+    const std::int64_t lo = bucket.begin + dp_rank * part, hi = lo + part;
+    shard.bucket_slices.emplace_back(lo, hi);
+    for (int i : bucket.params) {
+      const Parameter& p = params[i];
+      const std::int64_t begin = std::max(lo, p.grad_offset);
+      const std::int64_t end = std::min(hi, p.grad_offset + p.local_shape.numel());
+      if (begin >= end) continue;
+      shard.pieces.push_back({i, begin, end - begin, shard.state_numel, begin - p.grad_offset});
+      shard.state_numel += end - begin;
+    }
+  }
+  return shard;
+}
+
+std::vector<ShardPiece> pieces_of(const OptimizerShard& shard, int param) {
+  std::vector<ShardPiece> out;
+  for (const auto& piece : shard.pieces)
+    if (piece.param == param) out.push_back(piece);
+  return out;
+}
+
+}  // namespace tandem
