@@ -9,7 +9,10 @@ target_compile_options(tandem_options INTERFACE
   # GCC 12 reports -Wrestrict false positives inside libstdc++'s string concatenation
   # at -O2/-O3 (GCC bug 105651); the warning has no true positives in our code to lose.
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>
-  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${TANDEM_WERROR}>>:-Werror=all-warnings>)
+  # nvcc: its own diagnostics, and the host compiler's warnings on the host side of .cu files
+  # (no -Wpedantic/-Wold-style-cast/-Wconversion: nvcc's generated stubs break them).
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wshadow,-Wno-missing-field-initializers>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${TANDEM_WERROR}>>:-Werror=all-warnings -Xcompiler=-Werror>)
 if(TANDEM_SANITIZE)
   target_compile_options(tandem_options INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "core/error.hpp"
@@ -19,12 +20,14 @@
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
 #include "exec/train/megatron_log.hpp"
+#include "exec/train/rank_log.hpp"
 #include "exec/train/run_trace.hpp"
 #include "exec/train/trainer.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
 #include "tools/cli.hpp"
+#include "tools/train_backend.hpp"
 
 namespace tandem::cli {
 namespace {
@@ -35,7 +38,9 @@ struct TrainOptions {
   bool mock_data = false;
   std::string split = "969,30,1";
   std::string save, load, trace;
+  std::string log_dir;  // per-rank log files
   int threads = 0;
+  std::string device = "cpu";  // cpu | cuda
 };
 
 int env_int(const char* name, int fallback) {
@@ -58,10 +63,6 @@ void check_trainable(const Scenario& s, int launched) {
   if (p.expert_model_parallel_size != 1)
     v.push_back({"expert_model_parallel_size", std::to_string(p.expert_model_parallel_size),
                  "the GPT trained here has no experts; needs 1"});
-  if (p.sequence_parallel)
-    v.push_back({"sequence_parallel", "true", "not yet supported by the cpu binding"});
-  if (p.use_distributed_optimizer)
-    v.push_back({"use_distributed_optimizer", "true", "not yet supported by the cpu binding"});
   if (s.training.bf16 || s.training.fp16)
     v.push_back({s.training.bf16 ? "bf16" : "fp16", "true", "the cpu binding trains in fp32"});
   if (!v.empty()) throw ConfigError(v);
@@ -132,11 +133,17 @@ void run_training(TrainOptions& o) {
   Scenario s = resolve_scenario(o.scenario, false);
   check_trainable(s, launched);
   validate(s);
+  check_device_flag(o.device);
   const auto data = build_data(o, s);  // reads and checks every data file
   if (!o.trace.empty()) {
     const auto parent = std::filesystem::path(o.trace).parent_path();
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw ConfigError("--trace", o.trace, "its folder " + parent.string() + " does not exist");
+  }
+  if (!o.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_dir, ec);
+    if (ec) throw ConfigError("--log-dir", o.log_dir, "cannot be created: " + ec.message());
   }
   std::int64_t resume_from = -1;
   if (!o.load.empty()) resume_from = latest_checkpoint_iteration(o.load);
@@ -148,31 +155,32 @@ void run_training(TrainOptions& o) {
   int argc = 0;
   char** argv = nullptr;
   MpiRuntime mpi(argc, argv);
+  std::optional<RankLog> log;  // --log-dir: this rank's file; the reporter's stdout
   // From here an error on one rank must end every rank: report it and abort the job.
   try {
     const int rank = mpi.world().rank();
+    log.emplace(o.log_dir, rank, rank == launched - 1);  // Megatron's print_rank_last
     const Layout layout =
         make_layout({launched, s.parallelism.tensor_model_parallel_size,
                      s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
-    auto comms = make_group_communicators(mpi.world(), layout);
+    auto backend = make_train_backend(o.device, mpi, layout);
     const ParallelContext ctx = make_parallel_context(layout, rank);
     // With --trace every communicator is wrapped so its collectives land in the trace.
     RunTrace run_trace;
     std::map<GroupKind, std::unique_ptr<Communicator>> traced;
     std::map<GroupKind, Communicator*> used;
-    for (auto& [kind, comm] : comms) {
-      used[kind] = comm.get();
+    for (auto& [kind, comm] : backend->groups()) {
+      used[kind] = comm;
       if (o.trace.empty()) continue;
       traced[kind] = std::make_unique<TracingCommunicator>(*comm, run_trace, ctx.group(kind),
                                                            trace_thread_of(kind));
       used[kind] = traced[kind].get();
     }
-    CpuDevice device;
+    Device& device = backend->device();
     Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
     if (!o.trace.empty()) trainer.set_trace(&run_trace);
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
-    const bool reporter = rank == launched - 1;  // Megatron's print_rank_last
-    const bool tty = reporter && isatty(STDERR_FILENO);
+    const bool tty = log->reporter() && isatty(STDERR_FILENO);
     const auto& t = s.training;
     const FlopsShape flops{
         static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
@@ -182,9 +190,8 @@ void run_training(TrainOptions& o) {
       save_checkpoint(o.save, trainer.checkpoint_state());
       mpi.world().barrier();
       if (rank == 0) mark_latest_checkpoint(o.save, trainer.iteration());
-      if (reporter)
-        std::cout << "saved checkpoint at iteration " << trainer.iteration() << " to " << o.save
-                  << "\n";
+      log->line("saved checkpoint at iteration " + std::to_string(trainer.iteration()) + " to " +
+                o.save);
     };
     double interval_seconds = 0;
     std::int64_t interval_iters = 0;
@@ -197,22 +204,18 @@ void run_training(TrainOptions& o) {
       const std::int64_t it = trainer.iteration();
       if (it % t.log_interval == 0) {
         const double per_iter = interval_seconds / static_cast<double>(interval_iters);
-        if (reporter) {
-          if (tty) std::cerr << "\r\033[K";
-          std::cout << format_iteration_log(
-                           {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
-                            megatron_log_flops(flops) / (per_iter * launched * 1e12),
-                            r.learning_rate, r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0,
-                            std::isfinite(r.lm_loss) ? 0 : 1},
-                           std::time(nullptr))
-                    << std::endl;
-        }
+        if (tty) std::cerr << "\r\033[K";
+        log->line(format_iteration_log(
+            {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
+             megatron_log_flops(flops) / (per_iter * launched * 1e12), r.learning_rate,
+             r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0, std::isfinite(r.lm_loss) ? 0 : 1},
+            std::time(nullptr)));
         interval_seconds = 0;
         interval_iters = 0;
       }
       if (t.eval_interval > 0 && it % t.eval_interval == 0 && data[1]) {
         const double v = trainer.evaluate();
-        if (reporter) std::cout << format_validation_log(it, v) << std::endl;
+        log->line(format_validation_log(it, v));
       }
       if (!o.save.empty() && t.save_interval > 0 && it % t.save_interval == 0) save();
       if (tty) print_progress(it, t.train_iters);
@@ -222,8 +225,10 @@ void run_training(TrainOptions& o) {
       save();
     if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);
   } catch (const ConfigError& e) {
+    if (log) log->to_file(std::string("tandem: ") + e.what());
     mpi.abort(std::string("tandem: ") + e.what(), 2);
   } catch (const std::exception& e) {
+    if (log) log->to_file(std::string("tandem: error: ") + e.what());
     mpi.abort(std::string("tandem: error: ") + e.what(), 1);
   }
 }
@@ -244,9 +249,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", opts->save, "Checkpoint directory to write");
   cmd->add_option("--load", opts->load,
                   "Checkpoint directory to resume from (its latest iteration)");
+  cmd->add_option("--log-dir", opts->log_dir,
+                  "Write each rank's messages (its log lines, validation, checkpoints, errors) "
+                  "to DIR/rank_00000.log, rank_00001.log, …; the last pipeline stage still "
+                  "prints Megatron's log lines to stdout");
   cmd->add_option("--trace", opts->trace,
                   "Write a Chrome trace of the run (forward/backward per microbatch, every "
                   "collective and p2p batch, all ranks merged)");
+  cmd->add_option("--device", opts->device,
+                  "Binding to train on: cpu (Eigen/OpenBLAS + MPI) or cuda (one GPU per rank, "
+                  "local rank mod GPU count; cuBLAS + NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--threads", opts->threads,
                   "Kernel threads per rank (default: cores / ranks per node)")
       ->check(CLI::PositiveNumber);

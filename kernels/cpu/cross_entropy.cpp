@@ -8,14 +8,14 @@
 #include "kernels/cpu/threads.hpp"
 #include "kernels/math/exp.hpp"
 #include "kernels/math/softmax.hpp"
+#include "kernels/math/vocab.hpp"
 
 namespace tandem::kernels::cpu {
 namespace {
 
 // Column of the target in the local logits, or -1 when another rank holds it.
 std::int64_t local_column(CrossEntropyShape s, std::int32_t target) {
-  const std::int64_t j = static_cast<std::int64_t>(target) - s.vocab_begin;
-  return j >= 0 && j < s.local_vocab ? j : -1;
+  return math::vocab_local_index(target, s.vocab_begin, s.local_vocab);
 }
 
 bool parallel(CrossEntropyShape s) {
@@ -72,7 +72,7 @@ void cross_entropy_backward(CrossEntropyShape s, const float* logits, const std:
     const float g = dloss[r];
     const float scale = g / sum_exp[r];  // softmax · dloss = exp(x - m) · (dloss / sum)
 #pragma omp simd
-    for (std::int64_t j = 0; j < V; ++j) dx[j] = math::exp_approx(x[j] - m) * scale;
+    for (std::int64_t j = 0; j < V; ++j) dx[j] = math::cross_entropy_logit_grad(x[j], m, scale);
     const std::int64_t t = local_column(s, targets[r]);
     if (t >= 0) dx[t] -= g;
   }

@@ -5,12 +5,13 @@
 #include <cstring>
 
 #include "kernels/cpu/threads.hpp"
+#include "kernels/math/vocab.hpp"
 
 namespace tandem::kernels::cpu {
 namespace {
 
 bool in_shard(std::int64_t token, VocabShard shard) {
-  return token >= shard.begin && token < shard.begin + shard.size;
+  return math::vocab_local_index(token, shard.begin, shard.size) >= 0;
 }
 
 }  // namespace

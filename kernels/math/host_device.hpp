@@ -4,12 +4,12 @@
 // use only arithmetic, <cmath> functions CUDA also provides, and float_from_bits below.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #if defined(__CUDACC__)
 #define TANDEM_HOST_DEVICE __host__ __device__
 #else
-#include <bit>
 #define TANDEM_HOST_DEVICE
 #endif
 
@@ -32,6 +32,15 @@ TANDEM_HOST_DEVICE inline float float_from_bits(std::int32_t bits) {
   return __int_as_float(bits);
 #else
   return std::bit_cast<float>(bits);
+#endif
+}
+
+// The IEEE-754 bit pattern of `x` (used by the bf16 conversions of bf16.hpp).
+TANDEM_HOST_DEVICE inline std::uint32_t bits_from_float(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return std::bit_cast<std::uint32_t>(x);
 #endif
 }
 

@@ -18,6 +18,12 @@ struct RowStats {
   float rstd = 0;  // 1 / sqrt(variance + ε), the biased (population) variance
 };
 
+// 1/sqrt(variance + ε) from the row's Σ (x - mean)² over C features (population variance).
+TANDEM_HOST_DEVICE inline float layer_norm_rstd(float squared_deviations, std::int64_t C,
+                                                float epsilon) {
+  return 1.0f / std::sqrt(squared_deviations / static_cast<float>(C) + epsilon);
+}
+
 // Two passes over the row (mean, then squared deviations): no cancellation from
 // E[x²] - E[x]², which loses digits on rows with a large mean.
 TANDEM_HOST_DEVICE inline RowStats layer_norm_row_stats(const float* x, std::int64_t C,
@@ -32,8 +38,7 @@ TANDEM_HOST_DEVICE inline RowStats layer_norm_row_stats(const float* x, std::int
     const float d = x[i] - mean;
     squares += d * d;
   }
-  const float variance = squares / static_cast<float>(C);
-  return RowStats{.mean = mean, .rstd = 1.0f / std::sqrt(variance + epsilon)};
+  return RowStats{.mean = mean, .rstd = layer_norm_rstd(squares, C, epsilon)};
 }
 
 TANDEM_HOST_DEVICE inline float layer_norm_normalize(float x, RowStats s) {

@@ -37,6 +37,13 @@ TANDEM_HOST_DEVICE inline float cross_entropy_row_loss(SoftmaxState s, float tar
   return std::log(s.sum) + s.max - target_logit;
 }
 
+// Gradient of one logit of the cross entropy without its one-hot term, from the row's
+// global max and `dloss_over_sum` = dloss(row) / Σ exp(x - max): softmax(x)·dloss. The
+// target's column then subtracts dloss.
+TANDEM_HOST_DEVICE inline float cross_entropy_logit_grad(float x, float max, float dloss_over_sum) {
+  return exp_approx(x - max) * dloss_over_sum;
+}
+
 // Backward through y = softmax(x) for one element: dx = y·(dy - Σ_j y_j·dy_j).
 TANDEM_HOST_DEVICE inline float softmax_input_grad(float y, float dy, float dot_y_dy) {
   return y * (dy - dot_y_dy);

@@ -1,0 +1,383 @@
+// CudaDevice: argument checks on the host (the same ones as the cpu binding, plus dtypes),
+// then one launcher of kernels/cuda per op on the stream's cudaStream_t.
+#include "exec/cuda/cuda_device.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "exec/cuda/cuda_stream.hpp"
+#include "exec/cuda/device_memory_pool.hpp"
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/ops.hpp"
+#include "kernels/math/bf16.hpp"
+
+namespace tandem {
+
+namespace kc = kernels::cuda;
+namespace cpu = kernels::cpu;
+
+namespace {
+
+class DeviceStorage final : public Storage {
+ public:
+  DeviceStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker,
+                std::shared_ptr<DeviceMemoryPool> pool)
+      : bytes_(bytes), tracker_(std::move(tracker)), pool_(std::move(pool)) {
+    data_ = pool_->take(static_cast<std::size_t>(bytes.value));
+    tracker_->on_allocate(bytes_);
+  }
+  ~DeviceStorage() override {
+    pool_->give(static_cast<std::size_t>(bytes_.value), data_);
+    tracker_->on_release(bytes_);
+  }
+  DeviceStorage(const DeviceStorage&) = delete;
+  DeviceStorage& operator=(const DeviceStorage&) = delete;
+  void* data() override { return data_; }
+  Bytes bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  Bytes bytes_;
+  std::shared_ptr<MemoryTracker> tracker_;
+  std::shared_ptr<DeviceMemoryPool> pool_;
+};
+
+// The address of t's first element.
+void* address(const Tensor& t) {
+  return static_cast<char*>(tensor_data_or_throw(t)) + t.offset * dtype_size(t.dtype).value;
+}
+
+kc::Floats floats(const Tensor& t, const char* op) {
+  if (t.dtype != DType::fp32 && t.dtype != DType::bf16)
+    throw std::invalid_argument(std::string("cuda ") + op + ": tensor " + t.shape.to_string() +
+                                " holds " + std::string(dtype_name(t.dtype)) +
+                                ", needs fp32 or bf16");
+  return {address(t), t.dtype == DType::bf16 ? kc::Precision::bf16 : kc::Precision::fp32};
+}
+
+float* f32(const Tensor& t) {
+  return t.data<float>();
+}
+const std::int32_t* i32(const Tensor& t) {
+  return t.data<std::int32_t>();
+}
+
+void same_numel(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel())
+    throw std::invalid_argument(std::string(op) + ": " + a.shape.to_string() + " and " +
+                                b.shape.to_string() + " differ in element count");
+}
+
+void at_least(const char* op, const Tensor& t, std::int64_t n, const char* what) {
+  if (t.numel() < n)
+    throw std::invalid_argument(std::string(op) + ": " + what + " " + t.shape.to_string() +
+                                " holds fewer than the " + std::to_string(n) +
+                                " elements it needs");
+}
+
+std::int64_t last_dim(const Tensor& t) {
+  return t.shape[t.shape.rank() - 1];
+}
+
+cpu::AttentionShape attention_shape(const Tensor& qkv) {
+  if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
+    throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
+                                qkv.shape.to_string());
+  return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
+}
+
+cpu::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {
+  return {a.logits.shape[0], last_dim(a.logits), a.vocab_begin};
+}
+
+}  // namespace
+
+// Device memory for one op's temporaries, from the pool, untracked (as the cpu binding's
+// scratch vectors): returned when the op has been issued; the pool's release events keep
+// it from being reused before the op ran.
+class CudaDevice::Scratch {
+ public:
+  Scratch(std::shared_ptr<DeviceMemoryPool> pool, std::size_t bytes)
+      : pool_(std::move(pool)), bytes_(bytes), data_(pool_->take(bytes)) {}
+  ~Scratch() { pool_->give(bytes_, data_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  std::shared_ptr<DeviceMemoryPool> pool_;
+  std::size_t bytes_;
+  void* data_;
+};
+
+CudaDevice::Scratch CudaDevice::scratch(std::size_t bytes) {
+  return Scratch(pool_, bytes);
+}
+
+CudaDevice::CudaDevice(int ordinal)
+    : ordinal_(ordinal),
+      memory_(std::make_shared<MemoryTracker>()),
+      pool_(std::make_shared<DeviceMemoryPool>(ordinal)) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(ordinal));
+  TANDEM_CUBLAS_CHECK(cublasCreate(&blas_));
+  TANDEM_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // fp32 stays fp32: no TF32
+  default_stream_ = std::make_unique<CudaStream>("compute", pool_);
+}
+
+CudaDevice::~CudaDevice() {
+  if (default_stream_) (void)cudaStreamSynchronize(default_stream_->handle());
+  (void)cublasDestroy(blas_);
+}
+
+Stream& CudaDevice::default_stream() {
+  return *default_stream_;
+}
+
+Tensor CudaDevice::allocate(const Shape& shape, DType dtype) {
+  const Bytes bytes = dtype_size(dtype) * shape.numel();
+  return Tensor{shape, dtype, std::make_shared<DeviceStorage>(bytes, memory_, pool_), 0};
+}
+
+std::unique_ptr<Stream> CudaDevice::create_stream(std::string name) {
+  return std::make_unique<CudaStream>(std::move(name), pool_);
+}
+
+std::unique_ptr<Event> CudaDevice::create_event() {
+  return std::make_unique<CudaEvent>();
+}
+
+std::chrono::steady_clock::time_point CudaDevice::trace_time(Stream& s) {
+  s.synchronize();
+  return std::chrono::steady_clock::now();
+}
+
+void CudaDevice::upload(Stream& s, Tensor& t, const ProduceFloats& produce) {
+  const kc::Floats dst = floats(t, "upload");
+  std::vector<float> host(static_cast<std::size_t>(t.numel()));
+  produce(std::span<float>(host));
+  const cudaStream_t stream = cuda_stream_of(s);
+  if (dst.precision == kc::Precision::bf16) {
+    std::vector<std::uint16_t> bits(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) bits[i] = kernels::math::bf16_from_float(host[i]);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, bits.data(), bits.size() * sizeof(std::uint16_t),
+                                      cudaMemcpyHostToDevice, stream));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));  // `bits` dies with this frame
+    return;
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaDevice::upload(Stream& s, Tensor& t, const ProduceInts& produce) {
+  std::int32_t* dst = t.data<std::int32_t>();
+  std::vector<std::int32_t> host(static_cast<std::size_t>(t.numel()));
+  produce(std::span<std::int32_t>(host));
+  const cudaStream_t stream = cuda_stream_of(s);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), host.size() * sizeof(std::int32_t),
+                                    cudaMemcpyHostToDevice, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
+  if (static_cast<std::int64_t>(host.size()) != t.numel())
+    throw std::invalid_argument("download: host buffer of " + std::to_string(host.size()) +
+                                " floats for a tensor of " + std::to_string(t.numel()));
+  const kc::Floats src = floats(t, "download");
+  const cudaStream_t stream = cuda_stream_of(s);
+  if (src.precision == kc::Precision::bf16) {
+    std::vector<std::uint16_t> bits(host.size());
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(bits.data(), src.data, bits.size() * sizeof(std::uint16_t),
+                                      cudaMemcpyDeviceToHost, stream));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (std::size_t i = 0; i < host.size(); ++i) host[i] = kernels::math::float_from_bf16(bits[i]);
+    return;
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(host.data(), src.data, host.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaDevice::gemm(Stream& s, const GemmArgs& a) {
+  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
+  const std::int64_t kk = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
+  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
+  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
+  if (kk != kb || a.c.numel() != m * n)
+    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") +
+                                " · " + a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") +
+                                " into " + a.c.shape.to_string() + " do not conform");
+  kc::gemm({cuda_stream_of(s), blas_},
+           {.m = m,
+            .n = n,
+            .k = kk,
+            .transpose_a = a.transpose_a,
+            .transpose_b = a.transpose_b,
+            .alpha = a.alpha,
+            .beta = a.beta},
+           floats(a.a, "gemm"), floats(a.b, "gemm"), floats(a.c, "gemm"));
+}
+
+void CudaDevice::bias_add(Stream& s, Tensor& x, const Tensor& bias) {
+  kc::bias_add({cuda_stream_of(s), blas_}, floats(x, "bias_add"), floats(bias, "bias_add"),
+               x.numel() / bias.numel(), bias.numel());
+}
+
+void CudaDevice::bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) {
+  kc::bias_backward({cuda_stream_of(s), blas_}, floats(grad_bias, "bias_grad"),
+                    floats(grad, "bias_grad"), grad.numel() / grad_bias.numel(), grad_bias.numel());
+}
+
+void CudaDevice::layer_norm(Stream& s, const LayerNormArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  const cpu::LayerNormShape shape{a.input.numel() / C, C};
+  same_numel("layer_norm", a.input, a.output);
+  at_least("layer_norm", a.mean, shape.rows, "mean");
+  at_least("layer_norm", a.rstd, shape.rows, "rstd");
+  kc::layer_norm_forward({cuda_stream_of(s), blas_}, shape, floats(a.input, "layer_norm"),
+                         floats(a.gamma, "layer_norm"), floats(a.beta, "layer_norm"),
+                         floats(a.output, "layer_norm"), f32(a.mean), f32(a.rstd), a.epsilon);
+}
+
+void CudaDevice::layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  same_numel("layer_norm_backward", a.input, a.grad_input);
+  same_numel("layer_norm_backward", a.input, a.grad_output);
+  kc::layer_norm_backward({cuda_stream_of(s), blas_}, {a.input.numel() / C, C},
+                          floats(a.grad_output, "layer_norm"), floats(a.input, "layer_norm"),
+                          floats(a.gamma, "layer_norm"), f32(a.mean), f32(a.rstd),
+                          floats(a.grad_input, "layer_norm"), floats(a.grad_gamma, "layer_norm"),
+                          floats(a.grad_beta, "layer_norm"));
+}
+
+void CudaDevice::attention(Stream& s, const AttentionArgs& a) {
+  const auto sh = attention_shape(a.qkv);
+  if (a.output.numel() != sh.B * sh.T * sh.NH * sh.HD ||
+      a.probs.numel() != sh.B * sh.NH * sh.T * sh.T)
+    throw std::invalid_argument("attention: output or probs does not match qkv " +
+                                a.qkv.shape.to_string());
+  kc::attention_forward({cuda_stream_of(s), blas_}, sh, floats(a.qkv, "attention"),
+                        floats(a.output, "attention"), floats(a.probs, "attention"));
+}
+
+void CudaDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
+  const auto sh = attention_shape(a.qkv);
+  same_numel("attention_backward", a.qkv, a.grad_qkv);
+  const kc::ConstFloats probs = floats(a.probs, "attention_backward");
+  const std::int64_t elements = sh.B * sh.NH * sh.T * sh.T;
+  const Scratch dp = scratch(static_cast<std::size_t>(elements * dtype_size(a.probs.dtype).value));
+  kc::attention_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_output, "attention"),
+                         floats(a.qkv, "attention"), probs, floats(a.grad_qkv, "attention"),
+                         {dp.data(), probs.precision});
+}
+
+void CudaDevice::gelu(Stream& s, const Tensor& in, Tensor& out) {
+  same_numel("gelu", in, out);
+  kc::gelu_forward({cuda_stream_of(s), blas_}, floats(in, "gelu"), floats(out, "gelu"), in.numel());
+}
+
+void CudaDevice::gelu_backward(Stream& s, const Tensor& dout, const Tensor& in, Tensor& din) {
+  same_numel("gelu_backward", in, din);
+  same_numel("gelu_backward", in, dout);
+  kc::gelu_backward({cuda_stream_of(s), blas_}, floats(dout, "gelu_backward"),
+                    floats(in, "gelu_backward"), floats(din, "gelu_backward"), in.numel());
+}
+
+void CudaDevice::embedding(Stream& s, const EmbeddingArgs& a) {
+  const std::int64_t C = last_dim(a.table);
+  at_least("embedding", a.output, a.tokens.numel() * C, "output");
+  kc::embedding_forward({cuda_stream_of(s), blas_}, i32(a.tokens), floats(a.table, "embedding"),
+                        {a.vocab_begin, a.table.shape[0]}, a.tokens.numel(), C,
+                        floats(a.output, "embedding"));
+}
+
+void CudaDevice::embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) {
+  const std::int64_t C = last_dim(a.grad_table);
+  at_least("embedding_backward", a.grad_output, a.tokens.numel() * C, "grad_output");
+  kc::embedding_backward({cuda_stream_of(s), blas_}, i32(a.tokens),
+                         floats(a.grad_output, "embedding_backward"),
+                         {a.vocab_begin, a.grad_table.shape[0]}, a.tokens.numel(), C,
+                         floats(a.grad_table, "embedding_backward"));
+}
+
+void CudaDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) {
+  at_least("cross_entropy_max", row_max, a.logits.shape[0], "row_max");
+  kc::cross_entropy_max({cuda_stream_of(s), blas_}, ce_shape(a), floats(a.logits, "cross_entropy"),
+                        f32(row_max));
+}
+
+void CudaDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                                    Tensor& sum_exp, Tensor& target_logit) {
+  kc::cross_entropy_sums({cuda_stream_of(s), blas_}, ce_shape(a), floats(a.logits, "cross_entropy"),
+                         i32(a.targets), f32(row_max), f32(sum_exp), f32(target_logit));
+}
+
+void CudaDevice::cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                                    const Tensor& target_logit, Tensor& loss) {
+  kc::cross_entropy_loss({cuda_stream_of(s), blas_}, loss.numel(), f32(row_max), f32(sum_exp),
+                         f32(target_logit), f32(loss));
+}
+
+void CudaDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                                        const Tensor& sum_exp, const Tensor& grad_loss,
+                                        Tensor& grad_logits) {
+  same_numel("cross_entropy_backward", a.logits, grad_logits);
+  kc::cross_entropy_backward({cuda_stream_of(s), blas_}, ce_shape(a),
+                             floats(a.logits, "cross_entropy"), i32(a.targets), f32(row_max),
+                             f32(sum_exp), f32(grad_loss), floats(grad_logits, "cross_entropy"));
+}
+
+void CudaDevice::add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) {
+  same_numel("add", a, b);
+  same_numel("add", a, out);
+  kc::add({cuda_stream_of(s), blas_}, floats(a, "add"), floats(b, "add"), floats(out, "add"),
+          a.numel());
+}
+
+void CudaDevice::scale(Stream& s, Tensor& x, float factor) {
+  kc::scale({cuda_stream_of(s), blas_}, floats(x, "scale"), x.numel(), factor);
+}
+
+void CudaDevice::fill(Stream& s, Tensor& x, float value) {
+  if (x.dtype == DType::int32) {
+    kc::fill_int32({cuda_stream_of(s), blas_}, x.data<std::int32_t>(), x.numel(),
+                   static_cast<std::int32_t>(value));
+    return;
+  }
+  kc::fill({cuda_stream_of(s), blas_}, floats(x, "fill"), x.numel(), value);
+}
+
+void CudaDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
+  same_numel("copy", from, to);
+  if (from.dtype == to.dtype) {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(address(to), address(from),
+                                      static_cast<std::size_t>(from.bytes().value),
+                                      cudaMemcpyDeviceToDevice, cuda_stream_of(s)));
+    return;
+  }
+  kc::convert({cuda_stream_of(s), blas_}, floats(from, "copy"), floats(to, "copy"), from.numel());
+}
+
+void CudaDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
+  const Scratch partial = scratch(kc::kSumSquaresBlocks * sizeof(double));
+  kc::sum_squares({cuda_stream_of(s), blas_}, floats(x, "sum_squares"), x.numel(), f32(out),
+                  static_cast<double*>(partial.data()));
+}
+
+void CudaDevice::adam(Stream& s, const AdamArgs& a) {
+  same_numel("adam", a.param, a.grad);
+  same_numel("adam", a.param, a.exp_avg);
+  same_numel("adam", a.param, a.exp_avg_sq);
+  const auto step = kernels::math::make_adam_step({.lr = a.lr,
+                                                   .beta1 = a.beta1,
+                                                   .beta2 = a.beta2,
+                                                   .epsilon = a.epsilon,
+                                                   .weight_decay = a.weight_decay,
+                                                   .grad_scale = a.grad_scale},
+                                                  a.step);
+  kc::adamw({cuda_stream_of(s), blas_}, f32(a.param), f32(a.grad), f32(a.exp_avg),
+            f32(a.exp_avg_sq), a.param.numel(), step);
+}
+
+}  // namespace tandem

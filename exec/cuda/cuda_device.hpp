@@ -1,0 +1,86 @@
+// The cuda binding of Device: tensors in GPU memory from a caching allocator (tracked
+// like the cpu binding's: the MemoryTracker counts tensor bytes, not cached blocks), ops
+// launched asynchronously on CUDA streams — cuBLAS GEMMs and the kernels of kernels/cuda —
+// and streams and events mapped one to one onto cudaStream_t and cudaEvent_t.
+// Precision follows the tensors: fp32 tensors run fp32 kernels and fp32 (non-TF32) GEMMs;
+// bf16 tensors are computed in fp32 and stored in bf16, GEMMs accumulate in fp32, and a
+// bf16 GEMM may write (or with β = 1 accumulate into) an fp32 C, the main gradients.
+// Statistics, losses and optimizer state are fp32.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <memory>
+#include <string>
+
+#include "core/device.hpp"
+
+namespace tandem {
+
+class DeviceMemoryPool;
+class CudaStream;
+
+class CudaDevice final : public Device {
+ public:
+  // Uses GPU `ordinal` (cudaSetDevice on the calling thread, which must be the one that
+  // issues ops). Throws CudaError when there is no such GPU.
+  explicit CudaDevice(int ordinal = 0);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  std::string_view kind() const override { return "cuda"; }
+  Tensor allocate(const Shape& shape, DType dtype) override;
+  const MemoryTracker& memory() const override { return *memory_; }
+  Stream& default_stream() override;
+  std::unique_ptr<Stream> create_stream(std::string name) override;
+  std::unique_ptr<Event> create_event() override;
+  // Synchronizes the stream: then the work issued on it is done, now.
+  std::chrono::steady_clock::time_point trace_time(Stream& s) override;
+
+  // Synchronous: staged through host memory, converted to the tensor's precision.
+  void upload(Stream& s, Tensor& t, const ProduceFloats& produce) override;
+  void upload(Stream& s, Tensor& t, const ProduceInts& produce) override;
+  void download(Stream& s, const Tensor& t, std::span<float> host) override;
+
+  void gemm(Stream& s, const GemmArgs& a) override;
+  void bias_add(Stream& s, Tensor& x, const Tensor& bias) override;
+  void bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) override;
+  void layer_norm(Stream& s, const LayerNormArgs& a) override;
+  void layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) override;
+  void attention(Stream& s, const AttentionArgs& a) override;
+  void attention_backward(Stream& s, const AttentionBackwardArgs& a) override;
+  void gelu(Stream& s, const Tensor& input, Tensor& output) override;
+  void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                     Tensor& grad_input) override;
+  void embedding(Stream& s, const EmbeddingArgs& a) override;
+  void embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) override;
+  void cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) override;
+  void cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                          Tensor& sum_exp, Tensor& target_logit) override;
+  void cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                          const Tensor& target_logit, Tensor& loss) override;
+  void cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& grad_loss,
+                              Tensor& grad_logits) override;
+  void add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(Stream& s, Tensor& x, float factor) override;
+  void fill(Stream& s, Tensor& x, float value) override;
+  // Same dtype: a device copy; fp32 ↔ bf16: a converting copy.
+  void copy(Stream& s, const Tensor& from, Tensor& to) override;
+  void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
+  void adam(Stream& s, const AdamArgs& a) override;
+
+ private:
+  class Scratch;
+  Scratch scratch(std::size_t bytes);
+
+  int ordinal_;
+  std::shared_ptr<MemoryTracker> memory_;  // shared with live storages, which may outlive us
+  std::shared_ptr<DeviceMemoryPool> pool_;
+  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<CudaStream> default_stream_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,123 @@
+// The CUDA kernels of every Device op, as host functions that launch them on a stream.
+// Same contracts as the CPU kernels in kernels/cpu/ (same shape structs, same
+// accumulate-or-write rules, same element math from kernels/math/), with two differences:
+// pointers are device pointers, and a float buffer is a `Floats` that says whether its
+// elements are stored as fp32 or bf16. Kernels load either, compute in fp32 (sums of
+// parameter gradients in double, as on the CPU) and store in the output's precision, so
+// one compiled kernel serves every mix (bf16 activations with fp32 main gradients, …).
+// Statistics saved for backward (mean, rstd, row max, sums, losses) are always fp32.
+// Every launcher checks its launch (TANDEM_CUDA_CHECK_LAUNCH) and returns at once: the
+// work runs in stream order. No kernel uses float atomics, so results repeat bitwise.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/layer_norm.hpp"
+#include "kernels/math/adam.hpp"
+#include "kernels/math/host_device.hpp"
+
+namespace tandem::kernels::cuda {
+
+enum class Precision : std::uint8_t { fp32, bf16 };
+
+// A device buffer of float values stored as fp32 or bf16 (the raw 16-bit pattern).
+struct Floats {
+  void* data = nullptr;
+  Precision precision = Precision::fp32;
+};
+struct ConstFloats {
+  const void* data = nullptr;
+  Precision precision = Precision::fp32;
+  ConstFloats() = default;
+  TANDEM_HOST_DEVICE ConstFloats(const void* d, Precision p) : data(d), precision(p) {}
+  TANDEM_HOST_DEVICE ConstFloats(Floats f)  // NOLINT: implicit, read-only access is safe
+      : data(f.data), precision(f.precision) {}
+};
+
+// Where kernels run: the stream, and the cuBLAS handle GEMMs use (bound to that stream by
+// the launcher).
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+};
+
+// ---- elementwise (elementwise.cu) --------------------------------------------------------
+void add(Context c, ConstFloats a, ConstFloats b, Floats out, std::int64_t n);  // out may be a or b
+void scale(Context c, Floats x, std::int64_t n, float factor);
+void fill(Context c, Floats x, std::int64_t n, float value);
+void fill_int32(Context c, std::int32_t* x, std::int64_t n, std::int32_t value);
+void convert(Context c, ConstFloats from, Floats to, std::int64_t n);      // fp32 ↔ bf16 copy
+void gelu_forward(Context c, ConstFloats in, Floats out, std::int64_t n);  // out may be in
+// din = dout · gelu'(in), written; din may be dout.
+void gelu_backward(Context c, ConstFloats dout, ConstFloats in, Floats din, std::int64_t n);
+// out(rows, C) += bias(C)
+void bias_add(Context c, Floats out, ConstFloats bias, std::int64_t rows, std::int64_t C);
+
+// ---- column sums (column_sums.cu): parameter gradients, summed in double, rows in order --
+// dbias(C) += Σ_rows dout(rows, C)
+void bias_backward(Context c, Floats dbias, ConstFloats dout, std::int64_t rows, std::int64_t C);
+// dtable(token - begin, :) += dout(r, :) for every row r whose token is in the shard.
+void embedding_backward(Context c, const std::int32_t* tokens,  // (rows)
+                        ConstFloats dout,                       // (rows, C)
+                        cpu::VocabShard shard, std::int64_t rows, std::int64_t C,
+                        Floats dtable);  // (local_vocab, C)
+// out(rows, C) = table(token - begin, :) for tokens in the shard, else 0.
+void embedding_forward(Context c, const std::int32_t* tokens, ConstFloats table,
+                       cpu::VocabShard shard, std::int64_t rows, std::int64_t C, Floats out);
+
+// ---- layer norm (layer_norm.cu) ---------------------------------------------------------
+void layer_norm_forward(Context c, cpu::LayerNormShape s, ConstFloats in,  // (rows, C)
+                        ConstFloats gamma, ConstFloats beta,               // (C)
+                        Floats out,                                        // (rows, C)
+                        float* mean, float* rstd,                          // (rows)
+                        float epsilon);
+// din written (must not alias dout or in); dgamma, dbeta accumulated.
+void layer_norm_backward(Context c, cpu::LayerNormShape s, ConstFloats dout, ConstFloats in,
+                         ConstFloats gamma, const float* mean, const float* rstd, Floats din,
+                         Floats dgamma, Floats dbeta);
+
+// ---- cross entropy (cross_entropy.cu), the vocab-parallel phases of cpu/cross_entropy.hpp --
+void cross_entropy_max(Context c, cpu::CrossEntropyShape s, ConstFloats logits, float* row_max);
+void cross_entropy_sums(Context c, cpu::CrossEntropyShape s, ConstFloats logits,
+                        const std::int32_t* targets, const float* row_max, float* sum_exp,
+                        float* target_logit);
+void cross_entropy_loss(Context c, std::int64_t rows, const float* row_max, const float* sum_exp,
+                        const float* target_logit, float* loss);
+// dlogits may be logits (in place).
+void cross_entropy_backward(Context c, cpu::CrossEntropyShape s, ConstFloats logits,
+                            const std::int32_t* targets, const float* row_max, const float* sum_exp,
+                            const float* dloss, Floats dlogits);
+
+// ---- optimizer (adam.cu) ----------------------------------------------------------------
+// Blocks of the first pass of sum_squares: its scratch holds this many doubles.
+inline constexpr int kSumSquaresBlocks = 256;
+// out(0) += Σ x², in double over a fixed split (the same result every run).
+void sum_squares(Context c, ConstFloats x, std::int64_t n, float* out, double* scratch);
+void adamw(Context c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+           std::int64_t n, const math::AdamStep& step);
+
+// ---- GEMM (gemm.cpp, cuBLAS) -------------------------------------------------------------
+// C = α·op(A)·op(B) + β·C, row-major, as cpu::gemm. A and B share a precision; C is fp32 or
+// that precision. Accumulation is fp32 either way (bf16 tensor cores for bf16; plain fp32,
+// no TF32, for fp32).
+void gemm(Context c, const cpu::GemmParams& p, ConstFloats a, ConstFloats b, Floats out);
+void gemm_strided_batched(Context c, const cpu::GemmParams& p, const cpu::GemmBatch& batch,
+                          ConstFloats a, ConstFloats b, Floats out);
+
+// ---- attention (attention.cu): cuBLAS batched GEMMs per batch row + softmax kernels -------
+// Sequence-first as cpu/attention.hpp: qkv (T, B, 3, NH, HD) → out (T, B, NH, HD); probs
+// (B, NH, T, T), zero above the diagonal.
+// All three share one precision.
+void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats out, Floats probs);
+// dqkv written. scratch holds B·NH·T·T elements of the probs' precision (dP, then dS).
+void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, ConstFloats qkv,
+                        ConstFloats probs, Floats dqkv, Floats scratch);
+
+}  // namespace tandem::kernels::cuda

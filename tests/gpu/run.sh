@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU checks of the cuda binding, for a machine with ≥ 1 NVIDIA GPU (and nvcc, cuBLAS,
+# NCCL in /usr/local/cuda). Configures and builds its own tree (build-gpu), then runs:
+#   1. every Device op on the GPU against the cpu binding (test_cuda_kernels: fp32 ≤ 1e-5,
+#      bf16 ≤ 1e-2 relative error, outputs poisoned with NaN first);
+#   2. a 3-iteration `tandem train --device cuda --mock-data` on a tiny GPT whose "lm loss"
+#      fields match `tandem train --device cpu` within 1e-3 relative;
+#   3. NCCL collectives over all local GPUs under mpirun, on seeded data (test_nccl), and the
+#      nccl-tests-style table of bench_nccl (#wrong must be 0);
+#   4. compute-sanitizer memcheck on a one-iteration GPU training run;
+#   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes.
+# Without a GPU it says SKIPPED, with the reason, and exits 0.
+#   tests/gpu/run.sh [BUILD_DIR]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:-$root/build-gpu}"
+cd "$root"
+
+gpus=0
+reason="nvidia-smi not found"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  if gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU '); then reason=""; else
+    gpus=0
+    reason="nvidia-smi lists no GPU ($(nvidia-smi -L 2>&1 | head -1))"
+  fi
+fi
+if [ "$gpus" -eq 0 ]; then
+  echo "tests/gpu/run.sh: SKIPPED: needs a CUDA GPU: $reason"
+  exit 0
+fi
+echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
+
+echo "== build ($build, sm_80 + sm_90 + this GPU's arch)"
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+TANDEM_TARGETS="tandem test_cuda_kernels test_nccl bench_cuda_step bench_nccl layer_norm_lab" \
+  bash scripts/build.sh "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON \
+  "-DCMAKE_CUDA_ARCHITECTURES=80;90;$arch"
+tandem="$build/tools/tandem"
+"$tandem" info
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --oversubscribe --bind-to none)
+
+echo "== 1. kernels against the cpu binding"
+out=$("$build/tests/gpu/test_cuda_kernels" 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | tail -3
+if echo "$out" | grep -q '^\[  SKIPPED \]'; then echo "kernel tests skipped on a GPU machine"; exit 1; fi
+"$build/kernels/dev/layer_norm_lab" --rows 4096 --channels 768
+
+echo "== 2. 3 training iterations, cuda against cpu"
+tiny=(--mock-data --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64
+  --vocab-size 1024 --lr-warmup-iters 1 --log-interval 1 --eval-interval 100
+  --global-batch-size 4 --micro-batch-size 2 --world-size 1)
+common=("${tiny[@]}" --train-iters 3)
+losses() { grep -o "lm loss: [0-9.E+-]*" | awk '{print $3}'; }
+cpu=$("$tandem" train scenarios/brown-small.json "${common[@]}" --device cpu | losses)
+gpu=$("$tandem" train scenarios/brown-small.json "${common[@]}" --device cuda | losses)
+paste <(echo "$cpu") <(echo "$gpu") | awk '
+  NF != 2 { print "missing loss"; exit 1 }
+  { d = ($1 - $2) / $1; if (d < 0) d = -d; printf "  iteration %d: cpu %s cuda %s (relative %.1e)\n", NR, $1, $2, d
+    if (d > 1e-3) bad = 1 }
+  END { if (NR != 3) { print "expected 3 losses"; exit 1 } if (bad) { print "losses differ"; exit 1 } }'
+
+echo "== 3. NCCL over $gpus GPU(s)"
+"${mpi[@]}" -np "$gpus" "$build/tests/gpu/test_nccl"
+table=$("${mpi[@]}" -np "$gpus" "$build/tests/bench/bench_nccl" --max-bytes 16777216)
+echo "$table"
+echo "$table" | awk '!/^#/ && NF == 9 && $9 != 0 { print "wrong results: " $0; bad = 1 } END { exit bad }'
+
+echo "== 4. compute-sanitizer memcheck (one GPU training iteration)"
+sanitizer=compute-sanitizer
+command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
+"$sanitizer" --tool memcheck --error-exitcode 1 "$tandem" train scenarios/brown-small.json \
+  "${tiny[@]}" --train-iters 1 --device cuda
+
+echo "== 5. GPU training-step benchmark (GPT-2 124M, 1.3B)"
+"$build/tests/bench/bench_cuda_step" --benchmark_counters_tabular=true
+echo "== tests/gpu/run.sh: all GPU checks passed"

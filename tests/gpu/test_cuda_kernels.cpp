@@ -1,0 +1,309 @@
+// Every Device op of the cuda binding against the cpu binding on fresh seeded inputs, in
+// fp32 (relative error ≤ 1e-5) and bf16 (≤ 1e-2), outputs poisoned with NaN first; and the
+// binding's own contracts: memory accounting identical to the cpu binding's, stream and
+// event ordering, trace_time. Each test skips at run time, with the CUDA runtime's reason,
+// where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "tests/gpu/gpu_test_support.hpp"
+
+namespace tandem::testing {
+namespace {
+
+class CudaOps : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    TANDEM_REQUIRE_GPU();
+    d_ = std::make_unique<TwoDevices>();
+  }
+  DType dtype() const { return GetParam(); }
+  double tol() const { return tolerance(GetParam()); }
+  TwoDevices& d() { return *d_; }
+  CpuDevice& cpu() { return d_->cpu(); }
+  CudaDevice& gpu() { return d_->gpu(); }
+  Stream& cs() { return d_->cpu().default_stream(); }
+  Stream& gs() { return d_->gpu().default_stream(); }
+
+ private:
+  std::unique_ptr<TwoDevices> d_;
+};
+
+TEST_P(CudaOps, GemmAllTransposesAlphaBeta) {
+  const std::int64_t M = 33, N = 65, K = 130;
+  std::uint64_t seed = 1;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      auto a = d().random(ta ? Shape{K, M} : Shape{M, K}, dtype(), seed++);
+      auto b = d().random(tb ? Shape{N, K} : Shape{K, N}, dtype(), seed++);
+      // Written (β = 0) in the tensors' dtype.
+      auto c = d().poisoned({M, N}, dtype());
+      cpu().gemm(cs(), {.a = a.cpu,
+                        .b = b.cpu,
+                        .c = c.cpu,
+                        .transpose_a = ta,
+                        .transpose_b = tb,
+                        .alpha = 0.5f});
+      gpu().gemm(gs(), {.a = a.gpu,
+                        .b = b.gpu,
+                        .c = c.gpu,
+                        .transpose_a = ta,
+                        .transpose_b = tb,
+                        .alpha = 0.5f});
+      EXPECT_TRUE(d().close(c, tol())) << "transpose_a " << ta << ", transpose_b " << tb;
+      // Accumulated (β = 1) into an fp32 buffer, as weight gradients into main grads.
+      auto acc = d().random({M, N}, DType::fp32, seed++);
+      cpu().gemm(
+          cs(),
+          {.a = a.cpu, .b = b.cpu, .c = acc.cpu, .transpose_a = ta, .transpose_b = tb, .beta = 1});
+      gpu().gemm(
+          gs(),
+          {.a = a.gpu, .b = b.gpu, .c = acc.gpu, .transpose_a = ta, .transpose_b = tb, .beta = 1});
+      EXPECT_TRUE(d().close(acc, tol()))
+          << "accumulating, transpose_a " << ta << ", transpose_b " << tb;
+    }
+  }
+}
+
+TEST_P(CudaOps, BiasAddAndGrad) {
+  const std::int64_t rows = 77, C = 97;
+  auto x = d().random({rows, C}, dtype(), 11);
+  auto bias = d().random({C}, dtype(), 12);
+  cpu().bias_add(cs(), x.cpu, bias.cpu);
+  gpu().bias_add(gs(), x.gpu, bias.gpu);
+  EXPECT_TRUE(d().close(x, tol()));
+  auto grad = d().random({rows, C}, dtype(), 13);
+  auto grad_bias = d().random({C}, DType::fp32, 14);  // accumulated into
+  cpu().bias_grad(cs(), grad.cpu, grad_bias.cpu);
+  gpu().bias_grad(gs(), grad.gpu, grad_bias.gpu);
+  EXPECT_TRUE(d().close(grad_bias, tol()));
+}
+
+TEST_P(CudaOps, LayerNormForwardBackward) {
+  const std::int64_t rows = 45, C = 200;
+  auto in = d().random({rows, C}, dtype(), 21, -2.0f, 3.0f);
+  auto gamma = d().random({C}, dtype(), 22, 0.5f, 1.5f);
+  auto beta = d().random({C}, dtype(), 23);
+  auto out = d().poisoned({rows, C}, dtype());
+  auto mean = d().poisoned({rows}, DType::fp32);
+  auto rstd = d().poisoned({rows}, DType::fp32);
+  cpu().layer_norm(cs(), {in.cpu, gamma.cpu, beta.cpu, out.cpu, mean.cpu, rstd.cpu});
+  gpu().layer_norm(gs(), {in.gpu, gamma.gpu, beta.gpu, out.gpu, mean.gpu, rstd.gpu});
+  EXPECT_TRUE(d().close(out, tol()));
+  EXPECT_TRUE(d().close(mean, tol()));
+  EXPECT_TRUE(d().close(rstd, tol()));
+  auto dout = d().random({rows, C}, dtype(), 24);
+  auto din = d().poisoned({rows, C}, dtype());
+  auto dgamma = d().random({C}, DType::fp32, 25);
+  auto dbeta = d().random({C}, DType::fp32, 26);
+  cpu().layer_norm_backward(
+      cs(), {dout.cpu, in.cpu, gamma.cpu, mean.cpu, rstd.cpu, din.cpu, dgamma.cpu, dbeta.cpu});
+  gpu().layer_norm_backward(
+      gs(), {dout.gpu, in.gpu, gamma.gpu, mean.gpu, rstd.gpu, din.gpu, dgamma.gpu, dbeta.gpu});
+  EXPECT_TRUE(d().close(din, tol()));
+  EXPECT_TRUE(d().close(dgamma, tol()));
+  EXPECT_TRUE(d().close(dbeta, tol()));
+}
+
+TEST_P(CudaOps, CausalAttentionForwardBackward) {
+  const std::int64_t B = 2, T = 70, NH = 3, HD = 16;
+  auto qkv = d().random({T, B, 3, NH, HD}, dtype(), 31, -2.0f, 2.0f);
+  auto out = d().poisoned({T, B, NH, HD}, dtype());
+  auto probs = d().poisoned({B, NH, T, T}, dtype());
+  cpu().attention(cs(), {qkv.cpu, out.cpu, probs.cpu});
+  gpu().attention(gs(), {qkv.gpu, out.gpu, probs.gpu});
+  EXPECT_TRUE(d().close(probs, tol()));
+  EXPECT_TRUE(d().close(out, tol()));
+  auto dout = d().random({T, B, NH, HD}, dtype(), 32);
+  auto dqkv = d().poisoned({T, B, 3, NH, HD}, dtype());
+  // Both backward passes read the same probabilities: the gpu's, rounded as stored.
+  const auto p = d().read_gpu(probs.gpu);
+  auto same_probs = d().input({B, NH, T, T}, dtype(), p);
+  cpu().attention_backward(cs(), {dout.cpu, qkv.cpu, same_probs.cpu, dqkv.cpu});
+  gpu().attention_backward(gs(), {dout.gpu, qkv.gpu, same_probs.gpu, dqkv.gpu});
+  EXPECT_TRUE(d().close(dqkv, 2 * tol()));  // two GEMMs deep, each rounding its output
+}
+
+TEST_P(CudaOps, GeluForwardBackward) {
+  const std::int64_t n = 10007;
+  auto in = d().random({n}, dtype(), 41, -6.0f, 6.0f);
+  auto out = d().poisoned({n}, dtype());
+  cpu().gelu(cs(), in.cpu, out.cpu);
+  gpu().gelu(gs(), in.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, tol()));
+  auto dout = d().random({n}, dtype(), 42);
+  auto din = d().poisoned({n}, dtype());
+  cpu().gelu_backward(cs(), dout.cpu, in.cpu, din.cpu);
+  gpu().gelu_backward(gs(), dout.gpu, in.gpu, din.gpu);
+  EXPECT_TRUE(d().close(din, tol()));
+}
+
+TEST_P(CudaOps, VocabParallelEmbeddingForwardBackward) {
+  const std::int64_t rows = 300, C = 48, local_vocab = 50, vocab_begin = 50;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 37) % 160);
+  auto tokens = d().ids({rows}, ids);  // a third in the shard [50, 100), many repeated
+  auto table = d().random({local_vocab, C}, dtype(), 51);
+  auto out = d().poisoned({rows, C}, dtype());
+  cpu().embedding(cs(), {tokens.cpu, table.cpu, out.cpu, vocab_begin});
+  gpu().embedding(gs(), {tokens.gpu, table.gpu, out.gpu, vocab_begin});
+  EXPECT_TRUE(d().close(out, tol()));
+  auto dout = d().random({rows, C}, dtype(), 52);
+  auto dtable = d().random({local_vocab, C}, DType::fp32, 53);
+  cpu().embedding_backward(cs(), {tokens.cpu, dout.cpu, dtable.cpu, vocab_begin});
+  gpu().embedding_backward(gs(), {tokens.gpu, dout.gpu, dtable.gpu, vocab_begin});
+  EXPECT_TRUE(d().close(dtable, tol()));
+}
+
+TEST_P(CudaOps, VocabParallelCrossEntropyPhases) {
+  const std::int64_t rows = 37, V = 1000, vocab_begin = 1000;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 211) % 2000);
+  auto targets = d().ids({rows}, ids);  // about half of the targets in this shard
+  auto logits = d().random({rows, V}, dtype(), 61, -8.0f, 8.0f);
+  const CrossEntropyArgs ca{logits.cpu, targets.cpu, vocab_begin};
+  const CrossEntropyArgs ga{logits.gpu, targets.gpu, vocab_begin};
+  auto row_max = d().poisoned({rows}, DType::fp32);
+  cpu().cross_entropy_max(cs(), ca, row_max.cpu);
+  gpu().cross_entropy_max(gs(), ga, row_max.gpu);
+  EXPECT_TRUE(d().close(row_max, tol()));
+  auto sum_exp = d().poisoned({rows}, DType::fp32);
+  auto target_logit = d().poisoned({rows}, DType::fp32);
+  cpu().cross_entropy_sums(cs(), ca, row_max.cpu, sum_exp.cpu, target_logit.cpu);
+  gpu().cross_entropy_sums(gs(), ga, row_max.gpu, sum_exp.gpu, target_logit.gpu);
+  EXPECT_TRUE(d().close(sum_exp, tol()));
+  EXPECT_TRUE(d().close(target_logit, tol()));
+  auto loss = d().poisoned({rows}, DType::fp32);
+  cpu().cross_entropy_loss(cs(), row_max.cpu, sum_exp.cpu, target_logit.cpu, loss.cpu);
+  gpu().cross_entropy_loss(gs(), row_max.gpu, sum_exp.gpu, target_logit.gpu, loss.gpu);
+  EXPECT_TRUE(d().close(loss, tol()));
+  auto dloss = d().random({rows}, DType::fp32, 62, 0.1f, 1.0f);
+  auto dlogits = d().poisoned({rows, V}, dtype());
+  cpu().cross_entropy_backward(cs(), ca, row_max.cpu, sum_exp.cpu, dloss.cpu, dlogits.cpu);
+  gpu().cross_entropy_backward(gs(), ga, row_max.gpu, sum_exp.gpu, dloss.gpu, dlogits.gpu);
+  EXPECT_TRUE(d().close(dlogits, tol()));
+  // In place, as the model calls it: the logits become their gradient.
+  cpu().cross_entropy_backward(cs(), ca, row_max.cpu, sum_exp.cpu, dloss.cpu, logits.cpu);
+  gpu().cross_entropy_backward(gs(), ga, row_max.gpu, sum_exp.gpu, dloss.gpu, logits.gpu);
+  EXPECT_TRUE(d().close(logits, tol()));
+}
+
+TEST_P(CudaOps, AddScaleFillCopy) {
+  const std::int64_t n = 4099;
+  auto a = d().random({n}, dtype(), 71);
+  auto b = d().random({n}, dtype(), 72);
+  auto out = d().poisoned({n}, dtype());
+  cpu().add(cs(), a.cpu, b.cpu, out.cpu);
+  gpu().add(gs(), a.gpu, b.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, tol()));
+  cpu().add(cs(), out.cpu, b.cpu, out.cpu);  // in place
+  gpu().add(gs(), out.gpu, b.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, tol()));
+  cpu().scale(cs(), a.cpu, -0.375f);
+  gpu().scale(gs(), a.gpu, -0.375f);
+  EXPECT_TRUE(d().close(a, tol()));
+  auto copied = d().poisoned({n}, dtype());
+  cpu().copy(cs(), a.cpu, copied.cpu);
+  gpu().copy(gs(), a.gpu, copied.gpu);
+  EXPECT_TRUE(d().close(copied, 0.0));
+  cpu().fill(cs(), copied.cpu, 2.5f);
+  gpu().fill(gs(), copied.gpu, 2.5f);
+  EXPECT_TRUE(d().close(copied, 0.0));
+  // A view: the second half only.
+  Tensor cpu_half = b.cpu.view({n / 2}, n - n / 2), gpu_half = b.gpu.view({n / 2}, n - n / 2);
+  cpu().fill(cs(), cpu_half, -1.0f);
+  gpu().fill(gs(), gpu_half, -1.0f);
+  EXPECT_TRUE(d().close(b, 0.0));
+}
+
+TEST_P(CudaOps, SumSquaresAccumulates) {
+  const std::int64_t n = 300001;
+  auto x = d().random({n}, dtype(), 81);
+  auto out = d().input({1}, DType::fp32, {2.0f});
+  cpu().sum_squares(cs(), x.cpu, out.cpu);
+  gpu().sum_squares(gs(), x.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, 1e-6));
+  EXPECT_GT(d().read_gpu(out.gpu)[0], 2.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::fp32, DType::bf16),
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+class CudaBinding : public ::testing::Test {
+ protected:
+  void SetUp() override { TANDEM_REQUIRE_GPU(); }
+};
+
+TEST_F(CudaBinding, AdamMatchesCpuOverFiveSteps) {
+  TwoDevices d;
+  const std::int64_t n = 5003;
+  auto p = d.random({n}, DType::fp32, 91);
+  auto m = d.input({n}, DType::fp32, Floats(static_cast<std::size_t>(n), 0.0f));
+  auto v = d.input({n}, DType::fp32, Floats(static_cast<std::size_t>(n), 0.0f));
+  for (std::int64_t step = 1; step <= 5; ++step) {
+    auto g = d.random({n}, DType::fp32, 100 + static_cast<std::uint64_t>(step));
+    const auto args = [&](Tensor& pp, Tensor& gg, Tensor& mm, Tensor& vv) {
+      return AdamArgs{pp, gg, mm, vv, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step};
+    };
+    d.cpu().adam(d.cpu().default_stream(), args(p.cpu, g.cpu, m.cpu, v.cpu));
+    d.gpu().adam(d.gpu().default_stream(), args(p.gpu, g.gpu, m.gpu, v.gpu));
+  }
+  EXPECT_TRUE(d.close(p, 1e-5));
+  EXPECT_TRUE(d.close(m, 1e-5));
+  EXPECT_TRUE(d.close(v, 1e-5));
+}
+
+TEST_F(CudaBinding, MemoryAccountingMatchesTheCpuBinding) {
+  CpuDevice cpu;
+  CudaDevice gpu(0);
+  for (Device* dev : {static_cast<Device*>(&cpu), static_cast<Device*>(&gpu)}) {
+    Tensor a = dev->allocate({1000, 3}, DType::fp32);
+    {
+      Tensor b = dev->allocate({7}, DType::bf16);
+      Tensor c = dev->allocate({5}, DType::int32);
+    }
+    Tensor d = dev->allocate({7}, DType::bf16);  // reuses a cached block on both
+  }
+  EXPECT_EQ(gpu.memory().live(), cpu.memory().live());
+  EXPECT_EQ(gpu.memory().peak(), cpu.memory().peak());
+  EXPECT_EQ(gpu.memory().peak(), Bytes(12000 + 14 + 20));
+  EXPECT_EQ(gpu.memory().live(), Bytes(0));
+}
+
+TEST_F(CudaBinding, EventsOrderStreamsAndTraceTimeWaits) {
+  CudaDevice gpu(0);
+  auto side = gpu.create_stream("side");
+  auto done = gpu.create_event();
+  Tensor x = gpu.allocate({1 << 22}, DType::fp32);
+  gpu.fill(gpu.default_stream(), x, 1.0f);
+  for (int i = 0; i < 20; ++i) gpu.scale(gpu.default_stream(), x, 2.0f);
+  gpu.default_stream().record(*done);
+  side->wait(*done);  // the side stream's add runs after the scaling
+  Tensor y = gpu.allocate({1 << 22}, DType::fp32);
+  gpu.add(*side, x, x, y);
+  const auto before = std::chrono::steady_clock::now();
+  const auto t = gpu.trace_time(*side);
+  EXPECT_GE(t, before);
+  EXPECT_TRUE(done->query());
+  std::vector<float> host(static_cast<std::size_t>(y.numel()));
+  gpu.download(*side, y, host);
+  EXPECT_EQ(host.front(), 2.0f * 1048576.0f);
+  EXPECT_EQ(host.back(), 2.0f * 1048576.0f);
+}
+
+TEST_F(CudaBinding, RejectsForeignStreamsAndBadShapes) {
+  CudaDevice gpu(0);
+  CpuDevice cpu;
+  Tensor x = gpu.allocate({4}, DType::fp32);
+  EXPECT_THROW(gpu.fill(cpu.default_stream(), x, 0.0f), std::invalid_argument);
+  Tensor a = gpu.allocate({2, 3}, DType::fp32), b = gpu.allocate({4, 5}, DType::fp32),
+         c = gpu.allocate({2, 5}, DType::fp32);
+  EXPECT_THROW(gpu.gemm(gpu.default_stream(), {.a = a, .b = b, .c = c}), std::invalid_argument);
+  Tensor ids = gpu.allocate({4}, DType::int32);
+  EXPECT_THROW(gpu.gelu(gpu.default_stream(), ids, ids), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tandem::testing
