@@ -1,0 +1,155 @@
+// The cost model's arithmetic: roofline, GEMM tile and wave quantisation, attention from
+// its parts, PCIe transfers, and the calibration overrides (see cost_model.hpp).
+#include "sim/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "core/scenario.hpp"
+
+namespace tandem::sim {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_known(const OpDesc& op) {
+  const auto& ops = device_op_names();
+  if (std::find(ops.begin(), ops.end(), op.op) == ops.end()) {
+    const std::string best = closest_match(op.op, ops);
+    throw std::invalid_argument("CostModel: unknown op \"" + op.op + "\"" +
+                                (best.empty() ? "" : "; did you mean \"" + best + "\"?"));
+  }
+  if (op.m < 0 || op.n < 0 || op.k < 0 || op.batch < 0 || op.flops < 0 || op.bytes < 0)
+    throw std::invalid_argument("CostModel: op \"" + op.op + "\" has a negative size");
+}
+
+// 2·m·n·k·batch over the dtype's element size, read A and B, write C.
+double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+  const double elements =
+      static_cast<double>(batch) * (static_cast<double>(m) * static_cast<double>(k) +
+                                    static_cast<double>(k) * static_cast<double>(n) +
+                                    static_cast<double>(m) * static_cast<double>(n));
+  return elements * static_cast<double>(dtype_size(dtype).value);
+}
+
+}  // namespace
+
+GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  GemmTiling t;
+  if (m <= 0 || n <= 0 || batch <= 0) return t;
+  const std::int64_t tm = std::max(gpu.gemm_tile_m, 1);
+  const std::int64_t tn = std::max(gpu.gemm_tile_n, 1);
+  const std::int64_t sms = std::max(gpu.sm_count, 1);
+  t.tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
+  t.waves = ceil_div(t.tiles, sms);
+  t.efficiency =
+      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(batch) /
+      (static_cast<double>(t.waves) * static_cast<double>(sms) * static_cast<double>(tm * tn));
+  return t;
+}
+
+CostModel::CostModel(GpuSpec gpu, std::optional<CalibrationTable> table) : gpu_(std::move(gpu)) {
+  if (!table) return;
+  if (!table->gpu.empty() && table->gpu != gpu_.name)
+    throw ConfigError("calibration.gpu", table->gpu,
+                      "the table was measured on another GPU than " + gpu_.name);
+  // Fitted scale per (op, dtype): geometric mean of measured / modelled over its rows.
+  std::map<std::pair<std::string, DType>, std::pair<double, int>> log_sums;
+  for (const auto& r : table->rows) {
+    measured_[{r.op, r.dtype, r.m, r.n, r.k, r.batch}] = r.seconds;
+    const OpDesc desc{.op = r.op,
+                      .dtype = r.dtype,
+                      .m = r.m,
+                      .n = r.n,
+                      .k = r.k,
+                      .batch = r.batch,
+                      .flops = r.flops,
+                      .bytes = r.bytes};
+    const double modelled = model_seconds(desc);
+    if (modelled <= 0 || r.seconds <= 0) continue;
+    auto& [sum, count] = log_sums[{r.op, r.dtype}];
+    sum += std::log(r.seconds / modelled);
+    ++count;
+  }
+  for (const auto& [key, acc] : log_sums) scale_[key] = std::exp(acc.first / acc.second);
+}
+
+double CostModel::calibration_scale(const std::string& op, DType dtype) const {
+  const auto it = scale_.find({op, dtype});
+  return it == scale_.end() ? 1.0 : it->second;
+}
+
+double CostModel::seconds(const OpDesc& op) const {
+  check_known(op);
+  if (const auto it = measured_.find({op.op, op.dtype, op.m, op.n, op.k, op.batch});
+      it != measured_.end())
+    return it->second;
+  return model_seconds(op) * calibration_scale(op.op, op.dtype);
+}
+
+double CostModel::model_seconds(const OpDesc& op) const {
+  check_known(op);
+  if (op.op == "gemm") {
+    if (op.m == 0 || op.n == 0 || op.k == 0 || op.batch == 0)
+      return roofline_seconds(op.flops, op.bytes);
+    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes);
+  }
+  if (op.op == "attention" || op.op == "attention_backward") {
+    if (op.m == 0 || op.k == 0 || op.batch == 0) return roofline_seconds(op.flops, op.bytes);
+    return attention_seconds(op, op.op == "attention_backward");
+  }
+  if (op.op == "upload" || op.op == "download")
+    return gpu_.pcie.latency.value + op.bytes / gpu_.pcie.bandwidth.value;
+  return roofline_seconds(op.flops, op.bytes);
+}
+
+double CostModel::roofline_seconds(double flops, double bytes) const {
+  const double compute = flops / gpu_.peak_fp32.value;
+  const double memory = bytes / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
+  return gpu_.kernel_launch.value + std::max(compute, memory);
+}
+
+double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                               std::int64_t batch, double bytes) const {
+  const GemmTiling tiling = gemm_tiling(gpu_, m, n, batch);
+  // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
+  const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
+                            gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
+  const double compute = done_flops / (gpu_.peak(dtype).value * gpu_.gemm_peak_fraction);
+  if (bytes <= 0) bytes = gemm_bytes(dtype, m, n, k, batch);
+  const double memory = bytes / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
+  return gpu_.kernel_launch.value + std::max(compute, memory);
+}
+
+double CostModel::attention_seconds(const OpDesc& op, bool backward) const {
+  const std::int64_t bh = op.batch;  // B · heads
+  const std::int64_t t = op.m;       // sequence
+  const std::int64_t d = op.k;       // head_dim
+  const double size = static_cast<double>(dtype_size(op.dtype).value);
+  const double scores = static_cast<double>(bh) * static_cast<double>(t) * static_cast<double>(t);
+  const double head_elems =
+      static_cast<double>(bh) * static_cast<double>(t) * static_cast<double>(d);
+  auto gemm = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    return gemm_seconds(op.dtype, m, n, k, bh, 0);
+  };
+  if (!backward) {
+    return roofline_seconds(0, 2 * 3 * head_elems * size)     // qkv → q, k, v head-major
+           + gemm(t, t, d)                                    // S = Q·Kᵀ
+           + roofline_seconds(5 * scores, 2 * scores * size)  // scale, mask, softmax
+           + gemm(t, d, t)                                    // O = P·V
+           + roofline_seconds(0, 2 * head_elems * size);      // O → (B, T, heads, D)
+  }
+  return roofline_seconds(0, 2 * head_elems * size)         // dO → head-major
+         + gemm(t, t, d)                                    // dP = dO·Vᵀ
+         + gemm(t, d, t)                                    // dV = Pᵀ·dO
+         + roofline_seconds(4 * scores, 3 * scores * size)  // dS = P ⊙ (dP − rowsum(dP ⊙ P))
+         + gemm(t, d, t)                                    // dQ = dS·K
+         + gemm(t, d, t)                                    // dK = dSᵀ·Q
+         + roofline_seconds(0, 2 * 3 * head_elems * size);  // dq, dk, dv → grad_qkv
+}
+
+}  // namespace tandem::sim

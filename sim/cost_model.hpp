@@ -1,0 +1,90 @@
+// The price of one Device op on one GPU, in seconds, from its shapes and dtype: what the
+// sim binding charges simulated time for. The model, in four rules:
+//
+// 1. Roofline. An op takes max(flops / rate, bytes / (memory_bandwidth ·
+//    memory_peak_fraction)) plus one kernel launch. Non-GEMM ops compute on CUDA cores,
+//    so their rate is the fp32 peak; they are memory-bound in practice.
+// 2. GEMMs run on tensor cores (bf16/fp16) or CUDA cores (fp32) at peak(dtype) ·
+//    gemm_peak_fraction, and pay for shape: the output is cut into gemm_tile_m ×
+//    gemm_tile_n tiles (tile quantisation: m, n round up to the tile), tiles run in waves
+//    of sm_count (wave quantisation: the last wave costs as much as a full one), so the
+//    compute term is waves · sm_count · 2 · tile_m · tile_n · k / (peak · fraction).
+//    A100 bf16, 8192³: 2048 tiles of 256×128 → 19 waves of 108 → 99.8 % of the ideal.
+//    K is not quantised (no split-K).
+// 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
+//    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
+//    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
+//    backward + dQ = dS·K + dK = dSᵀ·Q + rearrange into grad_qkv. Each part is one kernel.
+// 4. upload/download cross PCIe: pcie latency + bytes / pcie bandwidth, no launch.
+//
+// A CalibrationTable (sim/calibration.hpp) overrides the model: an exact row gives the
+// time; otherwise a (op, dtype) with rows scales the model by their fitted factor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "core/tensor.hpp"
+#include "sim/calibration.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim {
+
+// One Device op as the sim binding sees it.
+struct OpDesc {
+  std::string op;  // the Device method name: "gemm", "layer_norm", … (device_op_names())
+  DType dtype = DType::fp32;  // the precision the op computes in
+  // gemm: C(m, n) = A(m, k) · B(k, n), per batch entry.
+  // attention, attention_backward: batch = B · heads, m = T (sequence), k = head_dim
+  //   (n unused); flops and bytes are ignored, the parts are priced from the shape.
+  // other ops: m = rows, n = columns (0 if n/a).
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t batch = 1;  // gemm batch count
+  double flops = 0;        // useful floating-point operations
+  double bytes = 0;        // bytes read + written from device memory
+};
+
+// How a GEMM's output splits into tiles and waves on a GPU (rule 2 above).
+struct GemmTiling {
+  std::int64_t tiles = 0;  // ceil(m / tile_m) · ceil(n / tile_n) · batch
+  std::int64_t waves = 0;  // ceil(tiles / sm_count)
+  // Useful work / work done: 2·m·n·k·batch / (waves · sm_count · 2·tile_m·tile_n·k).
+  double efficiency = 0;
+};
+GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch);
+
+class CostModel {
+ public:
+  // Throws ConfigError when the table names a different GPU than `gpu`.
+  explicit CostModel(GpuSpec gpu, std::optional<CalibrationTable> table = {});
+
+  // The time of `op` in seconds: a calibration row's, or the model's times the fitted
+  // scale of its (op, dtype). Throws std::invalid_argument for an unknown op name or a
+  // negative size.
+  double seconds(const OpDesc& op) const;
+  // The uncalibrated model (rules 1-4).
+  double model_seconds(const OpDesc& op) const;
+  // The factor calibration applies to (op, dtype) without an exact row; 1 when none.
+  double calibration_scale(const std::string& op, DType dtype) const;
+
+  const GpuSpec& gpu() const { return gpu_; }
+
+ private:
+  using RowKey =
+      std::tuple<std::string, DType, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+
+  double gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                      std::int64_t batch, double bytes) const;
+  double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
+  double attention_seconds(const OpDesc& op, bool backward) const;
+
+  GpuSpec gpu_;
+  std::map<RowKey, double> measured_;                      // exact rows → seconds
+  std::map<std::pair<std::string, DType>, double> scale_;  // fitted measured / model
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,45 @@
+// The SimGrid platform of a Topology: one host per rank ("rank-<r>"), each GPU's
+// split-duplex link into its node's switch, each node's NICs, and the fabric between
+// nodes. Building is linear in the ranks. Routes (a fat tree is a star of node zones, so a
+// route is a table lookup; rail-optimized is one Dijkstra zone, so a route costs a
+// shortest-path search, about 2 ms at 3072 ranks, the first time its source sends):
+//
+//   same node         GPU link ↑ → node switch → GPU link ↓
+//   fat tree          GPU link ↑ → NIC ↑ → core → NIC ↓ → GPU link ↓
+//   rail, same rail   GPU link ↑ → NIC ↑ → rail switch → NIC ↓ → GPU link ↓
+//   rail, cross rail  GPU link ↑ → NIC ↑ → rail switch → spine → rail switch → NIC ↓ → GPU link ↓
+//
+// GPU g of a node sends and receives through NIC nic_of_gpu(g) (g itself on DGX nodes).
+// The core (fat tree) or spine (rail) is one shared link of nodes · nics · nic bandwidth
+// / oversubscription. Latencies are split in halves over the two links a hop crosses, so
+// one flow alone takes gpu_link.latency + bytes / gpu_link.bandwidth inside a node and
+// gpu_link.latency + nic.latency + bytes / nic.bandwidth between nodes. Compute is priced
+// by sim/cost_model.hpp; a host's speed (its bf16 peak) is informative only.
+#pragma once
+
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
+#include <vector>
+
+#include "topology/placement.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim {
+
+struct Platform {
+  int world_size = 0;
+  int nodes = 0;
+  std::vector<simgrid::s4u::Host*> hosts;      // (world_size): rank r's host, "rank-<r>"
+  std::vector<RankPlacement> placement;        // (world_size): node and local GPU of rank r
+  std::vector<simgrid::s4u::Link*> gpu_links;  // (world_size): split-duplex, "gpu-<r>"
+  std::vector<simgrid::s4u::Link*> nic_links;  // (nodes · nics_per_node), "nic-<node>-<i>"
+  simgrid::s4u::Link* fabric_link = nullptr;   // "core" or "spine"; null on one node
+};
+
+// Builds the platform into the engine's (empty) platform and seals it. Call once per
+// engine, after configure_network_model (sim/simgrid_config.hpp). Throws ConfigError when
+// world_size < 1, or when the ranks need several nodes and the topology has no NICs.
+Platform build_platform(const Topology& topology, int world_size);
+
+}  // namespace tandem::sim

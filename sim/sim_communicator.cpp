@@ -1,0 +1,394 @@
+#include "sim/sim_communicator.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <simgrid/s4u/Comm.hpp>
+#include <stdexcept>
+
+#include "sim/collective_cost.hpp"
+#include "sim/sim_device.hpp"
+
+namespace tandem::sim {
+
+struct SimCommunicator::WorkState {
+  bool done = false;
+  double issued = 0, started = 0, finished = 0;
+  double all_arrived = 0;  // when the last transfer's partners were all there
+  simgrid::s4u::MutexPtr mutex = simgrid::s4u::Mutex::create();
+  simgrid::s4u::ConditionVariablePtr cv = simgrid::s4u::ConditionVariable::create();
+
+  void finish(double start, double end, double arrived) {
+    std::unique_lock lock(*mutex);
+    started = start;
+    all_arrived = arrived;
+    finished = end;
+    done = true;
+    cv->notify_all();
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point at(double seconds) {
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+}
+
+class SimWork : public Work {
+ public:
+  SimWork(std::shared_ptr<SimCommunicator::WorkState> state, SimStream& stream, RankStats& stats,
+          std::string kind)
+      : state_(std::move(state)), stream_(stream), stats_(stats), kind_(std::move(kind)) {}
+
+  void wait() override {
+    const double from = std::max(sim_now(), stream_.ready());
+    {
+      std::unique_lock lock(*state_->mutex);
+      while (!state_->done) state_->cv->wait(lock);
+    }
+    // A closed-form collective is done from the start but ends in the future.
+    if (state_->finished > sim_now()) simgrid::s4u::this_actor::sleep_until(state_->finished);
+    // Until the last member arrived the stream waited for a peer, then for the transfers.
+    if (!waited_) {
+      stats_.peer_wait[kind_] += std::max(0.0, state_->all_arrived - from);
+      stats_.exposed[kind_] +=
+          std::max(0.0, state_->finished - std::max(from, state_->all_arrived));
+    }
+    waited_ = true;
+  }
+  bool test() override { return state_->done && state_->finished <= sim_now(); }
+  std::optional<WorkTiming> timing() const override {
+    if (!state_->done) return std::nullopt;
+    return WorkTiming{at(state_->issued), at(state_->started), at(state_->finished)};
+  }
+
+ private:
+  std::shared_ptr<SimCommunicator::WorkState> state_;
+  SimStream& stream_;
+  RankStats& stats_;
+  std::string kind_;
+  bool waited_ = false;
+};
+
+// Waits at `rv` until done; the last of the expected actors to arrive runs `launch`
+// (which returns the start time) and records the end.
+void meet(Rendezvous& rv, const std::function<double()>& launch) {
+  std::unique_lock lock(*rv.mutex);
+  ++rv.arrived;
+  if (rv.arrived == rv.expected) {
+    lock.unlock();
+    const double started = launch();
+    lock.lock();
+    rv.started = started;
+    rv.finished = sim_now();
+    rv.done = true;
+    rv.cv->notify_all();
+    return;
+  }
+  while (!rv.done) rv.cv->wait(lock);
+}
+
+std::vector<Flow> ring(const std::vector<int>& members, double fraction) {
+  std::vector<Flow> flows;
+  const std::size_t n = members.size();
+  if (n < 2) return flows;
+  for (std::size_t i = 0; i < n; ++i) flows.push_back({members[i], members[(i + 1) % n], fraction});
+  return flows;
+}
+
+double closed_form_seconds(const std::string& algorithm, double bytes, int n, LinkSpec link) {
+  if (n < 2 || algorithm == "barrier") return 0;
+  const Bytes b{static_cast<std::int64_t>(bytes)};
+  if (algorithm == "all_reduce") return collective_time(Collective::all_reduce, b, n, link).value;
+  if (algorithm == "all_gather") return collective_time(Collective::all_gather, b, n, link).value;
+  if (algorithm == "reduce_scatter")
+    return collective_time(Collective::reduce_scatter, b, n, link).value;
+  if (algorithm == "broadcast") return collective_time(Collective::broadcast, b, n, link).value;
+  if (algorithm == "all_to_all") return collective_time(Collective::all_to_all, b, n, link).value;
+  throw std::logic_error("SimCommunicator: unknown algorithm " + algorithm);
+}
+
+}  // namespace
+
+double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_bytes,
+                 double extra_latency) {
+  const double start = sim_now();
+  std::vector<simgrid::s4u::CommPtr> comms;
+  for (const auto& f : flows) {
+    const auto bytes = static_cast<std::uint64_t>(f.fraction * total_bytes + 0.5);
+    if (bytes == 0) continue;
+    comms.push_back(simgrid::s4u::Comm::sendto_async(world.host(f.src), world.host(f.dst), bytes));
+  }
+  if (!comms.empty()) simgrid::s4u::Comm::wait_all(comms);
+  if (extra_latency > 0 && !comms.empty()) simgrid::s4u::this_actor::sleep_for(extra_latency);
+  return start;
+}
+
+SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int me,
+                                 std::string name, std::string id)
+    : world_(world),
+      members_(std::move(members)),
+      me_(me),
+      name_(std::move(name)),
+      id_(std::move(id)),
+      mutex_(simgrid::s4u::Mutex::create()),
+      cv_(simgrid::s4u::ConditionVariable::create()) {
+  auto it = std::find(members_.begin(), members_.end(), me_);
+  if (it == members_.end())
+    throw std::invalid_argument("SimCommunicator " + id_ + ": rank " + std::to_string(me_) +
+                                " is not a member");
+  index_ = static_cast<int>(it - members_.begin());
+}
+
+// The communication actor is a daemon: the engine ends it when the ranks' actors are
+// done, so a communicator must outlive the simulation run (the runner owns them).
+SimCommunicator::~SimCommunicator() = default;
+
+void SimCommunicator::serve() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(*mutex_);
+      while (queue_.empty()) cv_->wait(lock);
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (task.not_before > sim_now()) simgrid::s4u::this_actor::sleep_until(task.not_before);
+    task.run(*task.state);
+  }
+}
+
+std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkState&)> run) {
+  auto& stream = dynamic_cast<SimStream&>(s);
+  if (!actor_) {
+    actor_ = simgrid::s4u::Actor::create(name_ + " comm of rank " + std::to_string(me_),
+                                         world_.host(me_), [this] { serve(); });
+    actor_->daemonize();
+  }
+  auto state = std::make_shared<WorkState>();
+  state->issued = sim_now();
+  {
+    std::unique_lock lock(*mutex_);
+    queue_.push_back({state, std::max(stream.ready(), sim_now()), std::move(run)});
+    cv_->notify_one();
+  }
+  return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+}
+
+const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm, int root) {
+  const auto key = std::make_pair(algorithm, root);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  const auto n = static_cast<double>(members_.size());
+  std::vector<Flow> flows;
+  double steps = 1;
+  if (algorithm == "all_reduce") {
+    flows = ring(members_, 2 * (n - 1) / n);
+    steps = 2 * (n - 1);
+  } else if (algorithm == "all_gather" || algorithm == "reduce_scatter") {
+    flows = ring(members_, (n - 1) / n);
+    steps = n - 1;
+  } else if (algorithm == "broadcast") {
+    const std::size_t size = members_.size(), r = static_cast<std::size_t>(root);
+    for (std::size_t i = 0; i + 1 < size; ++i)
+      flows.push_back({members_[(r + i) % size], members_[(r + i + 1) % size], 1.0});
+    steps = n - 1;
+  } else if (algorithm == "all_to_all") {
+    for (int a : members_)
+      for (int b : members_)
+        if (a != b) flows.push_back({a, b, 1.0 / n});
+  } else if (algorithm == "barrier") {
+  } else {
+    throw std::logic_error("SimCommunicator: unknown algorithm " + algorithm);
+  }
+  double hop = 0;
+  for (const auto& f : flows) hop = std::max(hop, world_.latency(f.src, f.dst));
+  Plan p{world_.with_images(flows), std::max(0.0, steps - 1) * hop};
+  return plans_.emplace(key, std::move(p)).first->second;
+}
+
+std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& algorithm,
+                                                  double bytes, int root) {
+  if (world_.record_ops())
+    world_.stats(me_).collectives.push_back(algorithm + " " + name_ + " " +
+                                            std::to_string(static_cast<std::int64_t>(bytes)));
+  const std::string key = id_ + "#" + std::to_string(sequence_++);
+  const int expected = world_.count_present(members_);
+  if (closed_form_) {
+    const double seconds = closed_form_seconds(algorithm, bytes, size(), *closed_form_);
+    if (expected == 1) {
+      auto& stream = dynamic_cast<SimStream&>(s);
+      auto state = std::make_shared<WorkState>();
+      state->issued = sim_now();
+      const double start = std::max({stream.ready(), sim_now(), clock_});
+      clock_ = start + seconds;
+      state->finish(start, clock_, start);
+      return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+    }
+    return issue(s, [this, key, expected, seconds](WorkState& w) {
+      auto rv = world_.rendezvous(key, expected);
+      meet(*rv, [&] {
+        const double start = sim_now();
+        if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
+        return start;
+      });
+      if (++rv->left == rv->expected) world_.forget(key);
+      w.finish(rv->started, rv->finished, rv->started);
+    });
+  }
+  const Plan& p = plan(algorithm, root);
+  return issue(s, [this, key, expected, &p, bytes](WorkState& w) {
+    auto rv = world_.rendezvous(key, expected);
+    meet(*rv, [&] { return run_flows(world_, p.flows, bytes, p.extra_latency); });
+    if (++rv->left == rv->expected) world_.forget(key);
+    w.finish(rv->started, rv->finished, rv->started);
+  });
+}
+
+std::unique_ptr<Work> SimCommunicator::all_reduce(Stream& s, Tensor& buffer, ReduceOp) {
+  return collective(s, "all_reduce", static_cast<double>(buffer.bytes().value));
+}
+
+std::unique_ptr<Work> SimCommunicator::all_gather(Stream& s, const Tensor& input, Tensor& output) {
+  if (output.numel() != input.numel() * size())
+    throw std::invalid_argument("all_gather on " + id_ + ": output holds " +
+                                std::to_string(output.numel()) + " elements, needs " +
+                                std::to_string(input.numel() * size()));
+  return collective(s, "all_gather", static_cast<double>(output.bytes().value));
+}
+
+std::unique_ptr<Work> SimCommunicator::reduce_scatter(Stream& s, const Tensor& input,
+                                                      Tensor& output, ReduceOp) {
+  if (input.numel() != output.numel() * size())
+    throw std::invalid_argument("reduce_scatter on " + id_ + ": input holds " +
+                                std::to_string(input.numel()) + " elements, needs " +
+                                std::to_string(output.numel() * size()));
+  return collective(s, "reduce_scatter", static_cast<double>(input.bytes().value));
+}
+
+std::unique_ptr<Work> SimCommunicator::broadcast(Stream& s, Tensor& buffer, int root) {
+  if (root < 0 || root >= size())
+    throw std::invalid_argument("broadcast on " + id_ + ": root " + std::to_string(root) +
+                                " outside the group of " + std::to_string(size()));
+  return collective(s, "broadcast", static_cast<double>(buffer.bytes().value), root);
+}
+
+std::unique_ptr<Work> SimCommunicator::all_to_all(Stream& s, const Tensor& input, Tensor& output) {
+  if (input.numel() != output.numel() || input.numel() % size() != 0)
+    throw std::invalid_argument("all_to_all on " + id_ + ": " + std::to_string(input.numel()) +
+                                " and " + std::to_string(output.numel()) +
+                                " elements must be equal and divide by " + std::to_string(size()));
+  return collective(s, "all_to_all", static_cast<double>(input.bytes().value));
+}
+
+std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2POp> ops) {
+  struct Op {
+    std::string key;
+    int expected;
+    std::vector<Flow> flows;
+    double bytes;
+  };
+  std::vector<Op> batch;
+  for (const auto& op : ops) {
+    if (op.peer < 0 || op.peer >= size() || op.peer == index_)
+      throw std::invalid_argument("batch_p2p on " + id_ + ": peer " + std::to_string(op.peer) +
+                                  " is not another member of the group of " +
+                                  std::to_string(size()));
+    const int peer = members_[static_cast<std::size_t>(op.peer)];
+    const bool send = op.kind == P2POp::Kind::send;
+    const int src = send ? me_ : peer, dst = send ? peer : me_;
+    const std::int64_t seq = p2p_sequence_[{src, dst}]++;
+    std::string key =
+        id_ + "#p" + std::to_string(src) + ">" + std::to_string(dst) + "#" + std::to_string(seq);
+    auto flows = p2p_flows_.find({src, dst});
+    if (flows == p2p_flows_.end())
+      flows =
+          p2p_flows_.emplace(std::make_pair(src, dst), world_.with_images({{src, dst, 1.0}})).first;
+    batch.push_back({std::move(key), world_.count_present({src, dst}), flows->second,
+                     static_cast<double>(op.tensor.bytes().value)});
+  }
+  if (world_.record_ops()) {
+    double bytes = 0;
+    for (const auto& op : batch) bytes += op.bytes;
+    world_.stats(me_).collectives.push_back("p2p " + name_ + " " + std::to_string(ops.size()) +
+                                            " " + std::to_string(static_cast<std::int64_t>(bytes)));
+  }
+  return issue(s, [this, batch = std::move(batch)](WorkState& w) {
+    // Arrive at every pair first (a batch sends and receives at once, as NCCL's grouped
+    // calls do), start the pairs whose peer is already there, then wait for the rest.
+    std::vector<std::shared_ptr<Rendezvous>> rvs;
+    std::vector<simgrid::s4u::CommPtr> mine;
+    std::vector<std::shared_ptr<Rendezvous>> launched;
+    for (const auto& op : batch) {
+      auto rv = world_.rendezvous(op.key, op.expected);
+      rvs.push_back(rv);
+      if (++rv->arrived < rv->expected) continue;
+      rv->started = sim_now();
+      for (const auto& f : op.flows) {
+        const auto bytes = static_cast<std::uint64_t>(f.fraction * op.bytes + 0.5);
+        if (bytes > 0)
+          mine.push_back(
+              simgrid::s4u::Comm::sendto_async(world_.host(f.src), world_.host(f.dst), bytes));
+      }
+      launched.push_back(rv);
+    }
+    if (!mine.empty()) simgrid::s4u::Comm::wait_all(mine);
+    for (auto& rv : launched) {
+      std::unique_lock lock(*rv->mutex);
+      rv->finished = sim_now();
+      rv->done = true;
+      rv->cv->notify_all();
+    }
+    double started = sim_now(), finished = 0, arrived = 0;
+    for (std::size_t i = 0; i < rvs.size(); ++i) {
+      auto& rv = *rvs[i];
+      {
+        std::unique_lock lock(*rv.mutex);
+        while (!rv.done) rv.cv->wait(lock);
+      }
+      started = std::min(started, rv.started);
+      arrived = std::max(arrived, rv.started);
+      finished = std::max(finished, rv.finished);
+      if (++rv.left == rv.expected) world_.forget(batch[i].key);
+    }
+    w.finish(started, std::max(finished, started), arrived);
+  });
+}
+
+void SimCommunicator::barrier() {
+  const std::string key = id_ + "#barrier" + std::to_string(sequence_++);
+  auto rv = world_.rendezvous(key, world_.count_present(members_));
+  meet(*rv, [] { return sim_now(); });
+  if (++rv->left == rv->expected) world_.forget(key);
+}
+
+std::unique_ptr<Communicator> SimCommunicator::split(int color, int key, std::string name) {
+  if (world_.count_present(members_) != size())
+    throw std::logic_error("SimCommunicator::split on " + id_ +
+                           ": in symmetric mode not every member runs; build the group "
+                           "communicators from the layout instead");
+  // Every member posts (color, key) and leaves once all have; each then picks its group.
+  const std::string rv_key = id_ + "#split" + std::to_string(sequence_++);
+  auto rv = world_.rendezvous(rv_key, size());
+  auto& posted = world_.split_posts(rv_key);
+  posted[me_] = {color, key};
+  meet(*rv, [] { return sim_now(); });
+  std::vector<std::tuple<int, int, int>> mine;  // (key, old index, global rank)
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    const auto [c, k] = posted.at(members_[i]);
+    if (c == color) mine.emplace_back(k, static_cast<int>(i), members_[i]);
+  }
+  std::sort(mine.begin(), mine.end());
+  std::vector<int> ranks;
+  for (const auto& m : mine) ranks.push_back(std::get<2>(m));
+  if (++rv->left == rv->expected) {
+    world_.forget(rv_key);
+    world_.forget_split_posts(rv_key);
+  }
+  return std::make_unique<SimCommunicator>(world_, std::move(ranks), me_, std::move(name),
+                                           id_ + "/" + std::to_string(color));
+}
+
+}  // namespace tandem::sim

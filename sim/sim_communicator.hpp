@@ -1,0 +1,111 @@
+// The sim binding's Communicator: collectives as NCCL runs them, decomposed into
+// transfers that SimGrid puts on the platform's links, so that contention between groups
+// (tp inside a node, dp and pp across NICs) is modelled rather than assumed.
+//
+// Like a NCCL communicator with its own stream, each SimCommunicator has a
+// communication actor that runs its operations in issue order. An operation issued on
+// stream s starts no earlier than the work issued on s so far (its input is ready then),
+// waits at a rendezvous for the group's other actors, and then the last to arrive starts
+// the transfers of every member — and, in symmetric mode, of every image of the group
+// whose transfers share a link with an actor's. Work::wait puts the host actor to sleep
+// until the operation's end and books the time the compute stream stood still as
+// exposed communication of the group's kind.
+//
+// Algorithms (bytes S of the collective, n members, ring in rank order):
+//   all-reduce     ring: each member sends 2(n−1)/n·S to the next, 2(n−1) steps
+//   all-gather     ring: (n−1)/n·S (S = output), n−1 steps
+//   reduce-scatter ring: (n−1)/n·S (S = input), n−1 steps
+//   broadcast      pipelined chain from the root: S per hop, n−1 steps
+//   all-to-all     every ordered pair: S/n, 1 step
+//   p2p            one transfer per send, matched with the peer's receive
+// A ring's transfers are one SimGrid flow per hop carrying all its steps' bytes (the
+// ring's bandwidth term), plus (steps − 1) hop latencies (its latency term).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <simgrid/s4u/Actor.hpp>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "sim/sim_world.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim {
+
+class SimCommunicator : public Communicator {
+ public:
+  // `members`: global ranks in group order; `me`: this actor's global rank; `id`: a name
+  // unique to this group in the world (the same on every member), e.g. "tp:0,1,2,3".
+  SimCommunicator(SimWorld& world, std::vector<int> members, int me, std::string name,
+                  std::string id);
+  ~SimCommunicator() override;
+
+  int rank() const override { return index_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  std::string_view name() const override { return name_; }
+  const std::vector<int>& members() const { return members_; }
+
+  // Prices this group's collectives in closed form (sim/collective_cost.hpp) over `link`
+  // instead of putting flows on the platform: for a group inside one switched node, whose
+  // GPU ports carry nothing else (inter-node traffic leaves through the NICs). When this
+  // actor is the group's only one (symmetric mode), such a collective is no SimGrid
+  // activity at all: it runs on the communicator's own clock, like a compute op.
+  void set_closed_form(LinkSpec link) { closed_form_ = link; }
+
+  std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
+  std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp op) override;
+  std::unique_ptr<Work> all_gather(Stream& s, const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& input, Tensor& output,
+                                       ReduceOp op) override;
+  std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
+  std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  void barrier() override;
+
+  struct WorkState;
+  struct Plan {
+    std::vector<Flow> flows;  // with images
+    double extra_latency = 0;
+  };
+
+ private:
+  struct Task {
+    std::shared_ptr<WorkState> state;
+    double not_before = 0;
+    std::function<void(WorkState&)> run;
+  };
+  std::unique_ptr<Work> issue(Stream& s, std::function<void(WorkState&)> run);
+  std::unique_ptr<Work> collective(Stream& s, const std::string& algorithm, double bytes,
+                                   int root = 0);
+  const Plan& plan(const std::string& algorithm, int root);
+  void serve();  // the communication actor's loop
+
+  SimWorld& world_;
+  std::vector<int> members_;
+  int me_;
+  int index_;
+  std::string name_;
+  std::string id_;
+  std::int64_t sequence_ = 0;
+  std::map<std::pair<int, int>, std::int64_t> p2p_sequence_;  // (src, dst) global → count
+  std::map<std::pair<std::string, int>, Plan> plans_;
+  std::map<std::pair<int, int>, std::vector<Flow>> p2p_flows_;  // (src, dst) → with images
+  std::optional<LinkSpec> closed_form_;
+  double clock_ = 0;  // closed-form collectives of a lone actor: when the last one ends
+  std::deque<Task> queue_;
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr cv_;
+  simgrid::s4u::ActorPtr actor_;
+};
+
+// Starts `flows` (bytes = fraction · total) and waits for them, then the extra latency.
+// Returns the time they started.
+double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_bytes,
+                 double extra_latency);
+
+}  // namespace tandem::sim

@@ -1,0 +1,366 @@
+#include "sim/sim_device.hpp"
+
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <stdexcept>
+
+namespace tandem::sim {
+namespace {
+
+// Phantom storage: bytes without memory. Releasing it returns the bytes to the tracker,
+// exactly as HostStorage does on the cpu binding.
+class PhantomStorage : public Storage {
+ public:
+  PhantomStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker)
+      : bytes_(bytes), tracker_(std::move(tracker)) {
+    tracker_->on_allocate(bytes_);
+  }
+  ~PhantomStorage() override { tracker_->on_release(bytes_); }
+  void* data() override { return nullptr; }
+  Bytes bytes() const override { return bytes_; }
+
+ private:
+  Bytes bytes_;
+  std::shared_ptr<MemoryTracker> tracker_;
+};
+
+class SimEvent : public Event {
+ public:
+  void synchronize() override {
+    if (time_ > sim_now()) simgrid::s4u::this_actor::sleep_until(time_);
+  }
+  bool query() override { return time_ <= sim_now(); }
+  double time_ = 0;
+};
+
+std::int64_t last_dim(const Tensor& t) {
+  return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1];
+}
+std::int64_t rows_of(const Tensor& t) {
+  const std::int64_t c = last_dim(t);
+  return c == 0 ? 0 : t.numel() / c;
+}
+
+}  // namespace
+
+double sim_now() {
+  return simgrid::s4u::Engine::get_clock();
+}
+
+void SimStream::record(Event& event) {
+  dynamic_cast<SimEvent&>(event).time_ = ready_;
+}
+
+void SimStream::wait(Event& event) {
+  wait_until(dynamic_cast<SimEvent&>(event).time_);
+}
+
+void SimStream::synchronize() {
+  if (ready_ > sim_now()) simgrid::s4u::this_actor::sleep_until(ready_);
+}
+
+double SimStream::enqueue(double seconds) {
+  const double start = std::max(ready_, sim_now());
+  ready_ = start + seconds;
+  busy_ += seconds;
+  return start;
+}
+
+void SimStream::wait_until(double time) {
+  ready_ = std::max(ready_, time);
+}
+
+SimDevice::SimDevice(Pricer price, SimDeviceOptions options)
+    : price_(std::move(price)),
+      options_(options),
+      memory_(std::make_shared<MemoryTracker>()),
+      default_stream_(std::make_unique<SimStream>("compute")) {}
+
+SimDevice::~SimDevice() = default;
+
+Tensor SimDevice::allocate(const Shape& shape, DType dtype) {
+  const Bytes bytes = dtype_size(dtype) * shape.numel();
+  return Tensor{shape, dtype, std::make_shared<PhantomStorage>(bytes, memory_), 0};
+}
+
+std::unique_ptr<Stream> SimDevice::create_stream(std::string name) {
+  return std::make_unique<SimStream>(std::move(name));
+}
+
+std::unique_ptr<Event> SimDevice::create_event() {
+  return std::make_unique<SimEvent>();
+}
+
+std::chrono::steady_clock::time_point SimDevice::trace_time(Stream& s) {
+  // Work issued now starts when the stream drains or now, whichever is later: after the
+  // host waited (a p2p receive, a collective) the stream stood idle until now.
+  const double t = std::max(dynamic_cast<SimStream&>(s).ready(), sim_now());
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(t)));
+}
+
+double SimDevice::activation_bytes(std::int64_t elements) const {
+  return static_cast<double>(elements) *
+         static_cast<double>(dtype_size(options_.compute_dtype).value);
+}
+
+void SimDevice::run(Stream& s, OpDesc op) {
+  const double seconds = price_(op);
+  dynamic_cast<SimStream&>(s).enqueue(seconds);
+  op_seconds_[op.op] += seconds;
+  if (options_.record_ops) issued_.push_back({std::move(op), seconds});
+}
+
+void SimDevice::upload(Stream& s, Tensor& t, const ProduceFloats&) {
+  run(s, {.op = "upload",
+          .dtype = t.dtype,
+          .m = t.numel(),
+          .bytes = static_cast<double>(t.bytes().value)});
+}
+
+void SimDevice::upload(Stream& s, Tensor& t, const ProduceInts&) {
+  run(s, {.op = "upload",
+          .dtype = t.dtype,
+          .m = t.numel(),
+          .bytes = static_cast<double>(t.bytes().value)});
+}
+
+void SimDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
+  if (static_cast<std::int64_t>(host.size()) != t.numel())
+    throw std::invalid_argument("download: host buffer of " + std::to_string(host.size()) +
+                                " floats for a tensor of " + std::to_string(t.numel()));
+  run(s, {.op = "download",
+          .dtype = t.dtype,
+          .m = t.numel(),
+          .bytes = static_cast<double>(t.bytes().value)});
+  s.synchronize();
+  std::fill(host.begin(), host.end(), 0.0f);
+}
+
+void SimDevice::gemm(Stream& s, const GemmArgs& a) {
+  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
+  const std::int64_t k = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
+  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
+  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
+  if (k != kb || a.c.numel() != m * n)
+    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + " · " + a.b.shape.to_string() +
+                                " into " + a.c.shape.to_string() + ": shapes do not match");
+  // Accumulating (beta = 1) reads C as well; C is an fp32 buffer when it accumulates
+  // weight gradients, so its bytes follow its own dtype size on the real device.
+  const double c_bytes = static_cast<double>(m * n) * (a.beta != 0 ? 2.0 : 1.0) *
+                         static_cast<double>(dtype_size(options_.compute_dtype).value);
+  run(s, {.op = "gemm",
+          .dtype = options_.compute_dtype,
+          .m = m,
+          .n = n,
+          .k = k,
+          .flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
+          .bytes = activation_bytes(m * k + k * n) + c_bytes});
+}
+
+void SimDevice::bias_add(Stream& s, Tensor& x, const Tensor&) {
+  run(s, {.op = "bias_add",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(x),
+          .n = last_dim(x),
+          .flops = static_cast<double>(x.numel()),
+          .bytes = activation_bytes(2 * x.numel())});
+}
+
+void SimDevice::bias_grad(Stream& s, const Tensor& grad, Tensor&) {
+  run(s, {.op = "bias_grad",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(grad),
+          .n = last_dim(grad),
+          .flops = static_cast<double>(grad.numel()),
+          .bytes = activation_bytes(grad.numel())});
+}
+
+void SimDevice::layer_norm(Stream& s, const LayerNormArgs& a) {
+  run(s, {.op = "layer_norm",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.input),
+          .n = last_dim(a.input),
+          .flops = 8.0 * static_cast<double>(a.input.numel()),
+          .bytes = activation_bytes(2 * a.input.numel())});
+}
+
+void SimDevice::layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) {
+  run(s, {.op = "layer_norm_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.input),
+          .n = last_dim(a.input),
+          .flops = 14.0 * static_cast<double>(a.input.numel()),
+          .bytes = activation_bytes(3 * a.input.numel())});
+}
+
+namespace {
+struct AttnDims {
+  std::int64_t b, t, heads, head_dim;
+};
+AttnDims attn_dims(const Tensor& qkv) {
+  if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
+    throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
+                                qkv.shape.to_string());
+  return {qkv.shape[1], qkv.shape[0], qkv.shape[3], qkv.shape[4]};
+}
+}  // namespace
+
+// Unfused attention as Megatron's core attention runs it: Q·Kᵀ and P·V as batched GEMMs
+// over (B · heads), the softmax between them reading and writing the (T, T) scores.
+void SimDevice::attention(Stream& s, const AttentionArgs& a) {
+  const auto d = attn_dims(a.qkv);
+  const double scores = static_cast<double>(d.b * d.heads * d.t * d.t);
+  run(s, {.op = "attention",
+          .dtype = options_.compute_dtype,
+          .m = d.t,
+          .n = d.t,
+          .k = d.head_dim,
+          .batch = d.b * d.heads,
+          .flops = 4.0 * scores * static_cast<double>(d.head_dim),
+          .bytes = activation_bytes(a.qkv.numel() + a.output.numel()) +
+                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value)});
+}
+
+void SimDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
+  const auto d = attn_dims(a.qkv);
+  const double scores = static_cast<double>(d.b * d.heads * d.t * d.t);
+  run(s, {.op = "attention_backward",
+          .dtype = options_.compute_dtype,
+          .m = d.t,
+          .n = d.t,
+          .k = d.head_dim,
+          .batch = d.b * d.heads,
+          .flops = 8.0 * scores * static_cast<double>(d.head_dim),
+          .bytes = activation_bytes(2 * a.qkv.numel() + a.grad_output.numel()) +
+                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value)});
+}
+
+void SimDevice::gelu(Stream& s, const Tensor& input, Tensor&) {
+  run(s, {.op = "gelu",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(input),
+          .n = last_dim(input),
+          .flops = 8.0 * static_cast<double>(input.numel()),
+          .bytes = activation_bytes(2 * input.numel())});
+}
+
+void SimDevice::gelu_backward(Stream& s, const Tensor& grad_output, const Tensor&, Tensor&) {
+  run(s, {.op = "gelu_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(grad_output),
+          .n = last_dim(grad_output),
+          .flops = 12.0 * static_cast<double>(grad_output.numel()),
+          .bytes = activation_bytes(3 * grad_output.numel())});
+}
+
+void SimDevice::embedding(Stream& s, const EmbeddingArgs& a) {
+  run(s, {.op = "embedding",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.output),
+          .n = last_dim(a.output),
+          .bytes = activation_bytes(2 * a.output.numel())});
+}
+
+void SimDevice::embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) {
+  run(s, {.op = "embedding_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.grad_output),
+          .n = last_dim(a.grad_output),
+          .flops = static_cast<double>(a.grad_output.numel()),
+          .bytes = activation_bytes(a.grad_output.numel()) +
+                   8.0 * static_cast<double>(a.grad_output.numel())});
+}
+
+void SimDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor&) {
+  run(s, {.op = "cross_entropy_max",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.logits),
+          .n = last_dim(a.logits),
+          .flops = static_cast<double>(a.logits.numel()),
+          .bytes = activation_bytes(a.logits.numel())});
+}
+
+void SimDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor&, Tensor&,
+                                   Tensor&) {
+  run(s, {.op = "cross_entropy_sums",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.logits),
+          .n = last_dim(a.logits),
+          .flops = 4.0 * static_cast<double>(a.logits.numel()),
+          .bytes = activation_bytes(a.logits.numel())});
+}
+
+void SimDevice::cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor&, const Tensor&,
+                                   Tensor&) {
+  run(s, {.op = "cross_entropy_loss",
+          .dtype = DType::fp32,
+          .m = row_max.numel(),
+          .flops = 4.0 * static_cast<double>(row_max.numel()),
+          .bytes = 16.0 * static_cast<double>(row_max.numel())});
+}
+
+void SimDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor&,
+                                       const Tensor&, const Tensor&, Tensor&) {
+  run(s, {.op = "cross_entropy_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.logits),
+          .n = last_dim(a.logits),
+          .flops = 4.0 * static_cast<double>(a.logits.numel()),
+          .bytes = activation_bytes(2 * a.logits.numel())});
+}
+
+void SimDevice::add(Stream& s, const Tensor& a, const Tensor&, Tensor&) {
+  run(s, {.op = "add",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a),
+          .n = last_dim(a),
+          .flops = static_cast<double>(a.numel()),
+          .bytes = activation_bytes(3 * a.numel())});
+}
+
+// scale, fill, copy, sum_squares and adam touch fp32 buffers (gradients, main
+// parameters, optimizer state) as often as activations; they are priced at the tensor's
+// own dtype.
+void SimDevice::scale(Stream& s, Tensor& x, float) {
+  run(s, {.op = "scale",
+          .dtype = x.dtype,
+          .m = x.numel(),
+          .flops = static_cast<double>(x.numel()),
+          .bytes = 2.0 * static_cast<double>(x.bytes().value)});
+}
+
+void SimDevice::fill(Stream& s, Tensor& x, float) {
+  run(s, {.op = "fill",
+          .dtype = x.dtype,
+          .m = x.numel(),
+          .bytes = static_cast<double>(x.bytes().value)});
+}
+
+void SimDevice::copy(Stream& s, const Tensor& from, Tensor&) {
+  run(s, {.op = "copy",
+          .dtype = from.dtype,
+          .m = from.numel(),
+          .bytes = 2.0 * static_cast<double>(from.bytes().value)});
+}
+
+void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
+  run(s, {.op = "sum_squares",
+          .dtype = x.dtype,
+          .m = x.numel(),
+          .flops = 2.0 * static_cast<double>(x.numel()),
+          .bytes = static_cast<double>(x.bytes().value)});
+}
+
+void SimDevice::adam(Stream& s, const AdamArgs& a) {
+  // Reads param, grad, both moments; writes param and moments (fp32 each).
+  const double n = static_cast<double>(a.param.numel());
+  run(s, {.op = "adam",
+          .dtype = DType::fp32,
+          .m = a.param.numel(),
+          .flops = 12.0 * n,
+          .bytes = 28.0 * n});
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,124 @@
+// The sim binding's Device: phantom tensors (shape, dtype and bytes, no storage) counted
+// by the same MemoryTracker as the real allocators, and ops that cost simulated time
+// instead of running. Each op is priced by the cost model from its shapes and advances
+// its stream's clock; the host (a SimGrid actor) only waits where a real host would:
+// on download, Event::synchronize, Stream::synchronize and Work::wait. Compute ops are
+// therefore not SimGrid activities at all — a stream is a number, the time at which the
+// work issued on it so far completes — which keeps a 175B iteration to a few seconds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "sim/cost_model.hpp"
+
+namespace tandem::sim {
+
+// A stream of the sim device: the simulated time (seconds) at which its issued work ends.
+class SimStream : public Stream {
+ public:
+  explicit SimStream(std::string name) : name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  void record(Event& event) override;
+  void wait(Event& event) override;
+  void synchronize() override;  // the host actor sleeps until ready()
+
+  double ready() const { return ready_; }
+  // Runs an op of `seconds` after everything issued before it and after the host issued
+  // it (now); returns the op's start.
+  double enqueue(double seconds);
+  // Later work on this stream starts no earlier than `time`.
+  void wait_until(double time);
+  double busy() const { return busy_; }  // seconds of ops run so far
+
+ private:
+  std::string name_;
+  double ready_ = 0;
+  double busy_ = 0;
+};
+
+// What one priced op was, for tests and for `tandem calibrate`: the op sequence a rank
+// issued, in order.
+struct IssuedOp {
+  OpDesc op;
+  double seconds = 0;
+};
+
+struct SimDeviceOptions {
+  DType compute_dtype = DType::fp32;  // precision the ops are priced in (bf16 on GPUs)
+  bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
+};
+
+class SimDevice : public Device {
+ public:
+  using Pricer = std::function<double(const OpDesc&)>;
+  SimDevice(Pricer price, SimDeviceOptions options = {});
+  ~SimDevice() override;
+
+  std::string_view kind() const override { return "sim"; }
+  Tensor allocate(const Shape& shape, DType dtype) override;
+  const MemoryTracker& memory() const override { return *memory_; }
+  Stream& default_stream() override { return *default_stream_; }
+  std::unique_ptr<Stream> create_stream(std::string name) override;
+  std::unique_ptr<Event> create_event() override;
+  std::chrono::steady_clock::time_point trace_time(Stream& s) override;
+
+  void upload(Stream& s, Tensor& t, const ProduceFloats& produce) override;
+  void upload(Stream& s, Tensor& t, const ProduceInts& produce) override;
+  void download(Stream& s, const Tensor& t, std::span<float> host) override;
+
+  void gemm(Stream& s, const GemmArgs& a) override;
+  void bias_add(Stream& s, Tensor& x, const Tensor& bias) override;
+  void bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) override;
+  void layer_norm(Stream& s, const LayerNormArgs& a) override;
+  void layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) override;
+  void attention(Stream& s, const AttentionArgs& a) override;
+  void attention_backward(Stream& s, const AttentionBackwardArgs& a) override;
+  void gelu(Stream& s, const Tensor& input, Tensor& output) override;
+  void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                     Tensor& grad_input) override;
+  void embedding(Stream& s, const EmbeddingArgs& a) override;
+  void embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) override;
+  void cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) override;
+  void cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                          Tensor& sum_exp, Tensor& target_logit) override;
+  void cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                          const Tensor& target_logit, Tensor& loss) override;
+  void cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& grad_loss,
+                              Tensor& grad_logits) override;
+  void add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(Stream& s, Tensor& x, float factor) override;
+  void fill(Stream& s, Tensor& x, float value) override;
+  void copy(Stream& s, const Tensor& from, Tensor& to) override;
+  void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
+  void adam(Stream& s, const AdamArgs& a) override;
+
+  const std::vector<IssuedOp>& issued_ops() const { return issued_; }
+  // Seconds per op name over everything issued (all streams).
+  const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
+  // Seconds of ops run on the default stream (the compute stream).
+  double compute_busy() const { return default_stream_->busy(); }
+
+ private:
+  void run(Stream& s, OpDesc op);
+  // Bytes of `elements` values in the compute precision.
+  double activation_bytes(std::int64_t elements) const;
+
+  Pricer price_;
+  SimDeviceOptions options_;
+  std::shared_ptr<MemoryTracker> memory_;
+  std::unique_ptr<SimStream> default_stream_;
+  std::vector<IssuedOp> issued_;
+  std::map<std::string, double> op_seconds_;
+};
+
+// The simulated time (seconds) of the calling actor.
+double sim_now();
+
+}  // namespace tandem::sim

@@ -1,0 +1,390 @@
+#include "sim/sim_runner.hpp"
+
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "exec/train/run_trace.hpp"
+#include "exec/train/trainer.hpp"
+#include "model/flops.hpp"
+#include "schedules/layout.hpp"
+#include "sim/platform.hpp"
+#include "sim/sim_communicator.hpp"
+#include "sim/simgrid_config.hpp"
+
+namespace tandem::sim {
+namespace {
+
+// The simulator never reads tokens (phantom uploads do not call their producer), but the
+// trainer draws sample indices from a dataset; this one has as many as it is asked for.
+class PhantomSamples : public data::SampleDataset {
+ public:
+  PhantomSamples(std::int64_t size, std::int64_t seq) : size_(size), seq_(seq) {}
+  std::int64_t size() const override { return size_; }
+  std::int64_t sequence_length() const override { return seq_; }
+  void read_sample(std::int64_t, std::span<std::int32_t>) const override {
+    throw std::logic_error("the simulator reads no samples: phantom uploads never produce data");
+  }
+
+ private:
+  std::int64_t size_, seq_;
+};
+
+// One simulated rank: what its actor builds and the runner reads after the run. Owned
+// outside the actors because the communication actors (daemons) outlive the rank's own.
+struct RankRun {
+  ParallelContext ctx;
+  std::unique_ptr<SimDevice> device;
+  std::map<GroupKind, std::unique_ptr<SimCommunicator>> comms;
+  std::map<GroupKind, std::unique_ptr<TracingCommunicator>> traced;
+  std::unique_ptr<SimCommunicator> world;
+  RunTrace trace;
+  std::unique_ptr<Trainer> trainer;
+  double start = 0;
+  std::vector<double> iteration_ends;
+};
+
+std::string group_id(GroupKind kind, const std::vector<int>& members) {
+  std::string id(group_kind_name(kind));
+  id += ':';
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (i) id += ',';
+    id += std::to_string(members[i]);
+  }
+  return id;
+}
+
+DType compute_dtype(const Scenario& s) {
+  if (s.training.bf16) return DType::bf16;
+  if (s.training.fp16) return DType::fp16;
+  return DType::fp32;
+}
+
+// The forward/backward slices of one rank since `from` (seconds): their first start, last
+// end and summed duration, in nanoseconds.
+struct PassSpan {
+  std::int64_t first = -1, last = 0, busy = 0;
+};
+PassSpan passes_of(const nlohmann::json& part, double from_seconds) {
+  const auto from = static_cast<std::int64_t>(from_seconds * 1e9);
+  PassSpan p;
+  for (const auto& e : part) {
+    if (e.at("ph") != "X") continue;
+    const auto cat = e.at("cat").get<std::string>();
+    if (cat != "forward" && cat != "backward") continue;
+    const auto s = e.at("start_ns").get<std::int64_t>(), f = e.at("end_ns").get<std::int64_t>();
+    if (s < from) continue;
+    p.first = p.first < 0 ? s : std::min(p.first, s);
+    p.last = std::max(p.last, f);
+    p.busy += f - s;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string topology_of(const Scenario& s) {
+  return s.cluster.topology.empty() ? std::string("dgx-a100-80g") : s.cluster.topology;
+}
+
+std::string_view sim_mode_name(SimMode m) {
+  return m == SimMode::full ? "full" : "symmetric";
+}
+
+SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOptions& o) {
+  if (!o.pricer) throw std::invalid_argument("simulate: no pricer given");
+  if (o.iterations < 1) throw std::invalid_argument("simulate: iterations must be ≥ 1");
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto& par = s.parallelism;
+  const int world_size = s.cluster.world_size;
+  const Layout layout =
+      make_layout({world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
+                   par.context_parallel_size, par.expert_model_parallel_size, par.order});
+  std::vector<ParallelContext> contexts;
+  std::vector<RankCoordinates> coords;
+  for (int r = 0; r < world_size; ++r) {
+    contexts.push_back(make_parallel_context(layout, r));
+    coords.push_back(contexts.back().coords);
+  }
+
+  xbt_log_control_set("xbt_cfg.thresh:warning");  // no banner per configuration change
+  int argc = 1;
+  char name[] = "tandem";
+  char* argv[] = {name, nullptr};
+  simgrid::s4u::Engine engine(&argc, argv);
+  configure_network_model(engine);
+  engine.set_config("contexts/stack-size:256");  // KiB; thousands of actors fit
+  const Platform platform = build_platform(topology, world_size);
+  SimWorld world(platform.hosts, coords, layout.sizes, o.mode);
+  world.set_record_ops(o.record_ops);
+  // A non-blocking fabric core cannot be saturated by the NICs feeding it, so sharing it
+  // does not couple flows (routes hold the split-duplex halves, hence the name prefix).
+  if (platform.fabric_link && topology.fabric.oversubscription <= 1.0) {
+    std::vector<int> node_of;
+    for (const auto& p : platform.placement) node_of.push_back(p.node);
+    world.set_nonblocking(
+        [prefix = platform.fabric_link->get_name()](const simgrid::s4u::Link* l) {
+          return l->get_name().rfind(prefix, 0) == 0;
+        },
+        std::move(node_of));
+  }
+
+  const auto& t = s.training;
+  PhantomSamples samples(t.global_batch_size * (o.iterations + 1), s.model.seq_length);
+  std::vector<int> everyone(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) everyone[static_cast<std::size_t>(r)] = r;
+
+  const int vpp = virtual_pipeline_size(s);
+  const std::int64_t m =
+      t.global_batch_size / (static_cast<std::int64_t>(t.micro_batch_size) * layout.sizes.dp);
+  const double passes_total = static_cast<double>(world.present_ranks().size()) *
+                              static_cast<double>(2 * m * vpp * o.iterations);
+  double passes_done = 0;
+  double last_reported = -1;
+
+  // Inside a switched node every GPU has its own port: a group that stays in one node
+  // only loads its own ports, so its collectives are priced in closed form.
+  const bool switched_node =
+      topology.node.interconnect == "nvswitch" || topology.node.interconnect == "shared-memory";
+  auto within_one_node = [&](const std::vector<int>& members) {
+    for (int member : members)
+      if (platform.placement[static_cast<std::size_t>(member)].node !=
+          platform.placement[static_cast<std::size_t>(members.front())].node)
+        return false;
+    return true;
+  };
+  std::vector<std::unique_ptr<RankRun>> runs;
+  for (int rank : world.present_ranks()) {
+    auto run = std::make_unique<RankRun>();
+    RankRun& rr = *run;
+    rr.ctx = contexts[static_cast<std::size_t>(rank)];
+    rr.device = std::make_unique<SimDevice>(
+        o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s), .record_ops = o.record_ops});
+    std::map<GroupKind, Communicator*> used;
+    for (GroupKind kind :
+         {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding}) {
+      const auto& members = rr.ctx.group(kind);
+      if (members.empty()) continue;
+      rr.comms[kind] = std::make_unique<SimCommunicator>(
+          world, members, rank, std::string(group_kind_name(kind)), group_id(kind, members));
+      if (switched_node && within_one_node(members))
+        rr.comms[kind]->set_closed_form(topology.node.gpu_link);
+      used[kind] = rr.comms[kind].get();
+      if (o.trace_path.empty()) continue;
+      rr.traced[kind] = std::make_unique<TracingCommunicator>(*rr.comms[kind], rr.trace, members,
+                                                              trace_thread_of(kind));
+      used[kind] = rr.traced[kind].get();
+    }
+    rr.world = std::make_unique<SimCommunicator>(world, everyone, rank, "world", "world");
+    auto get = [&](GroupKind k) -> Communicator* {
+      auto it = used.find(k);
+      return it == used.end() ? nullptr : it->second;
+    };
+    const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
+                               get(GroupKind::tp_pp), get(GroupKind::embedding)};
+    rr.trace.set_slice_observer([&](const std::string& category) {
+      if (category != "forward" && category != "backward") return;
+      passes_done += 1;
+      const double f = passes_done / passes_total;
+      if (o.progress && f - last_reported >= 0.01) {
+        last_reported = f;
+        o.progress(f);
+      }
+    });
+    simgrid::s4u::Actor::create(
+        "rank " + std::to_string(rank), world.host(rank), [&rr, &s, &samples, groups, &o] {
+          rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr);
+          rr.trainer->set_trace(&rr.trace);
+          rr.device->default_stream().synchronize();
+          rr.world->barrier();
+          rr.start = sim_now();
+          for (int i = 0; i < o.iterations; ++i) {
+            rr.trainer->train_step();
+            rr.iteration_ends.push_back(sim_now());
+          }
+        });
+    runs.push_back(std::move(run));
+  }
+  engine.run();
+
+  SimReport r;
+  r.scenario = s.name;
+  r.topology = topology.name;
+  r.mode = o.mode;
+  r.world_size = world_size;
+  r.simulated_ranks = static_cast<int>(runs.size());
+  r.iterations = o.iterations;
+  double prev_end = 0, last_end = 0;
+  for (const auto& run : runs) {
+    if (static_cast<int>(run->iteration_ends.size()) != o.iterations)
+      throw std::runtime_error("simulation ended before rank " + std::to_string(run->ctx.rank) +
+                               " finished its iterations (a collective or p2p never matched)");
+    prev_end = std::max(
+        prev_end, o.iterations > 1 ? run->iteration_ends[static_cast<std::size_t>(o.iterations - 2)]
+                                   : run->start);
+    last_end = std::max(last_end, run->iteration_ends.back());
+  }
+  r.iteration_seconds = last_end - prev_end;
+  const double tokens = static_cast<double>(t.global_batch_size) * s.model.seq_length;
+  r.tokens_per_second = tokens / r.iteration_seconds;
+  const FlopsShape shape{
+      static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
+      static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
+      static_cast<double>(padded_vocab_size(s))};
+  r.model_flops = paper_model_flops(shape);
+  r.megatron_log_flops = megatron_log_flops(shape);
+  r.hardware_flops = t.recompute_granularity == "full" ? paper_model_flops(shape, true)
+                     : t.recompute_granularity == "selective"
+                         ? paper_model_flops(shape) +
+                               72.0 * shape.global_batch * shape.seq * shape.layers * shape.hidden *
+                                   shape.hidden * shape.seq / (6.0 * shape.hidden)
+                         : r.model_flops;
+  const double gpu_seconds = r.iteration_seconds * world_size;
+  r.model_tflops_per_gpu = r.model_flops / gpu_seconds / 1e12;
+  r.hardware_tflops_per_gpu = r.hardware_flops / gpu_seconds / 1e12;
+  r.peak_flops_per_gpu = topology.gpu.peak(compute_dtype(s)).value;
+  r.mfu = r.peak_flops_per_gpu > 0 ? r.model_flops / gpu_seconds / r.peak_flops_per_gpu : 0;
+  r.gpu_memory_bytes = topology.gpu.memory.value;
+
+  // The bubble as the schedule papers define it: the share of the pipeline's span (first
+  // forward anywhere to last backward anywhere) in which a rank's compute stream is not in
+  // a forward or backward pass.
+  std::vector<PassSpan> spans;
+  std::int64_t first = -1, last = 0;
+  for (const auto& run : runs) {
+    const double iteration_start =
+        o.iterations > 1 ? run->iteration_ends[static_cast<std::size_t>(o.iterations - 2)]
+                         : run->start;
+    spans.push_back(passes_of(run->trace.part(), iteration_start));
+    if (spans.back().first >= 0)
+      first = first < 0 ? spans.back().first : std::min(first, spans.back().first);
+    last = std::max(last, spans.back().last);
+  }
+  double bubble_sum = 0;
+  for (const auto& run : runs) {
+    RankReport rank;
+    rank.rank = run->ctx.rank;
+    rank.coords = run->ctx.coords;
+    rank.peak_memory_bytes = run->device->memory().peak().value;
+    rank.compute_busy_seconds = run->device->compute_busy();
+    rank.op_seconds = run->device->op_seconds();
+    const PassSpan& span = spans[r.ranks.size()];
+    rank.bubble_fraction = last > first && first >= 0
+                               ? std::max(0.0, 1.0 - static_cast<double>(span.busy) /
+                                                         static_cast<double>(last - first))
+                               : 0.0;
+    bubble_sum += rank.bubble_fraction;
+    for (const auto& [kind, secs] : world.stats(run->ctx.rank).exposed) {
+      rank.exposed_seconds[kind] = secs / o.iterations;
+      r.exposed_seconds[kind] = std::max(r.exposed_seconds[kind], secs / o.iterations);
+    }
+    for (const auto& [kind, secs] : world.stats(run->ctx.rank).peer_wait) {
+      rank.peer_wait_seconds[kind] = secs / o.iterations;
+      r.peer_wait_seconds[kind] = std::max(r.peer_wait_seconds[kind], secs / o.iterations);
+    }
+    if (o.record_ops) {
+      rank.ops = run->device->issued_ops();
+      rank.collectives = world.stats(run->ctx.rank).collectives;
+    }
+    r.max_peak_memory_bytes = std::max(r.max_peak_memory_bytes, rank.peak_memory_bytes);
+    r.ranks.push_back(std::move(rank));
+  }
+  r.bubble_fraction = runs.empty() ? 0 : bubble_sum / static_cast<double>(runs.size());
+  r.fits_in_memory = r.gpu_memory_bytes <= 0 || r.max_peak_memory_bytes <= r.gpu_memory_bytes;
+
+  if (!o.trace_path.empty()) {
+    std::vector<nlohmann::json> parts;
+    std::vector<ParallelContext> ctxs;
+    for (const auto& run : runs) {
+      parts.push_back(run->trace.part());
+      ctxs.push_back(run->ctx);
+    }
+    write_merged_trace(o.trace_path, parts, ctxs,
+                       "tandem simulate (predicted, " + std::string(sim_mode_name(o.mode)) +
+                           " mode, " + topology.name + ")");
+  }
+  r.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return r;
+}
+
+nlohmann::json to_json(const SimReport& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& k : r.ranks) {
+    ranks.push_back({{"rank", k.rank},
+                     {"tp", k.coords.tp},
+                     {"pp", k.coords.pp},
+                     {"dp", k.coords.dp},
+                     {"peak_memory_bytes", k.peak_memory_bytes},
+                     {"compute_busy_seconds", k.compute_busy_seconds},
+                     {"op_seconds", k.op_seconds},
+                     {"bubble_fraction", k.bubble_fraction},
+                     {"exposed_seconds", k.exposed_seconds},
+                     {"peer_wait_seconds", k.peer_wait_seconds}});
+  }
+  return {{"scenario", r.scenario},
+          {"topology", r.topology},
+          {"mode", std::string(sim_mode_name(r.mode))},
+          {"world_size", r.world_size},
+          {"simulated_ranks", r.simulated_ranks},
+          {"iterations", r.iterations},
+          {"iteration_seconds", r.iteration_seconds},
+          {"tokens_per_second", r.tokens_per_second},
+          {"flops_formula",
+           "model: 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) (Narayanan et al. 2021; Korthikanti et "
+           "al. 2022 eq. 7); megatron_log: s/(12h) attention term"},
+          {"model_flops_per_iteration", r.model_flops},
+          {"hardware_flops_per_iteration", r.hardware_flops},
+          {"megatron_log_flops_per_iteration", r.megatron_log_flops},
+          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+          {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
+          {"peak_flops_per_gpu", r.peak_flops_per_gpu},
+          {"mfu", r.mfu},
+          {"bubble_fraction", r.bubble_fraction},
+          {"exposed_seconds", r.exposed_seconds},
+          {"peer_wait_seconds", r.peer_wait_seconds},
+          {"max_peak_memory_bytes", r.max_peak_memory_bytes},
+          {"gpu_memory_bytes", r.gpu_memory_bytes},
+          {"fits_in_memory", r.fits_in_memory},
+          {"wall_seconds", r.wall_seconds},
+          {"ranks", ranks}};
+}
+
+std::string format_report(const SimReport& r) {
+  std::ostringstream out;
+  char line[256];
+  auto put = [&](const char* fmt, auto... v) {
+    std::snprintf(line, sizeof line, fmt, v...);
+    out << line << "\n";
+  };
+  put("scenario %s on %s: %d ranks, %d simulated (%s mode), %d iteration(s)", r.scenario.c_str(),
+      r.topology.c_str(), r.world_size, r.simulated_ranks,
+      std::string(sim_mode_name(r.mode)).c_str(), r.iterations);
+  put("  iteration time           %10.3f s", r.iteration_seconds);
+  put("  tokens/s                 %10.0f", r.tokens_per_second);
+  put("  model TFLOP/s per GPU    %10.1f   (72·B·s·L·h²·(1 + s/6h + V/12Lh), Narayanan 2021)",
+      r.model_tflops_per_gpu);
+  put("  hardware TFLOP/s per GPU %10.1f   (with recomputation)", r.hardware_tflops_per_gpu);
+  put("  MFU                      %10.1f %% of %.0f TFLOP/s", 100 * r.mfu,
+      r.peak_flops_per_gpu / 1e12);
+  put("  pipeline bubble          %10.1f %% of the pipeline span (mean over ranks)",
+      100 * r.bubble_fraction);
+  for (const auto& [kind, secs] : r.exposed_seconds)
+    put("  exposed %-9s comm    %10.4f s per iteration (max over ranks; waiting for peers "
+        "%.4f s)",
+        kind.c_str(), secs, r.peer_wait_seconds.count(kind) ? r.peer_wait_seconds.at(kind) : 0.0);
+  put("  memory high-water mark   %10.2f GiB per rank (max; GPU has %.0f GiB: %s)",
+      static_cast<double>(r.max_peak_memory_bytes) / (1 << 30),
+      static_cast<double>(r.gpu_memory_bytes) / (1 << 30),
+      r.fits_in_memory ? "fits" : "DOES NOT FIT");
+  put("  simulated in             %10.2f s wall", r.wall_seconds);
+  return out.str();
+}
+
+}  // namespace tandem::sim

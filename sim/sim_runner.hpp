@@ -1,0 +1,90 @@
+// `tandem simulate` in one call: builds the SimGrid platform of a topology, starts one
+// actor per simulated rank (all ranks, or one per pipeline stage in symmetric mode), and
+// has each run the very Trainer that `tandem train` runs — on a SimDevice and
+// SimCommunicators — for the requested iterations. Then it reads the clocks, the memory
+// trackers and the exposed-communication books into a report.
+//
+// SimGrid's engine is a process-wide singleton that cannot be started twice: call
+// simulate() at most once per process (tandem validate runs each scenario in a child).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/scenario.hpp"
+#include "sim/sim_device.hpp"
+#include "sim/sim_world.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim {
+
+struct SimulateOptions {
+  SimMode mode = SimMode::symmetric;
+  int iterations = 1;        // simulated back to back; the report gives the last one
+  std::string trace_path;    // write the merged Chrome trace there (empty: no trace)
+  bool record_ops = false;   // keep every rank's priced op sequence (RankReport::ops)
+  SimDevice::Pricer pricer;  // prices each Device op (sim/cost_model.hpp)
+  // Called with the fraction of forward/backward passes simulated so far.
+  std::function<void(double)> progress;
+};
+
+struct RankReport {
+  int rank = 0;
+  RankCoordinates coords;
+  std::int64_t peak_memory_bytes = 0;        // the MemoryTracker's high-water mark
+  double compute_busy_seconds = 0;           // ops on the compute stream, all iterations
+  std::map<std::string, double> op_seconds;  // Device op → seconds, all iterations
+  double bubble_fraction = 0;                // idle share of the compute stream in forward/backward
+  std::map<std::string, double> exposed_seconds;    // group kind → per iteration
+  std::map<std::string, double> peer_wait_seconds;  // group kind → per iteration
+  std::vector<IssuedOp> ops;                        // with record_ops
+  std::vector<std::string> collectives;             // with record_ops (RankStats)
+};
+
+struct SimReport {
+  std::string scenario;
+  std::string topology;
+  SimMode mode = SimMode::symmetric;
+  int world_size = 0;
+  int simulated_ranks = 0;
+  int iterations = 0;
+  double iteration_seconds = 0;
+  double tokens_per_second = 0;
+  // FLOPs per iteration: the papers' model FLOPs (Narayanan et al. 2021 eq. 3 /
+  // Korthikanti et al. 2022 eq. 7, 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h))), the hardware
+  // FLOPs (with recomputation's extra forward), and Megatron's log formula.
+  double model_flops = 0;
+  double hardware_flops = 0;
+  double megatron_log_flops = 0;
+  double model_tflops_per_gpu = 0;
+  double hardware_tflops_per_gpu = 0;
+  double mfu = 0;  // model FLOPs / (time · GPUs · peak in the compute precision)
+  double peak_flops_per_gpu = 0;
+  double bubble_fraction = 0;                     // mean over simulated ranks
+  std::map<std::string, double> exposed_seconds;  // group kind → max over ranks
+  // group kind → max over ranks of the time spent waiting for the group's other members
+  // (pp: the pipeline bubble seen from the p2p calls)
+  std::map<std::string, double> peer_wait_seconds;
+  std::int64_t max_peak_memory_bytes = 0;
+  std::int64_t gpu_memory_bytes = 0;
+  bool fits_in_memory = true;
+  double wall_seconds = 0;
+  std::vector<RankReport> ranks;
+};
+
+// The topology a scenario runs on: cluster.topology, or dgx-a100-80g when it names none.
+std::string topology_of(const Scenario& scenario);
+
+SimReport simulate(const Scenario& scenario, const Topology& topology,
+                   const SimulateOptions& options);
+
+nlohmann::json to_json(const SimReport& r);
+std::string format_report(const SimReport& r);  // the human-readable summary
+std::string_view sim_mode_name(SimMode m);      // "full", "symmetric"
+
+}  // namespace tandem::sim

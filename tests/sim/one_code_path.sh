@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One code path, proven: for several layouts, the cpu binding under mpirun and the sim
+# binding (full fidelity) report per rank the same memory high-water mark (to the byte),
+# the same number of Device ops and the same op sequence.
+#   tests/sim/one_code_path.sh PROBE_BINARY
+set -euo pipefail
+probe="$1"
+layouts=(
+  "--world-size 2 --tensor-model-parallel-size 2"
+  "--world-size 2 --pipeline-model-parallel-size 2"
+  "--world-size 2 --overlap-grad-reduce true --ddp-bucket-size 20000"
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
+  "--world-size 2 --tensor-model-parallel-size 2 --sequence-parallel true"
+  "--world-size 4 --tensor-model-parallel-size 2 --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000"
+)
+for layout in "${layouts[@]}"; do
+  world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')
+  # shellcheck disable=SC2086
+  # mpirun forwards the ranks' lines in any order
+  cpu=$(mpirun --oversubscribe --bind-to none -np "$world" "$probe" cpu $layout | sort -n -k2)
+  # shellcheck disable=SC2086
+  sim=$("$probe" sim $layout | sort -n -k2)
+  if [ "$cpu" != "$sim" ]; then
+    echo "layout $layout: the bindings differ"
+    echo "cpu:"; echo "$cpu"; echo "sim:"; echo "$sim"
+    exit 1
+  fi
+  echo "layout $layout: identical on $world ranks"
+  echo "$cpu" | sed 's/^/  /'
+done

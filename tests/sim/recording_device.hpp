@@ -1,0 +1,144 @@
+// A Device decorator for tests: forwards every call to the wrapped device and writes one
+// line per op (name and operand shapes) to a log, so the op sequences that the cpu and the
+// sim bindings see for the same configuration can be compared line by line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+
+namespace tandem::testing {
+
+class RecordingDevice : public Device {
+ public:
+  explicit RecordingDevice(Device& inner) : inner_(inner) {}
+  const std::vector<std::string>& log() const { return log_; }
+
+  std::string_view kind() const override { return inner_.kind(); }
+  Tensor allocate(const Shape& shape, DType dtype) override {
+    log_.push_back("allocate " + shape.to_string() + " " + std::string(dtype_name(dtype)));
+    return inner_.allocate(shape, dtype);
+  }
+  const MemoryTracker& memory() const override { return inner_.memory(); }
+  Stream& default_stream() override { return inner_.default_stream(); }
+  std::unique_ptr<Stream> create_stream(std::string name) override {
+    return inner_.create_stream(std::move(name));
+  }
+  std::unique_ptr<Event> create_event() override { return inner_.create_event(); }
+  std::chrono::steady_clock::time_point trace_time(Stream& s) override {
+    return inner_.trace_time(s);
+  }
+  void upload(Stream& s, Tensor& t, const ProduceFloats& p) override {
+    note("upload", t);
+    inner_.upload(s, t, p);
+  }
+  void upload(Stream& s, Tensor& t, const ProduceInts& p) override {
+    note("upload", t);
+    inner_.upload(s, t, p);
+  }
+  void download(Stream& s, const Tensor& t, std::span<float> host) override {
+    note("download", t);
+    inner_.download(s, t, host);
+  }
+  void gemm(Stream& s, const GemmArgs& a) override {
+    note("gemm", a.a, a.b, a.c);
+    inner_.gemm(s, a);
+  }
+  void bias_add(Stream& s, Tensor& x, const Tensor& b) override {
+    note("bias_add", x, b);
+    inner_.bias_add(s, x, b);
+  }
+  void bias_grad(Stream& s, const Tensor& g, Tensor& gb) override {
+    note("bias_grad", g, gb);
+    inner_.bias_grad(s, g, gb);
+  }
+  void layer_norm(Stream& s, const LayerNormArgs& a) override {
+    note("layer_norm", a.input);
+    inner_.layer_norm(s, a);
+  }
+  void layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) override {
+    note("layer_norm_backward", a.input);
+    inner_.layer_norm_backward(s, a);
+  }
+  void attention(Stream& s, const AttentionArgs& a) override {
+    note("attention", a.qkv);
+    inner_.attention(s, a);
+  }
+  void attention_backward(Stream& s, const AttentionBackwardArgs& a) override {
+    note("attention_backward", a.qkv);
+    inner_.attention_backward(s, a);
+  }
+  void gelu(Stream& s, const Tensor& in, Tensor& out) override {
+    note("gelu", in);
+    inner_.gelu(s, in, out);
+  }
+  void gelu_backward(Stream& s, const Tensor& go, const Tensor& in, Tensor& gi) override {
+    note("gelu_backward", go);
+    inner_.gelu_backward(s, go, in, gi);
+  }
+  void embedding(Stream& s, const EmbeddingArgs& a) override {
+    note("embedding", a.tokens, a.table);
+    inner_.embedding(s, a);
+  }
+  void embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) override {
+    note("embedding_backward", a.grad_output, a.grad_table);
+    inner_.embedding_backward(s, a);
+  }
+  void cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& m) override {
+    note("cross_entropy_max", a.logits);
+    inner_.cross_entropy_max(s, a, m);
+  }
+  void cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor& m, Tensor& se,
+                          Tensor& tl) override {
+    note("cross_entropy_sums", a.logits);
+    inner_.cross_entropy_sums(s, a, m, se, tl);
+  }
+  void cross_entropy_loss(Stream& s, const Tensor& m, const Tensor& se, const Tensor& tl,
+                          Tensor& loss) override {
+    note("cross_entropy_loss", m);
+    inner_.cross_entropy_loss(s, m, se, tl, loss);
+  }
+  void cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& m,
+                              const Tensor& se, const Tensor& gl, Tensor& g) override {
+    note("cross_entropy_backward", a.logits);
+    inner_.cross_entropy_backward(s, a, m, se, gl, g);
+  }
+  void add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) override {
+    note("add", a);
+    inner_.add(s, a, b, out);
+  }
+  void scale(Stream& s, Tensor& x, float f) override {
+    note("scale", x);
+    inner_.scale(s, x, f);
+  }
+  void fill(Stream& s, Tensor& x, float v) override {
+    note("fill", x);
+    inner_.fill(s, x, v);
+  }
+  void copy(Stream& s, const Tensor& from, Tensor& to) override {
+    note("copy", from);
+    inner_.copy(s, from, to);
+  }
+  void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
+    note("sum_squares", x);
+    inner_.sum_squares(s, x, out);
+  }
+  void adam(Stream& s, const AdamArgs& a) override {
+    note("adam", a.param);
+    inner_.adam(s, a);
+  }
+
+ private:
+  template <typename... T>
+  void note(const char* op, const T&... tensors) {
+    std::string line = op;
+    ((line += " " + tensors.shape.to_string()), ...);
+    log_.push_back(std::move(line));
+  }
+
+  Device& inner_;
+  std::vector<std::string> log_;
+};
+
+}  // namespace tandem::testing

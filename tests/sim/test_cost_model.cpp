@@ -1,0 +1,229 @@
+// Golden numbers for the cost model (sim/cost_model.hpp), each worked out in the test
+// from the GPU's published figures: a large GEMM runs at the stated fraction of peak, a
+// tiny one costs a kernel launch, one tile past a full wave costs a second wave, memory-
+// bound ops take bytes / bandwidth, attention is the sum of its parts, and calibration
+// rows override the model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "sim/cost_model.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim {
+namespace {
+
+GpuSpec a100() {
+  return load_topology("dgx-a100-80g").gpu;
+}
+
+constexpr double kA100Bf16 = 312e12;  // FLOP/s, dense tensor (datasheet)
+constexpr double kA100Fp32 = 19.5e12;
+constexpr double kA100Hbm = 2039e9;  // bytes/s
+constexpr double kLaunch = 4e-6;     // s, the preset's kernel launch estimate
+constexpr int kSms = 108;
+
+TEST(CostModelGemm, LargeBf16GemmRunsAtThePeakFraction) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const double n = 8192;
+  const double t =
+      model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 8192, .n = 8192, .k = 8192});
+  const double ideal = 2 * n * n * n / (kA100Bf16 * gpu.gemm_peak_fraction);  // 4.405 ms at 0.8
+  // 256×128 tiles: 32 · 64 = 2048 tiles = 18.96 waves of 108 → 19 waves: 0.2 % lost.
+  const double quantised = 19.0 * kSms * 2 * 256 * 128 * n / (kA100Bf16 * gpu.gemm_peak_fraction);
+  EXPECT_NEAR(t, quantised + kLaunch, 1e-9);
+  EXPECT_NEAR(t, ideal, ideal * 0.005);
+  // The achieved rate lands in the 75-85 % of 312 TFLOP/s that cuBLAS reaches.
+  const double achieved = 2 * n * n * n / t;
+  EXPECT_GT(achieved, 0.75 * kA100Bf16);
+  EXPECT_LT(achieved, 0.85 * kA100Bf16);
+}
+
+TEST(CostModelGemm, TinyGemmCostsAKernelLaunch) {
+  const CostModel model(a100());
+  const double t = model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 16, .n = 16, .k = 16});
+  EXPECT_GE(t, kLaunch);
+  EXPECT_LT(t, kLaunch * 1.15);
+  // A 1×1×1 GEMM costs the same one tile of one wave as 16×16×16.
+  EXPECT_DOUBLE_EQ(model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 1, .n = 1, .k = 16}), t);
+}
+
+TEST(CostModelGemm, OneTilePastAFullWaveCostsASecondWave) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  // 108 and 109 tiles of 256×128; fp32 keeps the shapes compute-bound (intensity ≈ 64
+  // flop/byte against a ridge of 19.5e12 · 0.8 / (2039e9 · 0.85) ≈ 9).
+  const OpDesc full{.op = "gemm", .dtype = DType::fp32, .m = 108 * 256, .n = 128, .k = 4096};
+  OpDesc over = full;
+  over.m = 109 * 256;
+  EXPECT_EQ(gemm_tiling(gpu, full.m, full.n, 1).waves, 1);
+  EXPECT_EQ(gemm_tiling(gpu, over.m, over.n, 1).waves, 2);
+  EXPECT_NEAR(gemm_tiling(gpu, over.m, over.n, 1).efficiency, 109.0 / 216, 1e-12);
+  const double one_wave = kSms * 2.0 * 256 * 128 * 4096 / (kA100Fp32 * gpu.gemm_peak_fraction);
+  EXPECT_NEAR(model.seconds(full) - kLaunch, one_wave, one_wave * 1e-12);
+  EXPECT_NEAR(model.seconds(over) - kLaunch, 2 * one_wave, one_wave * 1e-12);
+}
+
+TEST(CostModelGemm, TileQuantisationRoundsUpToTheTile) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  // m = 257 needs two 256-row tiles, like m = 512: 2 · 54 = 108 tiles, one wave each.
+  const OpDesc ragged{.op = "gemm", .dtype = DType::fp32, .m = 257, .n = 54 * 128, .k = 2048};
+  OpDesc whole = ragged;
+  whole.m = 512;
+  EXPECT_EQ(gemm_tiling(gpu, ragged.m, ragged.n, 1).tiles, 108);
+  EXPECT_DOUBLE_EQ(model.seconds(ragged), model.seconds(whole));
+  // Batch entries are tiles of their own: 108 entries of one tile each are one wave.
+  EXPECT_EQ(gemm_tiling(gpu, 256, 128, 108).waves, 1);
+  EXPECT_EQ(gemm_tiling(gpu, 256, 128, 109).waves, 2);
+}
+
+TEST(CostModelGemm, MemoryBoundGemmTakesBytesOverBandwidth) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  // A rank-16 update of an 8192×8192 bf16 matrix: writing C dominates (8.6 µs of tensor
+  // work against 78 µs of traffic).
+  const OpDesc update{.op = "gemm", .dtype = DType::bf16, .m = 8192, .n = 8192, .k = 16};
+  const double bytes = (8192.0 * 16 + 16 * 8192 + 8192.0 * 8192) * 2;
+  EXPECT_NEAR(model.seconds(update), kLaunch + bytes / (kA100Hbm * gpu.memory_peak_fraction),
+              1e-12);
+  // The caller's byte count, when given, is the one used.
+  OpDesc given = update;
+  given.bytes = 1e9;
+  EXPECT_NEAR(model.seconds(given), kLaunch + 1e9 / (kA100Hbm * gpu.memory_peak_fraction), 1e-12);
+}
+
+TEST(CostModelRoofline, ElementwiseOpsAreMemoryOrComputeBound) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  // out = a + b over 64 Mi bf16 elements: read 2, write 1.
+  const double n = 64.0 * 1024 * 1024;
+  const OpDesc add{
+      .op = "add", .dtype = DType::bf16, .m = 65536, .n = 1024, .flops = n, .bytes = 3 * n * 2};
+  EXPECT_NEAR(model.seconds(add), kLaunch + 3 * n * 2 / (kA100Hbm * gpu.memory_peak_fraction),
+              1e-12);
+  // A compute-heavy op with little traffic runs at the CUDA-core fp32 rate.
+  const OpDesc heavy{.op = "gelu", .dtype = DType::bf16, .flops = 1e12, .bytes = 1e3};
+  EXPECT_NEAR(model.seconds(heavy), kLaunch + 1e12 / kA100Fp32, 1e-12);
+  // An empty op still launches a kernel.
+  EXPECT_DOUBLE_EQ(model.seconds({.op = "fill"}), kLaunch);
+}
+
+TEST(CostModelRoofline, UploadAndDownloadCrossPcie) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const double bytes = 64e6;
+  const double expected = gpu.pcie.latency.value + bytes / 32e9;  // PCIe Gen4 x16, one way
+  EXPECT_NEAR(model.seconds({.op = "upload", .bytes = bytes}), expected, 1e-12);
+  EXPECT_NEAR(model.seconds({.op = "download", .bytes = bytes}), expected, 1e-12);
+}
+
+// The non-fused attention of B·heads = 64, T = 2048, head_dim = 128 in bf16, priced from
+// its kernels as laid out in cost_model.hpp, with the GEMM arithmetic redone here.
+double gemm_time(const GpuSpec& gpu, double batch, double m, double n, double k) {
+  const double tiles = std::ceil(m / 256) * std::ceil(n / 128) * batch;
+  const double waves = std::ceil(tiles / kSms);
+  const double compute = waves * kSms * 2 * 256 * 128 * k / (kA100Bf16 * gpu.gemm_peak_fraction);
+  const double memory = batch * (m * k + k * n + m * n) * 2 / (kA100Hbm * gpu.memory_peak_fraction);
+  return kLaunch + std::max(compute, memory);
+}
+double pass_time(const GpuSpec& gpu, double bytes) {
+  return kLaunch + bytes / (kA100Hbm * gpu.memory_peak_fraction);
+}
+
+TEST(CostModelAttention, ForwardIsTheSumOfItsParts) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const double bh = 64, t = 2048, d = 128;
+  const double scores = bh * t * t, heads = bh * t * d;
+  const double expected = pass_time(gpu, 2 * 3 * heads * 2)  // qkv → q, k, v
+                          + gemm_time(gpu, bh, t, t, d)      // Q·Kᵀ
+                          + pass_time(gpu, 2 * scores * 2)   // softmax (memory-bound)
+                          + gemm_time(gpu, bh, t, d, t)      // P·V
+                          + pass_time(gpu, 2 * heads * 2);   // output layout
+  const OpDesc op{.op = "attention", .dtype = DType::bf16, .m = 2048, .k = 128, .batch = 64};
+  EXPECT_NEAR(model.seconds(op), expected, expected * 1e-12);
+  // The score GEMMs do 2·2·bh·t²·d useful flops; the op takes longer than those alone.
+  EXPECT_GT(model.seconds(op), 4 * bh * t * t * d / kA100Bf16);
+}
+
+TEST(CostModelAttention, BackwardIsTheSumOfItsParts) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const double bh = 64, t = 2048, d = 128;
+  const double scores = bh * t * t, heads = bh * t * d;
+  const double expected = pass_time(gpu, 2 * heads * 2) + gemm_time(gpu, bh, t, t, d) +
+                          3 * gemm_time(gpu, bh, t, d, t) + pass_time(gpu, 3 * scores * 2) +
+                          pass_time(gpu, 2 * 3 * heads * 2);
+  const OpDesc op{
+      .op = "attention_backward", .dtype = DType::bf16, .m = 2048, .k = 128, .batch = 64};
+  EXPECT_NEAR(model.seconds(op), expected, expected * 1e-12);
+}
+
+TEST(CostModelCheck, UnknownOpsAndNegativeSizesAreRejected) {
+  const CostModel model(a100());
+  try {
+    model.seconds({.op = "gem"});
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean \"gemm\"?"), std::string::npos);
+  }
+  EXPECT_THROW(model.seconds({.op = "gemm", .m = -1, .n = 2, .k = 2}), std::invalid_argument);
+}
+
+TEST(CostModelCalibration, ExactRowsOverrideAndOtherShapesScale) {
+  const GpuSpec gpu = a100();
+  const CostModel plain(gpu);
+  const OpDesc ln_a{.op = "layer_norm",
+                    .dtype = DType::bf16,
+                    .m = 8192,
+                    .n = 4096,
+                    .bytes = 2 * 8192 * 4096 * 2.0};
+  const OpDesc ln_b{.op = "layer_norm",
+                    .dtype = DType::bf16,
+                    .m = 4096,
+                    .n = 4096,
+                    .bytes = 2 * 4096 * 4096 * 2.0};
+  const OpDesc ln_c{.op = "layer_norm",
+                    .dtype = DType::bf16,
+                    .m = 2048,
+                    .n = 1024,
+                    .bytes = 2 * 2048 * 1024 * 2.0};
+  // Measured 2× and 8× the model: geometric mean 4×.
+  CalibrationTable table{.gpu = gpu.name, .source = "test", .rows = {}};
+  table.rows.push_back(
+      {"layer_norm", DType::bf16, 8192, 4096, 0, 1, 2 * plain.model_seconds(ln_a), 0, ln_a.bytes});
+  table.rows.push_back(
+      {"layer_norm", DType::bf16, 4096, 4096, 0, 1, 8 * plain.model_seconds(ln_b), 0, ln_b.bytes});
+  table.rows.push_back({"gemm", DType::bf16, 8192, 8192, 8192, 1, 0.005});
+  const CostModel calibrated(gpu, table);
+  EXPECT_DOUBLE_EQ(calibrated.seconds(ln_a), 2 * plain.model_seconds(ln_a));
+  EXPECT_DOUBLE_EQ(calibrated.seconds(ln_b), 8 * plain.model_seconds(ln_b));
+  EXPECT_NEAR(calibrated.calibration_scale("layer_norm", DType::bf16), 4.0, 1e-12);
+  EXPECT_NEAR(calibrated.seconds(ln_c), 4 * plain.model_seconds(ln_c), 1e-15);
+  EXPECT_DOUBLE_EQ(
+      calibrated.seconds({.op = "gemm", .dtype = DType::bf16, .m = 8192, .n = 8192, .k = 8192}),
+      0.005);
+  // Ops and dtypes without rows keep the model.
+  const OpDesc ln_fp32{
+      .op = "layer_norm", .dtype = DType::fp32, .m = 2048, .n = 1024, .bytes = 1e6};
+  EXPECT_DOUBLE_EQ(calibrated.seconds(ln_fp32), plain.seconds(ln_fp32));
+  EXPECT_DOUBLE_EQ(calibrated.calibration_scale("gelu", DType::bf16), 1.0);
+}
+
+TEST(CostModelCalibration, TableOfAnotherGpuIsRejected) {
+  CalibrationTable table{.gpu = "H100-SXM5-80GB", .source = "", .rows = {}};
+  try {
+    CostModel model(a100(), table);
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.violations()[0].field, "calibration.gpu");
+    EXPECT_EQ(e.violations()[0].value, "H100-SXM5-80GB");
+  }
+}
+
+}  // namespace
+}  // namespace tandem::sim

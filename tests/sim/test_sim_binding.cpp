@@ -1,0 +1,330 @@
+// The sim binding runs the training step unchanged, and what it predicts follows from the
+// platform and the schedule:
+//  - one code path: for a configuration both bindings run, the sim device sees the very
+//    op sequence the cpu device sees, and its memory high-water mark equals the cpu
+//    allocator's to the byte;
+//  - collectives take the time of the NCCL ring formulas over the platform's links;
+//  - full fidelity and symmetric mode agree;
+//  - the pipeline bubble is the schedule's (p − 1)/(m + p − 1);
+//  - overlapping the dp reduction with backward hides it.
+// SimGrid's engine can start once per process, so each simulation runs in a child.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <string>
+
+#include "exec/cpu/cpu_device.hpp"
+#include "exec/cpu/self_communicator.hpp"
+#include "exec/train/trainer.hpp"
+#include "schedules/layout.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/platform.hpp"
+#include "sim/sim_communicator.hpp"
+#include "sim/sim_runner.hpp"
+#include "sim/simgrid_config.hpp"
+#include "tests/sim/recording_device.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim {
+namespace {
+
+// Runs `body` in a forked child and returns the JSON it produced (or {"error": …}).
+nlohmann::json in_child(const std::function<nlohmann::json()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      out = body().dump();
+    } catch (const std::exception& e) {
+      out = nlohmann::json{{"error", e.what()}}.dump();
+    }
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[65536];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (text.empty())
+    return {{"error", "child produced nothing (status " + std::to_string(status) + ")"}};
+  return nlohmann::json::parse(text);
+}
+
+SimulateOptions options_for(const Topology& t, SimMode mode) {
+  auto cost = std::make_shared<CostModel>(t.gpu);
+  SimulateOptions o;
+  o.mode = mode;
+  o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+  return o;
+}
+
+nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology, SimMode mode,
+                                 int iterations = 1) {
+  return in_child([&] {
+    const Topology t = load_topology(topology);
+    SimulateOptions o = options_for(t, mode);
+    o.iterations = iterations;
+    return to_json(simulate(s, t, o));
+  });
+}
+
+Scenario small_gpt() {
+  Scenario s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 64;
+  s.model.num_attention_heads = 4;
+  s.model.seq_length = 32;
+  s.model.vocab_size = 500;
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 8;
+  s.cluster.world_size = 1;
+  s.cluster.gpus_per_node = 8;
+  return s;
+}
+
+// A data set for the cpu side whose tokens are a fixed function of the index.
+class CountingSamples : public data::SampleDataset {
+ public:
+  CountingSamples(std::int64_t seq, int vocab) : seq_(seq), vocab_(vocab) {}
+  std::int64_t size() const override { return 1000; }
+  std::int64_t sequence_length() const override { return seq_; }
+  void read_sample(std::int64_t index, std::span<std::int32_t> text) const override {
+    for (std::size_t i = 0; i < text.size(); ++i)
+      text[i] = static_cast<std::int32_t>((index * 7 + static_cast<std::int64_t>(i)) % vocab_);
+  }
+
+ private:
+  std::int64_t seq_;
+  int vocab_;
+};
+
+TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
+  Scenario s = small_gpt();
+  validate(s);
+  const int iterations = 2;
+  // The cpu binding, one process.
+  CpuDevice cpu;
+  testing::RecordingDevice recorded(cpu);
+  SelfCommunicator tp{recorded, "tp"}, pp{recorded, "pp"}, dp{recorded, "dp"},
+      mp{recorded, "tp-pp"};
+  CountingSamples samples(s.model.seq_length, s.model.vocab_size);
+  const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
+  std::vector<std::string> cpu_ops;
+  std::int64_t cpu_peak = 0;
+  {
+    Trainer trainer(s, make_parallel_context(layout, 0), recorded,
+                    TrainerGroups{&tp, &pp, &dp, &mp, nullptr}, samples, nullptr);
+    for (int i = 0; i < iterations; ++i) trainer.train_step();
+    cpu_peak = cpu.memory().peak().value;
+    for (const auto& line : recorded.log())
+      if (line.rfind("allocate", 0) != 0) cpu_ops.push_back(line.substr(0, line.find(' ')));
+  }
+  // The sim binding, the same scenario.
+  const auto sim = in_child([&] {
+    const Topology t = load_topology("dgx-a100-80g");
+    SimulateOptions o = options_for(t, SimMode::full);
+    o.iterations = iterations;
+    o.record_ops = true;
+    const SimReport r = simulate(s, t, o);
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : r.ranks.at(0).ops) ops.push_back(op.op.op);
+    return nlohmann::json{{"peak", r.ranks.at(0).peak_memory_bytes}, {"ops", ops}};
+  });
+  ASSERT_FALSE(sim.contains("error")) << sim.dump();
+  EXPECT_EQ(sim.at("peak").get<std::int64_t>(), cpu_peak);
+  EXPECT_GT(cpu_peak, 0);
+  const auto sim_ops = sim.at("ops").get<std::vector<std::string>>();
+  ASSERT_EQ(sim_ops.size(), cpu_ops.size());
+  for (std::size_t i = 0; i < cpu_ops.size(); ++i)
+    ASSERT_EQ(sim_ops[i], cpu_ops[i]) << "op " << i << " differs";
+}
+
+// One collective on a fresh platform, timed from inside an actor.
+double time_collective(const std::string& topology, int world, std::vector<int> members,
+                       const std::string& kind, std::int64_t elements) {
+  const auto j = in_child([&] {
+    const Topology t = load_topology(topology);
+    int argc = 1;
+    char name[] = "test";
+    char* argv[] = {name, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    const Platform p = build_platform(t, world);
+    std::vector<RankCoordinates> coords(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) coords[static_cast<std::size_t>(r)].dp = r;
+    ParallelSizes sizes;
+    sizes.dp = world;
+    SimWorld w(p.hosts, coords, sizes, SimMode::full);
+    std::vector<std::unique_ptr<SimCommunicator>> comms;
+    std::vector<std::unique_ptr<SimDevice>> devices;
+    double finished = 0;
+    for (int m : members) {
+      comms.push_back(std::make_unique<SimCommunicator>(w, members, m, "dp", "g"));
+      devices.push_back(std::make_unique<SimDevice>([](const OpDesc&) { return 0.0; }));
+      auto* c = comms.back().get();
+      auto* d = devices.back().get();
+      simgrid::s4u::Actor::create(
+          "r" + std::to_string(m), p.hosts[static_cast<std::size_t>(m)],
+          [c, d, kind, elements, &finished, n = members.size()] {
+            Tensor in = d->allocate(Shape{elements}, DType::fp32);
+            Tensor out = d->allocate(Shape{elements * static_cast<std::int64_t>(n)}, DType::fp32);
+            auto& st = d->default_stream();
+            auto work = kind == "all_reduce" ? c->all_reduce(st, in, ReduceOp::sum)
+                                             : c->all_gather(st, in, out);
+            work->wait();
+            finished = std::max(finished, sim_now());
+          });
+    }
+    engine.run();
+    return nlohmann::json{{"seconds", finished}};
+  });
+  if (j.contains("error")) throw std::runtime_error(j.dump());
+  return j.at("seconds").get<double>();
+}
+
+TEST(SimBinding, RingAllReduceInsideANodeTakesTheNcclRingTime) {
+  const Topology t = load_topology("dgx-a100-80g");
+  const std::int64_t elements = 16 << 20;  // 64 MiB of fp32
+  const double bytes = 4.0 * static_cast<double>(elements), n = 8;
+  const double bw = t.node.gpu_link.bandwidth.value, lat = t.node.gpu_link.latency.value;
+  // Ring: each GPU sends 2(n−1)/n of the buffer over its NVSwitch port, in 2(n−1) steps.
+  const double expected = 2 * (n - 1) / n * bytes / bw + 2 * (n - 1) * lat;
+  const double got =
+      time_collective("dgx-a100-80g", 16, {0, 1, 2, 3, 4, 5, 6, 7}, "all_reduce", elements);
+  EXPECT_NEAR(got, expected, 1e-3 * expected);
+}
+
+TEST(SimBinding, AllGatherAcrossNodesRunsAtNicBandwidth) {
+  const Topology t = load_topology("dgx-a100-80g");
+  const std::int64_t elements = 4 << 20;  // 16 MiB per rank
+  const double out_bytes = 4.0 * static_cast<double>(elements) * 2;
+  // Ranks 0 and 8 sit on two nodes: each sends (n−1)/n of the output through its NIC.
+  const double lat = t.node.gpu_link.latency.value + t.fabric.nic.latency.value;
+  const double expected = 0.5 * out_bytes / t.fabric.nic.bandwidth.value + lat;
+  const double got = time_collective("dgx-a100-80g", 16, {0, 8}, "all_gather", elements);
+  EXPECT_NEAR(got, expected, 1e-3 * expected);
+}
+
+Scenario sixteen_ranks() {
+  Scenario s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 512;
+  s.model.vocab_size = 8192;
+  s.parallelism.tensor_model_parallel_size = 2;
+  s.parallelism.pipeline_model_parallel_size = 2;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 16;
+  s.training.bf16 = true;
+  s.cluster.world_size = 16;  // two DGX nodes, dp 4 across them
+  s.cluster.gpus_per_node = 8;
+  return s;
+}
+
+TEST(SimBinding, FullFidelityAndSymmetricModeAgreeWithinTwoPercent) {
+  for (bool overlap : {false, true}) {
+    Scenario s = sixteen_ranks();
+    s.parallelism.overlap_grad_reduce = overlap;
+    s.parallelism.ddp_bucket_size = 1000000;
+    validate(s);
+    const auto full = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+    const auto sym = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+    ASSERT_FALSE(full.contains("error")) << full.dump();
+    ASSERT_FALSE(sym.contains("error")) << sym.dump();
+    EXPECT_EQ(full.at("simulated_ranks"), 16);
+    EXPECT_EQ(sym.at("simulated_ranks"), 2);
+    const double a = full.at("iteration_seconds"), b = sym.at("iteration_seconds");
+    EXPECT_NEAR(b, a, 0.02 * a) << "overlap_grad_reduce " << overlap;
+    EXPECT_EQ(full.at("max_peak_memory_bytes"), sym.at("max_peak_memory_bytes"));
+  }
+}
+
+// Two NICs per node: four GPUs share each, so the dp rings of the tp peers contend on
+// the NICs — traffic the symmetric mode must put on the links for ranks it does not run.
+TEST(SimBinding, SymmetricModeKeepsTheContentionOfThePeersItDoesNotRun) {
+  auto topo = to_json(load_topology("dgx-a100-80g"));
+  topo["name"] = "two-nics";
+  topo["fabric"]["nics_per_node"] = 2;
+  const auto path = std::filesystem::path(::testing::TempDir()) / "two-nics.json";
+  std::ofstream(path) << topo.dump();
+  Scenario s = sixteen_ranks();
+  s.parallelism.pipeline_model_parallel_size = 1;  // tp 2 × dp 8 over two nodes
+  s.training.global_batch_size = 8;
+  validate(s);
+  const auto full = simulate_in_child(s, path.string(), SimMode::full);
+  const auto sym = simulate_in_child(s, path.string(), SimMode::symmetric);
+  const auto roomy = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+  ASSERT_FALSE(full.contains("error")) << full.dump();
+  ASSERT_FALSE(sym.contains("error")) << sym.dump();
+  ASSERT_FALSE(roomy.contains("error")) << roomy.dump();
+  const double dp_full = full.at("exposed_seconds").at("dp");
+  // Sharing a NIC between four GPUs slows the dp reduction down…
+  EXPECT_GT(dp_full, 1.5 * roomy.at("exposed_seconds").at("dp").get<double>());
+  // …and the symmetric mode, running one rank of sixteen, sees the same slowdown.
+  EXPECT_NEAR(sym.at("exposed_seconds").at("dp").get<double>(), dp_full, 0.02 * dp_full);
+  const double a = full.at("iteration_seconds"), b = sym.at("iteration_seconds");
+  EXPECT_NEAR(b, a, 0.02 * a);
+}
+
+TEST(SimBinding, PipelineBubbleIsTheSchedulesFraction) {
+  for (int m : {4, 8, 16}) {
+    Scenario s;
+    s.model.num_layers = 8;
+    s.model.hidden_size = 2048;
+    s.model.num_attention_heads = 16;
+    s.model.seq_length = 1024;
+    s.model.vocab_size = 1024;  // a light head: the stages stay balanced
+    s.parallelism.pipeline_model_parallel_size = 4;
+    s.training.micro_batch_size = 1;
+    s.training.global_batch_size = m;
+    s.training.bf16 = true;
+    s.cluster.world_size = 4;
+    s.cluster.gpus_per_node = 8;
+    validate(s);
+    const auto r = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+    ASSERT_FALSE(r.contains("error")) << r.dump();
+    const double p = 4, expected = (p - 1) / (m + p - 1);
+    EXPECT_NEAR(r.at("bubble_fraction").get<double>(), expected, 0.03) << "m = " << m;
+  }
+}
+
+TEST(SimBinding, OverlappedGradientReductionIsHidden) {
+  Scenario s = sixteen_ranks();
+  s.parallelism.ddp_bucket_size = 1000000;
+  validate(s);
+  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  s.parallelism.overlap_grad_reduce = true;
+  const auto overlapped = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(overlapped.contains("error")) << overlapped.dump();
+  const double exposed_plain = plain.at("exposed_seconds").at("dp");
+  const double exposed_overlap = overlapped.at("exposed_seconds").at("dp");
+  EXPECT_GT(exposed_plain, 0);
+  EXPECT_LT(exposed_overlap, 0.5 * exposed_plain);
+  EXPECT_LT(overlapped.at("iteration_seconds").get<double>(),
+            plain.at("iteration_seconds").get<double>());
+}
+
+}  // namespace
+}  // namespace tandem::sim

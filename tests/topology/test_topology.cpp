@@ -1,0 +1,358 @@
+// Tests of topology descriptions (topology/topology_io.hpp): the presets carry the
+// published figures of shared/reference/hardware.csv, cite a source for every number,
+// round-trip through JSON, and bad input is rejected naming field, value and rule.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "topology/presets.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+// The rows of shared/reference/hardware.csv this test checks, copied verbatim so the test
+// runs where ../shared is not mounted; HardwareCsvCopyMatchesReference checks the copy
+// against the file when it is.
+constexpr const char* kHardwareCsv = R"(part,figure,value,unit,note
+A100-SXM4-80GB,dense bf16/fp16 tensor,312,TFLOP/s,datasheet
+A100-SXM4-80GB,tf32 tensor,156,TFLOP/s,datasheet
+A100-SXM4-80GB,fp32,19.5,TFLOP/s,datasheet
+A100-SXM4-80GB,HBM2e bandwidth,2039,GB/s,datasheet
+A100-SXM4-80GB,memory,80,GB,datasheet
+A100-SXM4-80GB,SMs,108,count,datasheet
+DGX-A100,GPUs per node,8,count,
+DGX-A100,NVLink3 per GPU via NVSwitch,300,GB/s per direction,600 GB/s bidirectional
+DGX-A100,compute NICs per node,8,count,HDR InfiniBand 200 Gb/s each (25 GB/s)
+H100-SXM5-80GB,dense bf16/fp16 tensor,989,TFLOP/s,datasheet
+H100-SXM5-80GB,dense fp8 tensor,1979,TFLOP/s,datasheet
+H100-SXM5-80GB,HBM3 bandwidth,3350,GB/s,datasheet
+H100-SXM5-80GB,memory,80,GB,datasheet
+H100-SXM5-80GB,SMs,132,count,datasheet
+DGX-H100,GPUs per node,8,count,
+DGX-H100,NVLink4 per GPU via NVSwitch,450,GB/s per direction,900 GB/s bidirectional
+DGX-H100,compute NICs per node,8,count,NDR InfiniBand 400 Gb/s each (50 GB/s)
+)";
+
+struct CsvRow {
+  std::string part, figure, unit, note;
+  double value = 0;
+};
+
+std::vector<CsvRow> parse_csv(const std::string& text) {
+  std::vector<CsvRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::stringstream cell_stream(line);
+    std::string cell;
+    while (std::getline(cell_stream, cell, ',')) cells.push_back(cell);
+    if (line.back() == ',') cells.emplace_back();
+    EXPECT_EQ(cells.size(), 5U) << line;
+    if (cells.size() != 5) continue;
+    rows.push_back({cells[0], cells[1], cells[3], cells[4], std::stod(cells[2])});
+  }
+  return rows;
+}
+
+// "HDR InfiniBand 200 Gb/s each (25 GB/s)" → 25e9 bytes/s, read from the note's bit rate.
+double nic_bytes_per_second(const std::string& note) {
+  const auto at = note.find(" Gb/s");
+  const auto start = note.rfind(' ', at - 1) + 1;
+  return std::stod(note.substr(start, at - start)) * 1e9 / 8;
+}
+
+TEST(TopologyPresets, NamesAreTheThreeShipped) {
+  EXPECT_EQ(topology_preset_names(),
+            (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-h100"}));
+}
+
+TEST(TopologyPresets, HardwareCsvCopyMatchesReference) {
+  const std::filesystem::path csv =
+      std::filesystem::path(TANDEM_SOURCE_DIR) / ".." / "shared" / "reference" / "hardware.csv";
+  if (!std::filesystem::exists(csv)) GTEST_SKIP() << csv << " is not mounted here";
+  std::ifstream in(csv);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto file_rows = parse_csv(text);
+  const auto copy_rows = parse_csv(kHardwareCsv);
+  ASSERT_EQ(file_rows.size(), copy_rows.size());
+  for (std::size_t i = 0; i < file_rows.size(); ++i) {
+    EXPECT_EQ(file_rows[i].part, copy_rows[i].part);
+    EXPECT_EQ(file_rows[i].figure, copy_rows[i].figure);
+    EXPECT_EQ(file_rows[i].value, copy_rows[i].value);
+    EXPECT_EQ(file_rows[i].note, copy_rows[i].note);
+  }
+}
+
+TEST(TopologyPresets, MatchPublishedHardwareFigures) {
+  const Topology a100 = load_topology("dgx-a100-80g");
+  const Topology h100 = load_topology("dgx-h100");
+  const std::map<std::string, const Topology*> by_part = {{"A100-SXM4-80GB", &a100},
+                                                          {"DGX-A100", &a100},
+                                                          {"H100-SXM5-80GB", &h100},
+                                                          {"DGX-H100", &h100}};
+  // figure → what the preset says, in the CSV's unit.
+  using Getter = std::function<double(const Topology&, const CsvRow&)>;
+  const std::map<std::string, Getter> figures = {
+      {"dense bf16/fp16 tensor",
+       [](const Topology& t, const CsvRow& row) {
+         EXPECT_EQ(t.gpu.peak_fp16.value, t.gpu.peak_bf16.value) << row.part;
+         return t.gpu.peak(DType::bf16).value / 1e12;
+       }},
+      {"tf32 tensor",
+       [](const Topology& t, const CsvRow&) { return t.gpu.peak_tf32.value / 1e12; }},
+      {"fp32",
+       [](const Topology& t, const CsvRow&) { return t.gpu.peak(DType::fp32).value / 1e12; }},
+      {"HBM2e bandwidth",
+       [](const Topology& t, const CsvRow&) { return t.gpu.memory_bandwidth.value / 1e9; }},
+      {"HBM3 bandwidth",
+       [](const Topology& t, const CsvRow&) { return t.gpu.memory_bandwidth.value / 1e9; }},
+      // The datasheets' "80 GB" is 80 GiB on the device (nvidia-smi: 81920 MiB).
+      {"memory",
+       [](const Topology& t, const CsvRow&) {
+         return static_cast<double>(t.gpu.memory.value) / double(1LL << 30);
+       }},
+      {"SMs", [](const Topology& t, const CsvRow&) { return double(t.gpu.sm_count); }},
+      {"GPUs per node",
+       [](const Topology& t, const CsvRow&) { return double(t.node.gpus_per_node); }},
+      {"NVLink3 per GPU via NVSwitch",
+       [](const Topology& t, const CsvRow&) { return t.node.gpu_link.bandwidth.value / 1e9; }},
+      {"NVLink4 per GPU via NVSwitch",
+       [](const Topology& t, const CsvRow&) { return t.node.gpu_link.bandwidth.value / 1e9; }},
+      {"compute NICs per node",
+       [](const Topology& t, const CsvRow& row) {
+         EXPECT_DOUBLE_EQ(t.fabric.nic.bandwidth.value, nic_bytes_per_second(row.note)) << row.part;
+         return double(t.fabric.nics_per_node);
+       }},
+  };
+  int checked = 0;
+  for (const auto& row : parse_csv(kHardwareCsv)) {
+    if (row.figure == "dense fp8 tensor") continue;  // tandem computes in bf16 at most
+    const auto part = by_part.find(row.part);
+    const auto figure = figures.find(row.figure);
+    ASSERT_NE(part, by_part.end()) << row.part;
+    ASSERT_NE(figure, figures.end()) << row.figure;
+    EXPECT_NEAR(figure->second(*part->second, row), row.value, row.value * 1e-12)
+        << row.part << " " << row.figure;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
+  EXPECT_EQ(a100.fabric.kind, FabricKind::fat_tree);
+  EXPECT_EQ(h100.fabric.kind, FabricKind::rail_optimized);
+}
+
+TEST(TopologyPresets, EveryNumberOfTheDgxPresetsCitesASource) {
+  for (const char* name : {"dgx-a100-80g", "dgx-h100"}) {
+    const Topology t = load_topology(name);
+    const json j = to_json(t);
+    const std::map<std::string, const Sources*> sections = {
+        {"gpu", &t.gpu.sources}, {"node", &t.node.sources}, {"fabric", &t.fabric.sources}};
+    for (const auto& [section, sources] : sections)
+      for (const auto& [key, value] : j.at(section).items()) {
+        if (key == "name" || key == "source" || key == "interconnect") continue;
+        EXPECT_TRUE(sources->contains(key)) << name << ": " << section << "." << key;
+      }
+  }
+}
+
+TEST(TopologyPresets, CpuHostMarksItsNumbersAsEstimates) {
+  const Topology t = load_topology("cpu-host");
+  for (const char* key :
+       {"peak_tflops", "hbm_bandwidth_gbs", "kernel_launch_us", "gemm_peak_fraction"})
+    EXPECT_NE(t.gpu.sources.at(key).find("estimate"), std::string::npos) << key;
+  // The shared-memory link was measured (scripts/closed_loop.sh's transport).
+  for (const char* key : {"gpu_link_gbs", "gpu_link_latency_us"})
+    EXPECT_NE(t.node.sources.at(key).find("measured"), std::string::npos) << key;
+  EXPECT_EQ(t.fabric.nics_per_node, 0);
+  EXPECT_EQ(t.node.interconnect, "shared-memory");
+  // 2.6 GHz · 2 FMA pipes · 8 fp32 lanes · 2 flops.
+  EXPECT_DOUBLE_EQ(t.gpu.peak(DType::fp32).value, 2.6e9 * 2 * 8 * 2);
+}
+
+TEST(TopologyPresets, EmbeddedTextEqualsTheFilesInTheRepository) {
+  const auto dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "topology" / "presets";
+  ASSERT_EQ(embedded_presets().size(), 3U);
+  for (const auto& p : embedded_presets()) {
+    std::ifstream in(dir / (std::string(p.name) + ".json"));
+    ASSERT_TRUE(in) << p.name;
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(text, p.json) << p.name;
+    // A file loads to the same topology as its preset.
+    EXPECT_EQ(load_topology((dir / (std::string(p.name) + ".json")).string()),
+              load_topology(p.name));
+  }
+}
+
+TEST(TopologyJson, RoundTripsThroughJson) {
+  for (const auto& name : topology_preset_names()) {
+    const Topology t = load_topology(name);
+    const Topology again = parse_topology(to_json(t));
+    EXPECT_EQ(to_json(again), to_json(t)) << name;
+    EXPECT_EQ(again.gpu.sources, t.gpu.sources);
+    EXPECT_DOUBLE_EQ(again.gpu.kernel_launch.value, t.gpu.kernel_launch.value);
+    EXPECT_DOUBLE_EQ(again.fabric.nic.latency.value, t.fabric.nic.latency.value);
+    EXPECT_EQ(again.gpu.memory, t.gpu.memory);
+  }
+}
+
+TEST(TopologyJson, UnitsAreConvertedToSi) {
+  const Topology t = load_topology("dgx-a100-80g");
+  EXPECT_DOUBLE_EQ(t.gpu.peak_bf16.value, 312e12);
+  EXPECT_DOUBLE_EQ(t.gpu.memory_bandwidth.value, 2039e9);
+  EXPECT_EQ(t.gpu.memory.value, 80LL * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(t.gpu.kernel_launch.value, 4e-6);
+  EXPECT_DOUBLE_EQ(t.node.gpu_link.bandwidth.value, 300e9);
+  EXPECT_DOUBLE_EQ(t.fabric.nic.bandwidth.value, 25e9);
+  EXPECT_EQ(t.gpu.gemm_tile_m, 256);
+  EXPECT_EQ(t.gpu.gemm_tile_n, 128);
+  EXPECT_GE(t.gpu.gemm_peak_fraction, 0.75);
+  EXPECT_LE(t.gpu.gemm_peak_fraction, 0.85);
+}
+
+TEST(TopologyJson, PeakPerDtype) {
+  const Topology t = load_topology("dgx-h100");
+  EXPECT_DOUBLE_EQ(t.gpu.peak(DType::bf16).value, 989e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak(DType::fp16).value, 989e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak(DType::fp32).value, 67e12);  // CUDA cores, not TF32
+  EXPECT_DOUBLE_EQ(t.gpu.peak(DType::int32).value, 67e12);
+  EXPECT_DOUBLE_EQ(t.gpu.peak(Precision::tf32).value, 494.5e12);
+}
+
+TEST(TopologyJson, NicOfGpu) {
+  Topology t = load_topology("dgx-a100-80g");
+  for (int g = 0; g < 8; ++g) EXPECT_EQ(nic_of_gpu(t, g), g);
+  t.fabric.nics_per_node = 4;
+  for (int g = 0; g < 8; ++g) EXPECT_EQ(nic_of_gpu(t, g), g / 2);
+  EXPECT_THROW(nic_of_gpu(t, 8), std::out_of_range);
+  EXPECT_THROW(nic_of_gpu(load_topology("cpu-host"), 0), std::out_of_range);
+}
+
+// Every violation of a ConfigError as "field|value|rule" lines, for searching.
+std::map<std::string, Violation> by_field(const ConfigError& e) {
+  std::map<std::string, Violation> out;
+  for (const auto& v : e.violations()) out[v.field] = v;
+  return out;
+}
+
+TEST(TopologyValidation, EveryBrokenRuleNamesFieldValueAndRule) {
+  json j = to_json(load_topology("dgx-a100-80g"));
+  j["gpu"]["peak_tflops"]["bf16"] = -1;
+  j["gpu"]["sm_count"] = 0;
+  j["gpu"]["gemm_peak_fraction"] = 1.5;
+  j["gpu"]["gemm_tile"] = {256};
+  j["gpu"].erase("hbm_bandwidth_gbs");
+  j["node"]["gpu_link_gbz"] = 300;
+  j["fabric"]["kind"] = "torus";
+  j["fabric"]["nics_per_node"] = "eight";
+  j["fabric"]["source"]["nic_gb"] = "typo";
+  j["gpus"] = json::object();
+  try {
+    parse_topology(j, "test.json");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    const auto v = by_field(e);
+    EXPECT_EQ(e.source(), "test.json");
+    EXPECT_EQ(v.at("gpu.peak_tflops.bf16").value, "-1");
+    EXPECT_EQ(v.at("gpu.peak_tflops.bf16").rule, "must be > 0");
+    EXPECT_EQ(v.at("gpu.sm_count").rule, "must be ≥ 1");
+    EXPECT_EQ(v.at("gpu.gemm_peak_fraction").value, "1.5");
+    EXPECT_EQ(v.at("gpu.gemm_peak_fraction").rule, "must lie in (0, 1]");
+    EXPECT_NE(v.at("gpu.gemm_tile").rule.find("[rows, columns]"), std::string::npos);
+    EXPECT_EQ(v.at("gpu.hbm_bandwidth_gbs").rule, "is required");
+    EXPECT_EQ(v.at("node.gpu_link_gbz").rule, "unknown key; did you mean \"gpu_link_gbs\"?");
+    EXPECT_EQ(v.at("fabric.kind").value, "torus");
+    EXPECT_EQ(v.at("fabric.kind").rule, "must be one of fat-tree | rail-optimized");
+    EXPECT_EQ(v.at("fabric.nics_per_node").rule, "must be an integer");
+    EXPECT_EQ(v.at("fabric.source.nic_gb").rule, "unknown key; did you mean \"nic_gbs\"?");
+    EXPECT_EQ(v.at("gpus").rule, "unknown key; did you mean \"gpu\"?");
+    EXPECT_EQ(e.violations().size(), 10U);
+    EXPECT_NE(std::string(e.what()).find("test.json"), std::string::npos);
+  }
+}
+
+TEST(TopologyValidation, NicsNeedBandwidth) {
+  json j = to_json(load_topology("dgx-a100-80g"));
+  j["fabric"]["nic_gbs"] = 0;
+  try {
+    parse_topology(j);
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.violations().size(), 1U);
+    EXPECT_EQ(e.violations()[0].field, "fabric.nic_gbs");
+    EXPECT_EQ(e.violations()[0].rule, "must be > 0 when nics_per_node > 0");
+  }
+}
+
+TEST(TopologyValidation, NotAnObject) {
+  try {
+    parse_topology(json::array());
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.violations().size(), 1U);
+    EXPECT_EQ(e.violations()[0].field, "topology");
+  }
+}
+
+TEST(TopologyLoad, UnknownPresetSuggestsTheClosest) {
+  try {
+    load_topology("dgx-a100");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.violations().size(), 1U);
+    EXPECT_EQ(e.violations()[0].field, "topology");
+    EXPECT_EQ(e.violations()[0].value, "dgx-a100");
+    EXPECT_NE(e.violations()[0].rule.find("did you mean \"dgx-a100-80g\"?"), std::string::npos);
+    EXPECT_NE(e.violations()[0].rule.find("cpu-host | dgx-a100-80g | dgx-h100"), std::string::npos);
+  }
+}
+
+TEST(TopologyLoad, FilesByPath) {
+  const auto dir = std::filesystem::temp_directory_path() / "tandem_test_topology";
+  std::filesystem::create_directories(dir);
+  // A file that is not a preset: a 4-GPU node with 2 NICs.
+  json j = to_json(load_topology("dgx-h100"));
+  j["name"] = "small";
+  j["node"]["gpus_per_node"] = 4;
+  j["fabric"]["nics_per_node"] = 2;
+  const auto path = dir / "small.json";
+  std::ofstream(path) << j.dump(2);
+  const Topology t = load_topology(path.string());
+  EXPECT_EQ(t.name, "small");
+  EXPECT_EQ(t.node.gpus_per_node, 4);
+  EXPECT_EQ(nic_of_gpu(t, 3), 1);
+
+  try {
+    load_topology((dir / "missing.json").string());
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.violations()[0].field, (dir / "missing.json").string());
+    EXPECT_EQ(e.violations()[0].rule, "no such file");
+  }
+  const auto bad = dir / "bad.json";
+  std::ofstream(bad) << "{\n  \"name\": \"x\",\n  oops\n}\n";
+  try {
+    load_topology(bad.string());
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.violations()[0].field, bad.string());
+    EXPECT_EQ(e.violations()[0].value, "line 3");
+    EXPECT_NE(e.violations()[0].rule.find("is not valid JSON"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tandem

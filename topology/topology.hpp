@@ -1,0 +1,107 @@
+// The hardware a simulation runs on: one GPU model, a node of several of them joined by
+// NVLink/NVSwitch, and an inter-node fabric of NICs. Plain structs in SI units (the unit
+// types of core/units.hpp); presets and files give them in the units datasheets use
+// (TFLOP/s, GB/s, µs) and topology_json.cpp converts. Every number carries its source,
+// because a simulator is only as good as the figures it is fed:
+//
+//   Topology dgx = load_topology("dgx-a100-80g");
+//   dgx.gpu.peak(DType::bf16)            // FlopsPerSecond(312e12)
+//   dgx.node.gpu_link.bandwidth          // BytesPerSecond(300e9), per direction per GPU
+//   dgx.fabric.nic.bandwidth             // BytesPerSecond(25e9), per direction per NIC
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.hpp"
+#include "core/units.hpp"
+
+namespace tandem {
+
+// One direction of a link: a flow alone on it takes latency + bytes / bandwidth.
+struct LinkSpec {
+  BytesPerSecond bandwidth{};  // per direction
+  Seconds latency{};           // end to end between the two endpoints the link joins
+
+  bool operator==(const LinkSpec&) const = default;
+};
+
+// Where each number came from: field name (as in the JSON) → datasheet, paper or
+// "estimate: …" for numbers to be replaced by calibration.
+using Sources = std::map<std::string, std::string>;
+
+// The arithmetic rates a GPU offers: tf32 only for fp32 GEMMs that opt into it.
+enum class Precision { fp32, tf32, bf16, fp16 };
+
+struct GpuSpec {
+  std::string name;                   // "A100-SXM4-80GB"
+  FlopsPerSecond peak_fp32{};         // dense, CUDA cores (no tensor cores)
+  FlopsPerSecond peak_tf32{};         // dense, tensor cores
+  FlopsPerSecond peak_bf16{};         // dense, tensor cores
+  FlopsPerSecond peak_fp16{};         // dense, tensor cores
+  BytesPerSecond memory_bandwidth{};  // HBM, read + write combined
+  Bytes memory{};                     // device memory capacity
+  int sm_count = 0;                   // streaming multiprocessors (CPU: cores per rank)
+  Seconds kernel_launch{};            // fixed cost added to every op (one kernel launch)
+  // The fraction of the tensor peak the best GEMM kernels (cuBLAS) reach on large,
+  // tile-aligned shapes; tile and wave quantisation come on top (sim/cost_model.hpp).
+  double gemm_peak_fraction = 1.0;
+  // The fraction of memory_bandwidth a streaming kernel reaches (STREAM-like copies).
+  double memory_peak_fraction = 1.0;
+  int gemm_tile_m = 1;  // output tile of one thread block, rows
+  int gemm_tile_n = 1;  // output tile of one thread block, columns
+  LinkSpec pcie{};      // host ↔ GPU (upload, download), per direction
+  Sources sources;
+
+  // The dense peak for an op computing in `dtype`: fp32 → the CUDA-core rate (cuBLAS
+  // does not use TF32 unless asked), bf16/fp16 → tensor cores, integers → fp32 rate.
+  FlopsPerSecond peak(DType dtype) const;
+  FlopsPerSecond peak(Precision p) const;
+
+  bool operator==(const GpuSpec&) const = default;
+};
+
+struct NodeSpec {
+  int gpus_per_node = 1;
+  std::string interconnect;  // "nvswitch", "nvlink" or "shared-memory"
+  // Each GPU's link into the node's switch. latency is GPU to GPU (both halves).
+  LinkSpec gpu_link{};
+  Sources sources;
+
+  bool operator==(const NodeSpec&) const = default;
+};
+
+enum class FabricKind {
+  fat_tree,        // every NIC to one non-blocking (or oversubscribed) tree
+  rail_optimized,  // NIC i of every node on rail switch i; rails joined by a spine
+};
+
+struct FabricSpec {
+  FabricKind kind = FabricKind::fat_tree;
+  int nics_per_node = 0;  // compute NICs; GPU g uses NIC g · nics / gpus_per_node
+  // One NIC, per direction. latency is NIC to NIC through the fabric (both halves).
+  LinkSpec nic{};
+  // Injection bandwidth of all NICs / core (fat tree) or spine (rail) bandwidth; 1 is
+  // non-blocking, 2 means the core carries half of what the NICs can inject.
+  double oversubscription = 1.0;
+  Sources sources;
+
+  bool operator==(const FabricSpec&) const = default;
+};
+
+struct Topology {
+  std::string name;  // "dgx-a100-80g"
+  std::string description;
+  GpuSpec gpu;
+  NodeSpec node;
+  FabricSpec fabric;
+
+  bool operator==(const Topology&) const = default;
+};
+
+std::string_view fabric_kind_name(FabricKind k);  // "fat-tree", "rail-optimized"
+
+// The NIC (0-based, within the node) GPU `local_rank` sends through.
+int nic_of_gpu(const Topology& t, int local_rank);
+
+}  // namespace tandem

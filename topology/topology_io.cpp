@@ -1,0 +1,372 @@
+// Topology JSON: decoding with every broken rule collected (a section reader that knows
+// its keys, converts datasheet units to SI and records violations under dotted field
+// names), the inverse encoding, and the lookup of a preset name or a file path.
+#include "topology/topology_io.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/scenario.hpp"
+#include "topology/presets.hpp"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+using Violations = std::vector<Violation>;
+
+constexpr double kTera = 1e12;   // TFLOP/s → FLOP/s
+constexpr double kGiga = 1e9;    // GB/s → bytes/s
+constexpr double kMicro = 1e-6;  // µs → s
+constexpr std::int64_t kGiB = 1LL << 30;
+
+std::string shown(const json& v) {
+  std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : std::string(sep)) + item;
+  return out;
+}
+
+// The range a number must lie in: > 0, ≥ 0, ≥ 1, or (0, 1].
+enum class Range { positive, non_negative, at_least_one, fraction };
+
+std::string broken_range(Range r, double x) {
+  switch (r) {
+    case Range::positive:
+      return x > 0 ? "" : "must be > 0";
+    case Range::non_negative:
+      return x >= 0 ? "" : "must be ≥ 0";
+    case Range::at_least_one:
+      return x >= 1 ? "" : "must be ≥ 1";
+    case Range::fraction:
+      return x > 0 && x <= 1 ? "" : "must lie in (0, 1]";
+  }
+  return "";
+}
+
+// Reads one JSON object whose keys are known in advance. Missing required keys, unknown
+// keys (with the closest known one suggested), wrong types and out-of-range values all
+// become violations named "<path>.<key>"; the reader returns a neutral value for them so
+// decoding goes on and reports everything at once.
+class Section {
+ public:
+  Section(const json& body, std::string path, std::vector<std::string> keys, Violations& out)
+      : body_(body), path_(std::move(path)), keys_(std::move(keys)), out_(out) {
+    if (!body_.is_object()) {
+      out_.push_back({path_.empty() ? "topology" : path_, shown(body_),
+                      "must be a JSON object, not a JSON " + std::string(body_.type_name())});
+      return;
+    }
+    for (const auto& [key, value] : body_.items()) {
+      if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
+      const std::string best = closest_match(key, keys_);
+      out_.push_back({field(key), shown(value),
+                      best.empty() ? "unknown key; known keys: " + join(keys_, ", ")
+                                   : "unknown key; did you mean \"" + best + "\"?"});
+    }
+  }
+
+  bool ok() const { return body_.is_object(); }
+  std::string field(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+
+  const json* find(std::string_view key) const {
+    if (!ok()) return nullptr;
+    const auto it = body_.find(std::string(key));
+    if (it == body_.end()) {
+      out_.push_back({field(key), "", "is required"});
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  double number(std::string_view key, Range range) const {
+    const json* v = find(key);
+    if (!v) return 0;
+    if (!v->is_number()) {
+      out_.push_back(
+          {field(key), shown(*v), "must be a number, not a JSON " + std::string(v->type_name())});
+      return 0;
+    }
+    const double x = v->get<double>();
+    if (auto rule = broken_range(range, x); !rule.empty())
+      out_.push_back({field(key), shown(*v), rule});
+    return x;
+  }
+
+  int integer(std::string_view key, Range range) const {
+    const json* v = find(key);
+    if (!v) return 0;
+    if (!v->is_number_integer() || std::abs(v->get<double>()) > 1e9) {
+      out_.push_back({field(key), shown(*v), "must be an integer"});
+      return 0;
+    }
+    const int x = v->get<int>();
+    if (auto rule = broken_range(range, x); !rule.empty())
+      out_.push_back({field(key), shown(*v), rule});
+    return x;
+  }
+
+  std::string text(std::string_view key, const std::vector<std::string>& one_of = {}) const {
+    const json* v = find(key);
+    if (!v) return "";
+    if (!v->is_string()) {
+      out_.push_back(
+          {field(key), shown(*v), "must be a string, not a JSON " + std::string(v->type_name())});
+      return "";
+    }
+    auto s = v->get<std::string>();
+    if (!one_of.empty() && std::find(one_of.begin(), one_of.end(), s) == one_of.end())
+      out_.push_back({field(key), s, "must be one of " + join(one_of, " | ")});
+    return s;
+  }
+
+  // The optional "source" object: field name → provenance text, naming only this
+  // section's other keys.
+  Sources sources() const {
+    Sources out;
+    if (!ok() || !body_.contains("source")) return out;
+    const json& src = body_.at("source");
+    std::vector<std::string> fields;
+    for (const auto& k : keys_)
+      if (k != "source" && k != "name") fields.push_back(k);
+    Section inner(src, field("source"), fields, out_);
+    if (!inner.ok()) return out;
+    for (const auto& [key, value] : src.items()) {
+      if (!value.is_string())
+        out_.push_back(
+            {inner.field(key), shown(value), "must be a string naming where the number came from"});
+      else if (std::find(fields.begin(), fields.end(), key) != fields.end())
+        out.emplace(key, value.get<std::string>());
+    }
+    return out;
+  }
+
+  const json& body() const { return body_; }
+
+ private:
+  const json& body_;
+  std::string path_;
+  std::vector<std::string> keys_;
+  Violations& out_;
+};
+
+GpuSpec read_gpu(const json& body, Violations& out) {
+  Section s(body, "gpu",
+            {"name", "peak_tflops", "hbm_bandwidth_gbs", "memory_gib", "sm_count",
+             "kernel_launch_us", "gemm_peak_fraction", "memory_peak_fraction", "gemm_tile",
+             "pcie_gbs", "pcie_latency_us", "source"},
+            out);
+  GpuSpec g;
+  if (!s.ok()) return g;
+  g.name = s.text("name");
+  if (const json* peaks = s.find("peak_tflops")) {
+    Section p(*peaks, s.field("peak_tflops"), {"fp32", "tf32", "bf16", "fp16"}, out);
+    if (p.ok()) {
+      g.peak_fp32 = FlopsPerSecond(p.number("fp32", Range::positive) * kTera);
+      g.peak_tf32 = FlopsPerSecond(p.number("tf32", Range::positive) * kTera);
+      g.peak_bf16 = FlopsPerSecond(p.number("bf16", Range::positive) * kTera);
+      g.peak_fp16 = FlopsPerSecond(p.number("fp16", Range::positive) * kTera);
+    }
+  }
+  g.memory_bandwidth = BytesPerSecond(s.number("hbm_bandwidth_gbs", Range::positive) * kGiga);
+  g.memory =
+      Bytes(std::llround(s.number("memory_gib", Range::positive) * static_cast<double>(kGiB)));
+  g.sm_count = s.integer("sm_count", Range::at_least_one);
+  g.kernel_launch = Seconds(s.number("kernel_launch_us", Range::non_negative) * kMicro);
+  g.gemm_peak_fraction = s.number("gemm_peak_fraction", Range::fraction);
+  g.memory_peak_fraction = s.number("memory_peak_fraction", Range::fraction);
+  if (const json* tile = s.find("gemm_tile")) {
+    const bool good = tile->is_array() && tile->size() == 2 &&
+                      std::all_of(tile->begin(), tile->end(), [](const json& t) {
+                        return t.is_number_integer() && t.get<std::int64_t>() >= 1 &&
+                               t.get<std::int64_t>() <= 4096;
+                      });
+    if (good) {
+      g.gemm_tile_m = (*tile)[0].get<int>();
+      g.gemm_tile_n = (*tile)[1].get<int>();
+    } else {
+      out.push_back({s.field("gemm_tile"), shown(*tile),
+                     "must be [rows, columns] of a GEMM output tile, integers in [1, 4096]"});
+    }
+  }
+  g.pcie.bandwidth = BytesPerSecond(s.number("pcie_gbs", Range::positive) * kGiga);
+  g.pcie.latency = Seconds(s.number("pcie_latency_us", Range::non_negative) * kMicro);
+  g.sources = s.sources();
+  return g;
+}
+
+NodeSpec read_node(const json& body, Violations& out) {
+  Section s(body, "node",
+            {"gpus_per_node", "interconnect", "gpu_link_gbs", "gpu_link_latency_us", "source"},
+            out);
+  NodeSpec n;
+  if (!s.ok()) return n;
+  n.gpus_per_node = s.integer("gpus_per_node", Range::at_least_one);
+  n.interconnect = s.text("interconnect", {"nvswitch", "nvlink", "shared-memory"});
+  n.gpu_link.bandwidth = BytesPerSecond(s.number("gpu_link_gbs", Range::positive) * kGiga);
+  n.gpu_link.latency = Seconds(s.number("gpu_link_latency_us", Range::non_negative) * kMicro);
+  n.sources = s.sources();
+  return n;
+}
+
+FabricSpec read_fabric(const json& body, Violations& out) {
+  Section s(body, "fabric",
+            {"kind", "nics_per_node", "nic_gbs", "nic_latency_us", "oversubscription", "source"},
+            out);
+  FabricSpec f;
+  if (!s.ok()) return f;
+  f.kind = s.text("kind", {"fat-tree", "rail-optimized"}) == "rail-optimized"
+               ? FabricKind::rail_optimized
+               : FabricKind::fat_tree;
+  f.nics_per_node = s.integer("nics_per_node", Range::non_negative);
+  const double nic_gbs = s.number("nic_gbs", Range::non_negative);
+  if (f.nics_per_node > 0 && nic_gbs <= 0 && s.body().contains("nic_gbs"))
+    out.push_back(
+        {s.field("nic_gbs"), shown(s.body().at("nic_gbs")), "must be > 0 when nics_per_node > 0"});
+  f.nic.bandwidth = BytesPerSecond(nic_gbs * kGiga);
+  f.nic.latency = Seconds(s.number("nic_latency_us", Range::non_negative) * kMicro);
+  f.oversubscription = s.number("oversubscription", Range::at_least_one);
+  f.sources = s.sources();
+  return f;
+}
+
+std::string read_file_text(const std::filesystem::path& path) {
+  const std::string where = path.string();
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  if (ec) throw ConfigError(where, "", "cannot be accessed: " + ec.message());
+  if (!exists) throw ConfigError(where, "", "no such file");
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(where, "", "is a directory, not a topology file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(where, "", std::string("cannot be read: ") + std::strerror(errno));
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw ConfigError(where, "", "cannot be read: I/O error");
+  return text;
+}
+
+Topology parse_text(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::size_t line = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) line += text[i] == '\n';
+    throw ConfigError(where, "line " + std::to_string(line),
+                      std::string("is not valid JSON: ") + e.what());
+  }
+  return parse_topology(j, where);
+}
+
+// Numbers back in datasheet units, rounded to 12 significant digits so that 0.7 µs
+// written out reads 0.7, not 0.7000000000000001.
+double tidy(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  std::ostringstream s;
+  s.precision(12);
+  s << x;
+  return std::stod(s.str());
+}
+
+json sources_json(const Sources& sources) {
+  json j = json::object();
+  for (const auto& [k, v] : sources) j[k] = v;
+  return j;
+}
+
+}  // namespace
+
+Topology parse_topology(const nlohmann::json& j, std::string_view source) {
+  Violations out;
+  Topology t;
+  Section top(j, "", {"name", "description", "gpu", "node", "fabric"}, out);
+  if (top.ok()) {
+    t.name = top.text("name");
+    if (j.contains("description")) t.description = top.text("description");
+    if (const json* g = top.find("gpu")) t.gpu = read_gpu(*g, out);
+    if (const json* n = top.find("node")) t.node = read_node(*n, out);
+    if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
+  }
+  if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
+  return t;
+}
+
+nlohmann::json to_json(const Topology& t) {
+  const GpuSpec& g = t.gpu;
+  json gpu = {{"name", g.name},
+              {"peak_tflops",
+               {{"fp32", tidy(g.peak_fp32.value / kTera)},
+                {"tf32", tidy(g.peak_tf32.value / kTera)},
+                {"bf16", tidy(g.peak_bf16.value / kTera)},
+                {"fp16", tidy(g.peak_fp16.value / kTera)}}},
+              {"hbm_bandwidth_gbs", tidy(g.memory_bandwidth.value / kGiga)},
+              {"memory_gib", tidy(static_cast<double>(g.memory.value) / static_cast<double>(kGiB))},
+              {"sm_count", g.sm_count},
+              {"kernel_launch_us", tidy(g.kernel_launch.value / kMicro)},
+              {"gemm_peak_fraction", g.gemm_peak_fraction},
+              {"memory_peak_fraction", g.memory_peak_fraction},
+              {"gemm_tile", {g.gemm_tile_m, g.gemm_tile_n}},
+              {"pcie_gbs", tidy(g.pcie.bandwidth.value / kGiga)},
+              {"pcie_latency_us", tidy(g.pcie.latency.value / kMicro)},
+              {"source", sources_json(g.sources)}};
+  json node = {{"gpus_per_node", t.node.gpus_per_node},
+               {"interconnect", t.node.interconnect},
+               {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},
+               {"gpu_link_latency_us", tidy(t.node.gpu_link.latency.value / kMicro)},
+               {"source", sources_json(t.node.sources)}};
+  json fabric = {{"kind", std::string(fabric_kind_name(t.fabric.kind))},
+                 {"nics_per_node", t.fabric.nics_per_node},
+                 {"nic_gbs", tidy(t.fabric.nic.bandwidth.value / kGiga)},
+                 {"nic_latency_us", tidy(t.fabric.nic.latency.value / kMicro)},
+                 {"oversubscription", t.fabric.oversubscription},
+                 {"source", sources_json(t.fabric.sources)}};
+  json j = {{"name", t.name}, {"gpu", gpu}, {"node", node}, {"fabric", fabric}};
+  if (!t.description.empty()) j["description"] = t.description;
+  return j;
+}
+
+std::vector<std::string> topology_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : embedded_presets()) names.emplace_back(p.name);
+  return names;
+}
+
+Topology load_topology_file(const std::filesystem::path& path) {
+  return parse_text(read_file_text(path), path.string());
+}
+
+Topology load_topology(std::string_view name_or_path) {
+  for (const auto& p : embedded_presets())
+    if (p.name == name_or_path)
+      return parse_text(std::string(p.json), "preset " + std::string(p.name));
+  const std::filesystem::path path(name_or_path);
+  std::error_code ec;
+  const bool looks_like_path = name_or_path.find('/') != std::string_view::npos ||
+                               name_or_path.ends_with(".json") || std::filesystem::exists(path, ec);
+  if (looks_like_path) return load_topology_file(path);
+  const auto names = topology_preset_names();
+  // A truncated name ("dgx-a100") means the preset it begins, before any near spelling.
+  std::string best;
+  for (const auto& n : names)
+    if (n.starts_with(name_or_path) && (best.empty() || n.size() < best.size())) best = n;
+  if (best.empty()) best = closest_match(name_or_path, names);
+  throw ConfigError("topology", std::string(name_or_path),
+                    "is neither a preset (" + join(names, " | ") + ") nor a JSON file" +
+                        (best.empty() ? std::string() : "; did you mean \"" + best + "\"?"));
+}
+
+}  // namespace tandem
