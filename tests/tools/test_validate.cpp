@@ -1,0 +1,265 @@
+// `tandem validate` and `tandem trace diff`, run as a user runs them. The validate table's
+// errors are checked against numbers computed here from `tandem simulate --json` run on
+// its own; bad tables are rejected before any simulation, naming the line, the column, the
+// value and the rule; trace diff's JSON gives the per-class sums of two hand-written traces.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// One folder per test: ctest runs the tests of this program in parallel processes.
+fs::path fresh_dir(const std::string& name) {
+  const auto dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Two small GPTs on one DGX A100 node: tp 2 × pp 2 × dp 2, and pp 4 × dp 2.
+void write_small_scenarios(const fs::path& dir) {
+  write(dir / "small-tp2-pp2.json", R"({"name": "small-tp2-pp2",
+    "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16,
+              "seq_length": 1024, "vocab_size": 50257},
+    "parallelism": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2},
+    "training": {"micro_batch_size": 2, "global_batch_size": 16, "fp16": true},
+    "cluster": {"world_size": 8, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})");
+  write(dir / "small-pp4.json", R"({"name": "small-pp4",
+    "model": {"num_layers": 8, "hidden_size": 512, "num_attention_heads": 8,
+              "seq_length": 512, "vocab_size": 50257},
+    "parallelism": {"pipeline_model_parallel_size": 4},
+    "training": {"micro_batch_size": 1, "global_batch_size": 16, "fp16": true},
+    "cluster": {"world_size": 8, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})");
+}
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string one_decimal(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+class Validate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("tandem_validate_small");
+    write_small_scenarios(dir_);
+    // The predictions, from `tandem simulate` run on its own.
+    for (const char* name : {"small-tp2-pp2", "small-pp4"}) {
+      const auto out = dir_ / (std::string(name) + ".report.json");
+      const auto r = run("simulate " + (dir_ / (std::string(name) + ".json")).string() +
+                         " --quiet --json " + out.string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      reports_[name] = read_json(out);
+    }
+  }
+  static fs::path dir_;
+  static std::map<std::string, nlohmann::json> reports_;
+};
+fs::path Validate::dir_;
+std::map<std::string, nlohmann::json> Validate::reports_;
+
+TEST_F(Validate, ErrorsMatchSeparateSimulateRuns) {
+  const double t_a = reports_["small-tp2-pp2"]["iteration_seconds"].get<double>();
+  const double t_b = reports_["small-pp4"]["iteration_seconds"].get<double>();
+  const double tf_a = reports_["small-tp2-pp2"]["hardware_tflops_per_gpu"].get<double>();
+  ASSERT_GT(t_a, 0);
+  ASSERT_GT(t_b, 0);
+  // Published values 2 % below and 30 % above the predictions: errors +2.04 % and −23.08 %.
+  const double pub_a = t_a / 1.02, pub_b = t_b * 1.3, pub_tf = tf_a * 2;
+  write(dir_ / "published.csv",
+        "scenario,metric,value,unit,source\n"
+        "small-tp2-pp2,iteration_time," +
+            number(pub_a) + ",s,\"made up, for the test\"\nsmall-pp4,iteration_time," +
+            number(pub_b) + ",s,made up\nsmall-tp2-pp2,hardware_tflops_per_gpu," + number(pub_tf) +
+            ",TFLOP/s,made up\n");
+  const auto json = dir_ / "validate.json";
+  const auto r = run("validate " + dir_.string() + " --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;  // target missed, no --check: still 0
+
+  const double err_a = (t_a - pub_a) / pub_a * 100, err_b = (t_b - pub_b) / pub_b * 100;
+  const double err_tf = (tf_a - pub_tf) / pub_tf * 100;
+  EXPECT_NEAR(err_a, 2.0, 1e-9);
+  EXPECT_NEAR(err_b, -100.0 * 0.3 / 1.3, 1e-9);
+  const auto j = read_json(json);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const std::vector<double> expected{err_a, err_b, err_tf};
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(j["rows"][i]["error_percent"].get<double>(), expected[i], 1e-9) << i;
+  EXPECT_NEAR(j["rows"][1]["predicted"].get<double>(), t_b, 1e-12 * t_b);
+  EXPECT_EQ(j["rows"][0]["source"], "made up, for the test");
+  // Median of two |errors| is their mean; max is the larger.
+  const auto& s = j["summary"]["iteration_time"];
+  EXPECT_EQ(s["rows"], 2);
+  EXPECT_NEAR(s["median_abs_error_percent"].get<double>(), (std::abs(err_a) + std::abs(err_b)) / 2,
+              1e-9);
+  EXPECT_NEAR(s["max_abs_error_percent"].get<double>(), std::abs(err_b), 1e-9);
+  EXPECT_FALSE(j["target_met"].get<bool>());
+  EXPECT_EQ(j["mode"], "symmetric");
+  EXPECT_TRUE(j["reports"].contains("small-pp4"));
+
+  // The printed table carries the same errors, one decimal.
+  EXPECT_NE(r.output.find(one_decimal(err_a)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(one_decimal(err_b)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MISSED"), std::string::npos) << r.output;
+
+  const auto checked = run("validate " + dir_.string() + " --check");
+  EXPECT_EQ(checked.exit_code, 1) << checked.output;
+  EXPECT_NE(checked.output.find("target missed"), std::string::npos) << checked.output;
+}
+
+TEST_F(Validate, CheckPassesWhenWithinTheTarget) {
+  const double t_a = reports_["small-tp2-pp2"]["iteration_seconds"].get<double>();
+  const double t_b = reports_["small-pp4"]["iteration_seconds"].get<double>();
+  // Errors +2 % and −3 %: median 2.5 %, max 3 %, inside 5 % / 10 %.
+  const auto dir = fresh_dir("tandem_validate_met");
+  write_small_scenarios(dir);
+  write(dir / "published.csv", "scenario,metric,value,unit,source\nsmall-tp2-pp2,iteration_time," +
+                                   number(t_a / 1.02) + ",s,x\nsmall-pp4,iteration_time," +
+                                   number(t_b / 0.97) + ",s,x\n");
+  const auto r = run("validate " + dir.string() + " --check --json " + (dir / "v.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(dir / "v.json");
+  EXPECT_TRUE(j["target_met"].get<bool>());
+  EXPECT_NEAR(j["summary"]["iteration_time"]["median_abs_error_percent"].get<double>(), 2.5, 1e-9);
+  EXPECT_NEAR(j["summary"]["iteration_time"]["max_abs_error_percent"].get<double>(), 3.0, 1e-9);
+  EXPECT_NE(r.output.find(": met"), std::string::npos) << r.output;
+}
+
+TEST(ValidateInput, MissingTableIsRejected) {
+  const auto dir = fresh_dir("tandem_validate_missing");
+  const auto r = run("validate " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "published.csv").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot be opened"), std::string::npos) << r.output;
+}
+
+TEST(ValidateInput, EveryBadRowIsNamedBeforeAnySimulation) {
+  const auto dir = fresh_dir("tandem_validate_bad");
+  write_small_scenarios(dir);
+  write(dir / "published.csv",
+        "scenario,metric,value,unit,source\n"
+        "small-pp4,iteration_time,1.2x,s,unparsable value\n"
+        "no-such-run,iteration_time,3,s,unknown scenario\n"
+        "small-pp4,iteration_time,2,ms,\"wrong unit, quoted source\"\n"
+        "small-tp2-pp2,step_time,2,s,unknown metric\n"
+        "small-tp2-pp2,iteration_time,-1,s,negative\n");
+  const auto r = run("validate " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string csv = (dir / "published.csv").string();
+  for (const std::string& expected :
+       {csv, std::string("line 2, value = 1.2x: must be a positive number"),
+        "line 3, scenario = no-such-run: no such scenario: " + (dir / "no-such-run.json").string(),
+        std::string("line 4, unit = ms: the unit of iteration_time must be s"),
+        std::string("line 5, metric = step_time: must be one of iteration_time"),
+        std::string("line 6, value = -1: must be a positive number")})
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+  EXPECT_EQ(r.output.find("simulated in"), std::string::npos) << r.output;  // nothing ran
+}
+
+TEST(ValidateInput, InvalidScenarioAndHeaderAreRejected) {
+  const auto dir = fresh_dir("tandem_validate_bad_scenario");
+  write(dir / "broken.json",
+        R"({"model": {"num_layers": 6}, "parallelism": {"pipeline_model_parallel_size": 4},
+            "cluster": {"world_size": 4}})");
+  write(dir / "published.csv", "scenario,metric,value,unit,source\nbroken,iteration_time,1,s,x\n");
+  auto r = run("validate " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2, scenario = broken"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("num_layers"), std::string::npos) << r.output;
+
+  write(dir / "published.csv", "scenario;metric;value\n");
+  r = run("validate " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 1, header = scenario;metric;value"), std::string::npos) << r.output;
+}
+
+TEST(ValidateInput, PublishedScenariosAreAllValid) {
+  const auto r =
+      run("validate " + std::string(TANDEM_SOURCE_DIR) + "/scenarios/published --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One scenario per Korthikanti iteration-time row (8 of Table 5, 1 of §6.3) + the README's.
+  EXPECT_NE(r.output.find("10 scenario(s), all valid"), std::string::npos) << r.output;
+}
+
+TEST(TraceDiffCli, PerClassSumsOfTwoTraces) {
+  const auto dir = fresh_dir("tandem_trace_diff");
+  auto slice = [](const std::string& name, int pid, double ts, double dur) {
+    return nlohmann::json{{"name", name}, {"ph", "X"}, {"pid", pid},
+                          {"tid", 0},     {"ts", ts},  {"dur", dur}};
+  };
+  // A: F0 1 ms, F1 2 ms, B0 3 ms. B: F0.0 1.5 ms, F0.1 1.5 ms, F1.0 3 ms, B0.0 6 ms.
+  write(dir / "a.json", nlohmann::json{{"traceEvents",
+                                        {slice("F0", 0, 0, 1000), slice("F1", 0, 1000, 2000),
+                                         slice("B0", 0, 3000, 3000)}}}
+                            .dump());
+  write(dir / "b.json",
+        nlohmann::json{{"traceEvents",
+                        {slice("F0.0", 0, 0, 1500), slice("F0.1", 0, 1500, 1500),
+                         slice("F1.0", 0, 3000, 3000), slice("B0.0", 0, 6000, 6000)}}}
+            .dump());
+  const auto out = dir / "diff.json";
+  const auto r = run("trace diff " + (dir / "a.json").string() + " " + (dir / "b.json").string() +
+                     " --json " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(out);
+  ASSERT_EQ(j["classes"].size(), 2u);
+  EXPECT_EQ(j["classes"][1]["class"], "F");
+  EXPECT_EQ(j["classes"][1]["a"]["count"], 2);
+  EXPECT_EQ(j["classes"][1]["b"]["count"], 3);
+  EXPECT_DOUBLE_EQ(j["classes"][1]["total_ratio"].get<double>(), 6.0 / 3.0);
+  EXPECT_DOUBLE_EQ(j["classes"][1]["mean_ratio"].get<double>(), 2.0 / 1.5);
+  EXPECT_DOUBLE_EQ(j["classes"][0]["total_ratio"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["a"]["span_ms"].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(j["b"]["span_ms"].get<double>(), 12.0);
+  EXPECT_NE(r.output.find("total B/A"), std::string::npos) << r.output;
+
+  const auto missing = run("trace diff " + (dir / "a.json").string() + " /nonexistent.json");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent.json"), std::string::npos) << missing.output;
+}
+
+}  // namespace

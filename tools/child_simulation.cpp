@@ -1,0 +1,107 @@
+// run_child_simulations: posix_spawn this binary once per scenario, keep at most `jobs`
+// children alive, and read back each one's JSON report or its log.
+#include "tools/child_simulation.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace tandem::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+pid_t spawn_child(const ChildSimulation& sim) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, sim.log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<std::string> argv_text{"tandem"};
+  argv_text.insert(argv_text.end(), sim.args.begin(), sim.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0)
+    throw std::runtime_error("cannot start a child simulation for " + sim.name + ": " +
+                             std::strerror(rc));
+  return pid;
+}
+
+std::string tail_of(const std::filesystem::path& path, std::size_t max_chars) {
+  std::ifstream in(path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string text = buf.str();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.size() > max_chars ? "…" + text.substr(text.size() - max_chars) : text;
+}
+
+ChildResult read_result(const ChildSimulation& sim, int status) {
+  ChildResult r;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::ifstream in(sim.json);
+    try {
+      r.report = nlohmann::json::parse(in);
+      r.ok = true;
+      return r;
+    } catch (const nlohmann::json::exception& e) {
+      r.error = "its report " + sim.json.string() + " is unreadable: " + e.what();
+      return r;
+    }
+  }
+  r.error = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                              : "killed by signal " + std::to_string(WTERMSIG(status));
+  const std::string log = tail_of(sim.log, 600);
+  if (!log.empty()) r.error += ": " + log;
+  return r;
+}
+
+}  // namespace
+
+std::vector<ChildResult> run_child_simulations(
+    const std::vector<ChildSimulation>& sims, int jobs,
+    const std::function<void(std::size_t, const ChildResult&)>& on_done) {
+  if (jobs < 1) jobs = 1;
+  std::vector<ChildResult> results(sims.size());
+  std::map<pid_t, std::pair<std::size_t, Clock::time_point>> running;
+  std::size_t next = 0;
+  while (next < sims.size() || !running.empty()) {
+    while (next < sims.size() && static_cast<int>(running.size()) < jobs) {
+      running[spawn_child(sims[next])] = {next, Clock::now()};
+      ++next;
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("waiting for child simulations: ") +
+                               std::strerror(errno));
+    }
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;  // not one of ours
+    const auto [index, started] = it->second;
+    running.erase(it);
+    results[index] = read_result(sims[index], status);
+    results[index].wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    if (on_done) on_done(index, results[index]);
+  }
+  return results;
+}
+
+}  // namespace tandem::cli

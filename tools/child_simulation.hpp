@@ -1,0 +1,35 @@
+// Simulating several scenarios from one command. SimGrid's engine is a process-wide
+// singleton that runs once, so each scenario runs in a child process: this very binary
+// (/proc/self/exe) as `tandem simulate FILE --quiet --json OUT` — the same code path a user
+// runs — with its output captured in a log file. At most `jobs` children run at a time.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tandem::cli {
+
+struct ChildSimulation {
+  std::string name;               // a label for progress and errors
+  std::vector<std::string> args;  // after the binary, e.g. {"simulate", "x.json", …}
+  std::filesystem::path json;     // where the child writes its report (--json)
+  std::filesystem::path log;      // the child's stdout and stderr
+};
+
+struct ChildResult {
+  bool ok = false;
+  nlohmann::json report;  // the --json report when ok
+  std::string error;      // the exit status and the end of the log otherwise
+  double wall_seconds = 0;
+};
+
+// Runs every simulation, `jobs` at a time, and returns their results in order.
+// `on_done(i, result)` is called as each child finishes (in completion order).
+std::vector<ChildResult> run_child_simulations(
+    const std::vector<ChildSimulation>& sims, int jobs,
+    const std::function<void(std::size_t, const ChildResult&)>& on_done = {});
+
+}  // namespace tandem::cli
