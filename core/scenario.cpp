@@ -455,6 +455,10 @@ std::vector<FieldDef> parallelism_fields() {
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),
+      make_field(p, &P::scatter_gather_tensors_in_pipeline,
+                 {"scatter_gather_tensors_in_pipeline",
+                  "without sequence parallelism, send 1/tp of each pipeline tensor per tp rank "
+                  "and all-gather it over tp on arrival"}),
   };
 }
 

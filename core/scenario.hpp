@@ -56,6 +56,10 @@ struct ParallelismConfig {
   // Megatron's variable_seq_lengths: every pipeline send is preceded by its shape, and the
   // receiver allocates from it (microbatches whose activations differ in shape).
   bool variable_seq_lengths = false;
+  // Megatron-LM's scatter_gather_tensors_in_pipeline (on by default there until sequence
+  // parallelism replaced it): without sequence parallelism every tp rank holds the whole
+  // activation, so each sends only its 1/tp slice and the receiver all-gathers over tp.
+  bool scatter_gather_tensors_in_pipeline = false;
 
   bool operator==(const ParallelismConfig&) const = default;
 };

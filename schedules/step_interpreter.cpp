@@ -94,29 +94,41 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
       ctx.variable_seq_lengths ? exchange_shapes(op, f, ctx) : std::vector<std::optional<Shape>>{};
   std::size_t next_shape = 0;
   std::vector<P2POp> batch;
+  struct Arrival {
+    std::map<Key, Tensor>* into;
+    Key key;
+    Tensor buffer;
+    Shape full;
+  };
+  std::vector<Arrival> arrivals;
   for (const auto& t : op.transfers) {
     const Key key{t.microbatch, t.chunk};
     switch (t.direction) {
       case P2PDirection::send_next:
-        batch.push_back({P2POp::Kind::send, take(f.outputs, key, "output to send"), t.peer});
+        batch.push_back(
+            {P2POp::Kind::send, program.to_wire(take(f.outputs, key, "output to send")), t.peer});
         break;
       case P2PDirection::send_prev:
-        batch.push_back(
-            {P2POp::Kind::send, take(f.input_grads, key, "input gradient to send"), t.peer});
+        batch.push_back({P2POp::Kind::send,
+                         program.to_wire(take(f.input_grads, key, "input gradient to send")),
+                         t.peer});
         break;
       case P2PDirection::recv_prev:
       case P2PDirection::recv_next: {
         std::optional<Shape> shape;
         if (ctx.variable_seq_lengths) shape = shapes.at(next_shape++);
         if (!shape) shape = program.activation_shape(t.microbatch);
-        Tensor buf = ctx.device.allocate(*shape, program.activation_dtype());
+        Tensor buf = ctx.device.allocate(program.wire_shape(*shape), program.activation_dtype());
         batch.push_back({P2POp::Kind::recv, buf, t.peer});
-        (t.direction == P2PDirection::recv_prev ? f.inputs : f.output_grads)[key] = buf;
+        arrivals.push_back({t.direction == P2PDirection::recv_prev ? &f.inputs : &f.output_grads,
+                            key, buf, *shape});
         break;
       }
     }
   }
   ctx.pp.batch_p2p(ctx.stream, batch)->wait();
+  batch.clear();  // sent slices may be views of tensors nothing else holds
+  for (auto& a : arrivals) (*a.into)[a.key] = program.from_wire(a.buffer, a.full);
 }
 
 }  // namespace

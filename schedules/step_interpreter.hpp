@@ -34,6 +34,12 @@ class StageProgram {
   // (seq / cp [/ tp with sequence parallelism], micro batch, hidden)).
   virtual Shape activation_shape(int microbatch) const = 0;
   virtual DType activation_dtype() const = 0;
+  // What travels between stages (Megatron's scatter_gather_tensors_in_pipeline): the part of
+  // a tensor this rank sends, the shape it receives for a tensor of shape `full`, and the
+  // whole tensor rebuilt from what arrived. By default the tensor itself.
+  virtual Tensor to_wire(const Tensor& t) { return t; }
+  virtual Shape wire_shape(const Shape& full) const { return full; }
+  virtual Tensor from_wire(const Tensor& received, const Shape&) { return received; }
 };
 
 struct StepContext {

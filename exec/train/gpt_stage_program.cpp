@@ -100,4 +100,27 @@ void GptStageProgram::record(const char* type, int microbatch, int chunk,
                 {{"microbatch", microbatch}, {"chunk", chunk}});
 }
 
+// Each tp rank sends slice `rank` of the flattened tensor (a view: no copy) and the
+// receiver all-gathers the slices over tp into the whole tensor.
+Tensor GptStageProgram::to_wire(const Tensor& t) {
+  const std::int64_t tp = env_.tp.size();
+  if (!scatter_gather_ || tp == 1) return t;
+  const std::int64_t slice = t.numel() / tp;
+  return t.view(Shape{slice}, slice * env_.tp.rank());
+}
+
+Shape GptStageProgram::wire_shape(const Shape& full) const {
+  const std::int64_t tp = env_.tp.size();
+  if (!scatter_gather_ || tp == 1) return full;
+  return Shape{full.numel() / tp};
+}
+
+Tensor GptStageProgram::from_wire(const Tensor& received, const Shape& full) {
+  if (!scatter_gather_ || env_.tp.size() == 1) return received;
+  Tensor whole = env_.device.allocate(full, received.dtype);
+  Tensor flat = whole.view(Shape{full.numel()});
+  env_.tp.all_gather(env_.stream, received, flat)->wait();
+  return whole;
+}
+
 }  // namespace tandem

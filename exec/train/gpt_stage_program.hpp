@@ -37,6 +37,12 @@ class GptStageProgram : public StageProgram {
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
   Shape activation_shape(int microbatch) const override;
   DType activation_dtype() const override { return DType::fp32; }
+  // Megatron's scatter_gather_tensors_in_pipeline (only without sequence parallelism,
+  // where the tp ranks hold identical activations).
+  void set_scatter_gather(bool on) { scatter_gather_ = on; }
+  Tensor to_wire(const Tensor& t) override;
+  Shape wire_shape(const Shape& full) const override;
+  Tensor from_wire(const Tensor& received, const Shape& full) override;
 
  private:
   MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
@@ -50,6 +56,7 @@ class GptStageProgram : public StageProgram {
   bool forward_only_ = false;
   RunTrace* trace_ = nullptr;
   bool name_chunks_ = false;
+  bool scatter_gather_ = false;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;
 };

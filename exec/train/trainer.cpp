@@ -90,6 +90,10 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   for (auto& c : chunks_) raw.push_back(c.get());
   program_ = std::make_unique<GptStageProgram>(
       ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel}, raw, dims_);
+  // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
+  // scatter-gather of pipeline tensors off.
+  program_->set_scatter_gather(scenario.parallelism.scatter_gather_tensors_in_pipeline &&
+                               !dims_.sequence_parallel);
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));

@@ -11,6 +11,7 @@ layouts=(
   "--world-size 2 --overlap-grad-reduce true --ddp-bucket-size 20000"
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "--world-size 2 --tensor-model-parallel-size 2 --sequence-parallel true"
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline true"
   "--world-size 4 --tensor-model-parallel-size 2 --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000"
 )
 for layout in "${layouts[@]}"; do

@@ -34,6 +34,7 @@ layouts=(
   "4|--pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 20000"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "4|--pipeline-model-parallel-size 4"
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline"
   "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
 )
 failed=0
