@@ -35,6 +35,7 @@ void add_preprocess_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_checkpoint_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
 
 // Write `text` to `path` via a temporary file and rename (never a half-written output).

@@ -1,0 +1,93 @@
+// Warm-up, repetitions and the median; see measure_op.hpp.
+#include "exec/calibrate/measure_op.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace tandem::calibrate {
+
+namespace {
+
+double median(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  // A clock tick is the least an op can honestly be said to take (a table needs > 0).
+  return std::max(*mid, 1e-9);
+}
+
+std::int64_t bytes_of(const OpCase& c) {
+  std::int64_t total = 0;
+  for (const Tensor& t : c.tensors()) total += t.bytes().value;
+  return total;
+}
+
+}  // namespace
+
+std::vector<double> measure_seconds(Device& device, std::span<OpCase> cases,
+                                    const MeasureOptions& options) {
+  if (options.warmup < 0 || options.repetitions < 1 || options.evict_bytes < 0)
+    throw std::invalid_argument(
+        "calibrate: needs warmup ≥ 0, repetitions ≥ 1 and evict_bytes ≥ 0, got " +
+        std::to_string(options.warmup) + ", " + std::to_string(options.repetitions) + " and " +
+        std::to_string(options.evict_bytes));
+  Stream& s = device.default_stream();
+  s.synchronize();  // the uploads that filled the tensors
+  for (OpCase& c : cases)
+    for (int i = 0; i < options.warmup; ++i) c.run(s);
+  s.synchronize();
+  std::vector<std::vector<double>> times(cases.size());
+  std::vector<std::int64_t> scratch(static_cast<std::size_t>(options.evict_bytes / 8));
+  for (int i = 0; i < options.repetitions; ++i)
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      for (std::size_t j = 0; j < scratch.size(); j += 8) scratch[j] += i;  // a write per line
+      const auto start = std::chrono::steady_clock::now();
+      cases[c].run(s);
+      s.synchronize();
+      times[c].push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  std::vector<double> out;
+  for (auto& t : times) out.push_back(median(std::move(t)));
+  return out;
+}
+
+OpTiming measure_op(Device& device, const OpShape& shape, const MeasureOptions& options) {
+  OpCase c = make_op_case(device, shape, options.op_case);
+  return {shape, measure_seconds(device, std::span<OpCase>(&c, 1), options).front()};
+}
+
+std::vector<OpTiming> measure_ops(Device& device, std::span<const OpShape> shapes,
+                                  const MeasureOptions& options,
+                                  const std::function<void(std::size_t, std::size_t)>& progress) {
+  const std::vector<OpShape> distinct = distinct_shapes(shapes);
+  std::vector<OpTiming> out;
+  out.reserve(distinct.size());
+  for (std::size_t next = 0; next < distinct.size();) {
+    std::vector<OpCase> group;
+    std::int64_t bytes = 0;
+    const std::size_t first = next;
+    do {
+      group.push_back(make_op_case(device, distinct[next++], options.op_case));
+      bytes += bytes_of(group.back());
+    } while (next < distinct.size() && bytes < options.round_robin_bytes);
+    const auto seconds = measure_seconds(device, group, options);
+    for (std::size_t i = 0; i < group.size(); ++i) out.push_back({distinct[first + i], seconds[i]});
+    if (progress) progress(out.size(), distinct.size());
+  }
+  return out;
+}
+
+std::vector<OpShape> distinct_shapes(std::span<const OpShape> shapes) {
+  std::vector<OpShape> out;
+  for (const OpShape& s : shapes) {
+    const bool seen =
+        std::any_of(out.begin(), out.end(), [&](const OpShape& o) { return o.key() == s.key(); });
+    if (!seen) out.push_back(s);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const OpShape& a, const OpShape& b) { return a.key() < b.key(); });
+  return out;
+}
+
+}  // namespace tandem::calibrate

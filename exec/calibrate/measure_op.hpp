@@ -1,0 +1,56 @@
+// Timing Device ops on a real binding: an op at a shape is built once (op_case.hpp), run a
+// few times untimed (first-touch page faults, cold caches, lazy library setup), then run
+// `repetitions` times, each waited for (Stream::synchronize, so an asynchronous binding is
+// timed to completion), and the median wall time is its price. Many shapes are measured
+// round-robin — repetition 1 of every shape, then repetition 2, … — so a burst of load from
+// another process spoils one repetition of many shapes, which the medians drop, instead of
+// every repetition of a few. The threads the cpu kernels use are the caller's to set
+// (kernels/cpu/threads.hpp), as `tandem train` does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/device.hpp"
+#include "exec/calibrate/op_case.hpp"
+#include "exec/calibrate/op_shape.hpp"
+
+namespace tandem::calibrate {
+
+struct MeasureOptions {
+  int warmup = 2;       // untimed runs first (≥ 0)
+  int repetitions = 7;  // timed runs; the median is the result (≥ 1)
+  // Host bytes written before each timed run, to push the op's tensors out of the caches
+  // that size covers (0: the op runs on the data its previous run left in cache). In a
+  // training step an op's weights and activations come from further away than a loop over
+  // one op leaves them.
+  std::int64_t evict_bytes = 0;
+  OpCaseOptions op_case;
+  // measure_ops keeps shapes whose tensors total up to this many bytes alive at once and
+  // goes round-robin over them (at least one shape at a time).
+  std::int64_t round_robin_bytes = std::int64_t{256} << 20;
+};
+
+// The median seconds of one run of each case, measured round-robin. Throws
+// std::invalid_argument for options out of range.
+std::vector<double> measure_seconds(Device& device, std::span<OpCase> cases,
+                                    const MeasureOptions& options);
+
+// Builds `shape` on `device` and measures it. Throws std::invalid_argument for a shape
+// make_op_case rejects or options out of range.
+OpTiming measure_op(Device& device, const OpShape& shape, const MeasureOptions& options = {});
+
+// Each distinct shape once (distinct_shapes), in that order, round-robin in groups of
+// round_robin_bytes; `progress(done, total)` after each group.
+std::vector<OpTiming> measure_ops(
+    Device& device, std::span<const OpShape> shapes, const MeasureOptions& options = {},
+    const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// The shapes with distinct key() (op, dtype, m, n, k, batch), first occurrence kept, sorted
+// by key.
+std::vector<OpShape> distinct_shapes(std::span<const OpShape> shapes);
+
+}  // namespace tandem::calibrate

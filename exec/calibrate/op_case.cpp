@@ -1,0 +1,361 @@
+// make_op_case: the tensors and the call of each Device op at an OpShape; see op_case.hpp.
+#include "exec/calibrate/op_case.hpp"
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace tandem::calibrate {
+namespace {
+
+// Allocates the tensors of a case in order and fills them through Device::upload, so the
+// values reach any binding (the cuda one converts to bf16 on the way).
+class Tensors {
+ public:
+  Tensors(Device& device, std::uint64_t seed) : device_(device), state_(seed) {}
+
+  // Uniform values in [lo, hi).
+  void floats(Shape shape, DType dtype, float lo, float hi) {
+    Tensor t = device_.allocate(shape, dtype);
+    device_.upload(device_.default_stream(), t, [&](std::span<float> v) {
+      for (float& x : v) x = lo + (hi - lo) * next_unit();
+    });
+    tensors_.push_back(std::move(t));
+  }
+  // Uniform ids in [0, below).
+  void ints(Shape shape, std::int64_t below) {
+    Tensor t = device_.allocate(shape, DType::int32);
+    device_.upload(device_.default_stream(), t, [&](std::span<std::int32_t> v) {
+      for (auto& x : v)
+        x = static_cast<std::int32_t>(next_unit() * static_cast<double>(below)) %
+            static_cast<std::int32_t>(below);
+    });
+    tensors_.push_back(std::move(t));
+  }
+  std::vector<Tensor> take() { return std::move(tensors_); }
+
+ private:
+  float next_unit() {  // splitmix64 → [0, 1)
+    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<float>(z >> 40) / static_cast<float>(1ULL << 24);
+  }
+
+  Device& device_;
+  std::uint64_t state_;
+  std::vector<Tensor> tensors_;
+};
+
+void require_positive(const OpShape& s,
+                      std::initializer_list<std::pair<const char*, std::int64_t>> sizes) {
+  for (const auto& [name, value] : sizes)
+    if (value < 1)
+      throw std::invalid_argument("calibrate: " + s.op + " needs " + name + " ≥ 1, got " +
+                                  std::to_string(value));
+}
+
+// (m, n) for row ops, (m) for whole-buffer ops where n is 0.
+Shape rows_shape(const OpShape& s) {
+  return s.n > 0 ? Shape{s.m, s.n} : Shape{s.m};
+}
+std::int64_t columns(const OpShape& s) {
+  return s.n > 0 ? s.n : 1;
+}
+
+using T = std::vector<Tensor>;
+
+// Each family builds the ops it knows and gives nullopt for the others.
+// gemm, attention and its backward.
+std::optional<OpCase> matrix_case(Device& device, const OpShape& s, const OpCaseOptions&,
+                                  Tensors& t) {
+  const DType d = s.dtype;
+  const std::int64_t m = s.m, n = columns(s);
+  if (s.op == "gemm") {
+    require_positive(s, {{"n", s.n}, {"k", s.k}});
+    t.floats({m, s.k}, d, -1, 1);  // A
+    t.floats({s.k, n}, d, -1, 1);  // B
+    t.floats({m, n}, d, 0, 0);     // C
+    const std::int64_t batch = s.batch;
+    return OpCase{device, t.take(), [batch](Device& dev, Stream& st, T& x) {
+                    for (std::int64_t b = 0; b < batch; ++b)
+                      dev.gemm(st, {.a = x[0], .b = x[1], .c = x[2]});
+                  }};
+  }
+  if (s.op == "attention" || s.op == "attention_backward") {
+    require_positive(s, {{"k", s.k}});
+    const std::int64_t seq = s.m, heads = s.batch, hd = s.k;
+    const Shape qkv{seq, 1, 3, heads, hd}, out{seq, 1, heads, hd}, probs{1, heads, seq, seq};
+    if (s.op == "attention") {
+      t.floats(qkv, d, -1, 1);
+      t.floats(out, d, 0, 0);
+      t.floats(probs, d, 0, 0);
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.attention(st, {.qkv = x[0], .output = x[1], .probs = x[2]});
+                    }};
+    }
+    t.floats(out, d, -1, 1);  // grad_output
+    t.floats(qkv, d, -1, 1);
+    t.floats(probs, d, 0, 1.0f / static_cast<float>(seq));
+    t.floats(qkv, d, 0, 0);  // grad_qkv
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.attention_backward(
+                        st, {.grad_output = x[0], .qkv = x[1], .probs = x[2], .grad_qkv = x[3]});
+                  }};
+  }
+  return std::nullopt;
+}
+
+// The (rows, C) ops: bias, layer norm, GeLU.
+std::optional<OpCase> row_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
+  const DType d = s.dtype;
+  const Shape rows = rows_shape(s);
+  const std::int64_t m = s.m, n = columns(s);
+  if (s.op == "bias_add" || s.op == "bias_grad") {
+    t.floats({m, n}, d, -1, 1);
+    t.floats({n}, d, -1, 1);
+    if (s.op == "bias_add")
+      return OpCase{device, t.take(),
+                    [](Device& dev, Stream& st, T& x) { dev.bias_add(st, x[0], x[1]); }};
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.bias_grad(st, x[0], x[1]); }};
+  }
+  if (s.op == "layer_norm") {
+    t.floats({m, n}, d, -1, 1);     // input
+    t.floats({n}, d, 0.5f, 1.5f);   // gamma
+    t.floats({n}, d, -0.1f, 0.1f);  // beta
+    t.floats({m, n}, d, 0, 0);      // output
+    t.floats({m}, DType::fp32, 0, 0);
+    t.floats({m}, DType::fp32, 0, 0);
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.layer_norm(st, {.input = x[0],
+                                        .gamma = x[1],
+                                        .beta = x[2],
+                                        .output = x[3],
+                                        .mean = x[4],
+                                        .rstd = x[5]});
+                  }};
+  }
+  if (s.op == "layer_norm_backward") {
+    t.floats({m, n}, d, -1, 1);               // grad_output
+    t.floats({m, n}, d, -1, 1);               // input
+    t.floats({n}, d, 0.5f, 1.5f);             // gamma
+    t.floats({m}, DType::fp32, -0.1f, 0.1f);  // mean
+    t.floats({m}, DType::fp32, 0.5f, 1.5f);   // rstd
+    t.floats({m, n}, d, 0, 0);                // grad_input
+    t.floats({n}, d, 0, 0);                   // grad_gamma
+    t.floats({n}, d, 0, 0);                   // grad_beta
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.layer_norm_backward(st, {.grad_output = x[0],
+                                                 .input = x[1],
+                                                 .gamma = x[2],
+                                                 .mean = x[3],
+                                                 .rstd = x[4],
+                                                 .grad_input = x[5],
+                                                 .grad_gamma = x[6],
+                                                 .grad_beta = x[7]});
+                  }};
+  }
+  if (s.op == "gelu") {
+    t.floats(rows, d, -3, 3);
+    t.floats(rows, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.gelu(st, x[0], x[1]); }};
+  }
+  if (s.op == "gelu_backward") {
+    t.floats(rows, d, -1, 1);  // grad_output
+    t.floats(rows, d, -3, 3);  // input
+    t.floats(rows, d, 0, 0);   // grad_input
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.gelu_backward(st, x[0], x[1], x[2]); }};
+  }
+  return std::nullopt;
+}
+
+// The ops over a vocabulary: embedding and the cross-entropy phases.
+std::optional<OpCase> vocab_case(Device& device, const OpShape& s, const OpCaseOptions& options,
+                                 Tensors& t) {
+  const DType d = s.dtype;
+  const std::int64_t m = s.m, n = columns(s);
+  if (s.op == "embedding" || s.op == "embedding_backward") {
+    const std::int64_t vocab = options.vocab_rows;
+    if (vocab < 1) throw std::invalid_argument("calibrate: vocab_rows must be ≥ 1");
+    t.ints({m}, vocab);  // tokens
+    if (s.op == "embedding") {
+      t.floats({vocab, n}, d, -1, 1);  // table
+      t.floats({m, n}, d, 0, 0);       // output
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.embedding(st, {.tokens = x[0], .table = x[1], .output = x[2]});
+                    }};
+    }
+    t.floats({m, n}, d, -1, 1);  // grad_output
+    t.floats({vocab, n}, d, 0, 0);
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.embedding_backward(
+                        st, {.tokens = x[0], .grad_output = x[1], .grad_table = x[2]});
+                  }};
+  }
+  if (s.op == "cross_entropy_max" || s.op == "cross_entropy_sums" ||
+      s.op == "cross_entropy_backward") {
+    t.floats({m, n}, d, -1, 1);        // logits
+    t.ints({m}, n);                    // targets
+    t.floats({m}, DType::fp32, 1, 1);  // row max: logits lie below 1
+    if (s.op == "cross_entropy_max")
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.cross_entropy_max(st, {.logits = x[0], .targets = x[1]}, x[2]);
+                    }};
+    if (s.op == "cross_entropy_sums") {
+      t.floats({m}, DType::fp32, 0, 0);
+      t.floats({m}, DType::fp32, 0, 0);
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.cross_entropy_sums(st, {.logits = x[0], .targets = x[1]}, x[2], x[3],
+                                             x[4]);
+                    }};
+    }
+    // exp(logit − 1) averages about 0.43 over logits in [-1, 1).
+    const float nf = static_cast<float>(n), inv_m = 1.0f / static_cast<float>(m);
+    t.floats({m}, DType::fp32, 0.3f * nf, 0.5f * nf);  // sum_exp
+    t.floats({m}, DType::fp32, inv_m, inv_m);          // grad_loss
+    t.floats({m, n}, d, 0, 0);                         // grad_logits
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.cross_entropy_backward(st, {.logits = x[0], .targets = x[1]}, x[2], x[3],
+                                               x[4], x[5]);
+                  }};
+  }
+  if (s.op == "cross_entropy_loss") {
+    t.floats({m}, DType::fp32, 1, 1);   // row_max
+    t.floats({m}, DType::fp32, 1, 2);   // sum_exp
+    t.floats({m}, DType::fp32, -1, 1);  // target_logit
+    t.floats({m}, DType::fp32, 0, 0);   // loss
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.cross_entropy_loss(st, x[0], x[1], x[2], x[3]);
+                  }};
+  }
+  return std::nullopt;
+}
+
+// Whole-buffer ops: add, scale, fill, copy, sum_squares, adam, upload, download.
+std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCaseOptions&,
+                                  Tensors& t) {
+  const DType d = s.dtype;
+  const Shape rows = rows_shape(s);
+  const std::int64_t m = s.m;
+  if (s.op == "add") {
+    t.floats(rows, d, -1, 1);
+    t.floats(rows, d, -1, 1);
+    t.floats(rows, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.add(st, x[0], x[1], x[2]); }};
+  }
+  if (s.op == "scale") {
+    t.floats({m}, d, -1, 1);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.scale(st, x[0], 1.0f); }};
+  }
+  if (s.op == "fill") {
+    if (d == DType::int32)
+      t.ints({m}, 1);
+    else
+      t.floats({m}, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.fill(st, x[0], 0.0f); }};
+  }
+  if (s.op == "copy") {
+    t.floats({m}, d, -1, 1);
+    t.floats({m}, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.copy(st, x[0], x[1]); }};
+  }
+  if (s.op == "sum_squares") {
+    t.floats({m}, d, -1, 1);
+    t.floats({1}, DType::fp32, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.sum_squares(st, x[0], x[1]); }};
+  }
+  if (s.op == "adam") {
+    t.floats({m}, DType::fp32, -1, 1);        // param
+    t.floats({m}, DType::fp32, -1, 1);        // grad
+    t.floats({m}, DType::fp32, -0.1f, 0.1f);  // exp_avg
+    t.floats({m}, DType::fp32, 0.01f, 0.1f);  // exp_avg_sq
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.adam(st, {.param = x[0],
+                                  .grad = x[1],
+                                  .exp_avg = x[2],
+                                  .exp_avg_sq = x[3],
+                                  .lr = 1e-4f,
+                                  .weight_decay = 0.1f});
+                  }};
+  }
+  if (s.op == "upload") {
+    // The host side of an upload is a copy out of a host buffer, as the data loader's is.
+    if (d == DType::int32) {
+      t.ints({m}, 1);
+      auto host = std::make_shared<std::vector<std::int32_t>>(static_cast<std::size_t>(m), 7);
+      return OpCase{device, t.take(), [host](Device& dev, Stream& st, T& x) {
+                      dev.upload(st, x[0], [&](std::span<std::int32_t> v) {
+                        std::copy(host->begin(), host->end(), v.begin());
+                      });
+                    }};
+    }
+    t.floats({m}, d, 0, 0);
+    auto host = std::make_shared<std::vector<float>>(static_cast<std::size_t>(m), 0.5f);
+    return OpCase{device, t.take(), [host](Device& dev, Stream& st, T& x) {
+                    dev.upload(st, x[0], [&](std::span<float> v) {
+                      std::copy(host->begin(), host->end(), v.begin());
+                    });
+                  }};
+  }
+  if (s.op == "download") {
+    t.floats({m}, d, -1, 1);
+    auto host = std::make_shared<std::vector<float>>(static_cast<std::size_t>(m));
+    return OpCase{device, t.take(),
+                  [host](Device& dev, Stream& st, T& x) { dev.download(st, x[0], *host); }};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const std::vector<std::string>& measurable_ops() {
+  static const std::vector<std::string> ops = {"upload",
+                                               "download",
+                                               "gemm",
+                                               "bias_add",
+                                               "bias_grad",
+                                               "layer_norm",
+                                               "layer_norm_backward",
+                                               "attention",
+                                               "attention_backward",
+                                               "gelu",
+                                               "gelu_backward",
+                                               "embedding",
+                                               "embedding_backward",
+                                               "cross_entropy_max",
+                                               "cross_entropy_sums",
+                                               "cross_entropy_loss",
+                                               "cross_entropy_backward",
+                                               "add",
+                                               "scale",
+                                               "fill",
+                                               "copy",
+                                               "sum_squares",
+                                               "adam"};
+  return ops;
+}
+
+OpCase make_op_case(Device& device, const OpShape& s, const OpCaseOptions& options) {
+  if (s.n < 0 || s.k < 0)
+    throw std::invalid_argument("calibrate: " + s.op + " has a negative size (n " +
+                                std::to_string(s.n) + ", k " + std::to_string(s.k) + ")");
+  require_positive(s, {{"m", s.m}, {"batch", s.batch}});
+  Tensors t(device, options.seed);
+  for (auto* family : {matrix_case, row_case, vocab_case, buffer_case})
+    if (auto c = family(device, s, options, t)) return std::move(*c);
+  std::string known;
+  for (const auto& op : measurable_ops()) known += (known.empty() ? "" : ", ") + op;
+  throw std::invalid_argument("calibrate: unknown op \"" + s.op + "\" (known: " + known + ")");
+}
+
+}  // namespace tandem::calibrate

@@ -1,0 +1,128 @@
+// The measuring library of `tandem calibrate` on the cpu binding: an op case builds the
+// tensors its shape names and really runs the op (a gemm's product is checked against a
+// product computed here), measured times are positive and grow with the work, shapes
+// dedupe by their key, and bad shapes are refused.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "exec/calibrate/measure_op.hpp"
+#include "exec/cpu/cpu_device.hpp"
+#include "kernels/cpu/threads.hpp"
+
+namespace tandem::calibrate {
+namespace {
+
+TEST(OpCase, GemmRunsTheProductOfItsShapes) {
+  CpuDevice device;
+  OpCase c = make_op_case(device, {.op = "gemm", .m = 3, .n = 5, .k = 7});
+  const auto& t = c.tensors();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].shape, (Shape{3, 7}));
+  EXPECT_EQ(t[1].shape, (Shape{7, 5}));
+  EXPECT_EQ(t[2].shape, (Shape{3, 5}));
+  c.run(device.default_stream());
+  const float *a = t[0].data<float>(), *b = t[1].data<float>(), *out = t[2].data<float>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double want = 0;
+      for (int p = 0; p < 7; ++p) want += static_cast<double>(a[i * 7 + p]) * b[p * 5 + j];
+      EXPECT_NEAR(out[i * 5 + j], want, 1e-5) << i << "," << j;
+    }
+}
+
+TEST(OpCase, AttentionLaysOutBatchTimesHeads) {
+  CpuDevice device;
+  // batch = B · heads = 6, T = 16, head_dim = 8: qkv (T, 1, 3, 6, 8), probs (1, 6, T, T).
+  OpCase c = make_op_case(device, {.op = "attention", .m = 16, .n = 16, .k = 8, .batch = 6});
+  EXPECT_EQ(c.tensors()[0].shape, (Shape{16, 1, 3, 6, 8}));
+  EXPECT_EQ(c.tensors()[2].shape, (Shape{1, 6, 16, 16}));
+  c.run(device.default_stream());
+  // Row 0 of each causal softmax attends to position 0 alone: probability 1.
+  const float* probs = c.tensors()[2].data<float>();
+  for (int h = 0; h < 6; ++h) EXPECT_FLOAT_EQ(probs[h * 16 * 16], 1.0f) << h;
+}
+
+TEST(OpCase, EveryDeviceOpRunsOnTheCpuBinding) {
+  CpuDevice device;
+  for (const auto& op : measurable_ops()) {
+    OpShape s{.op = op, .m = 8, .n = 16};
+    if (op == "gemm") s.k = 4;
+    if (op == "attention" || op == "attention_backward")
+      s = {.op = op, .m = 8, .n = 8, .k = 4, .batch = 2};
+    const OpTiming t =
+        measure_op(device, s, {.warmup = 1, .repetitions = 3, .op_case = {.vocab_rows = 32}});
+    EXPECT_GT(t.seconds, 0) << op;
+    EXPECT_LT(t.seconds, 0.5) << op;  // tiny shapes: microseconds
+  }
+}
+
+TEST(MeasureOp, GemmSecondsArePositiveAndGrowWithK) {
+  CpuDevice device;
+  kernels::cpu::set_num_threads(1);
+  const MeasureOptions o{.warmup = 2, .repetitions = 9, .op_case = {}};
+  const double small = measure_op(device, {.op = "gemm", .m = 128, .n = 128, .k = 32}, o).seconds;
+  const double large = measure_op(device, {.op = "gemm", .m = 128, .n = 128, .k = 2048}, o).seconds;
+  EXPECT_GT(small, 0);
+  // 64× the multiply-adds; even a busy machine keeps the median well above 8×.
+  EXPECT_GT(large, 8 * small) << "k=32: " << small << " s, k=2048: " << large << " s";
+}
+
+TEST(MeasureOp, DistinctShapesKeyOnEverythingButFlopsAndBytes) {
+  const std::vector<OpShape> shapes = {
+      {.op = "gemm", .m = 4, .n = 4, .k = 8, .flops = 256},
+      {.op = "add", .m = 2, .n = 3},
+      {.op = "gemm", .m = 4, .n = 4, .k = 8, .flops = 999},  // same key as the first
+      {.op = "gemm", .m = 4, .n = 4, .k = 16},
+      {.op = "gemm", .dtype = DType::bf16, .m = 4, .n = 4, .k = 8},
+  };
+  const auto d = distinct_shapes(shapes);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].op, "add");
+  EXPECT_EQ(d[1].op, "gemm");
+  EXPECT_EQ(d[1].flops, 256);  // the first occurrence is kept
+  EXPECT_EQ(d[2].k, 16);
+  EXPECT_EQ(d[3].dtype, DType::bf16);
+}
+
+TEST(MeasureOp, OneTimingPerDistinctShapeWhateverTheRoundRobinGroups) {
+  CpuDevice device;
+  const std::vector<OpShape> shapes = {{.op = "gelu", .m = 64, .n = 64},
+                                       {.op = "add", .m = 8, .n = 8},
+                                       {.op = "gelu", .m = 64, .n = 64},
+                                       {.op = "gemm", .m = 16, .n = 16, .k = 16}};
+  for (const std::int64_t group_bytes : {std::int64_t{1}, std::int64_t{1} << 30}) {
+    std::vector<std::size_t> done;
+    const auto t = measure_ops(device, shapes, {.repetitions = 3, .round_robin_bytes = group_bytes},
+                               [&](std::size_t d, std::size_t total) {
+                                 EXPECT_EQ(total, 3u);
+                                 done.push_back(d);
+                               });
+    ASSERT_EQ(t.size(), 3u);
+    EXPECT_EQ(t[0].shape.op, "add");
+    EXPECT_EQ(t[1].shape.op, "gelu");
+    EXPECT_EQ(t[2].shape.op, "gemm");
+    for (const auto& x : t) EXPECT_GT(x.seconds, 0) << x.shape.op;
+    // One shape per group when each group's budget is a byte; all three at once otherwise.
+    EXPECT_EQ(done, group_bytes == 1 ? (std::vector<std::size_t>{1, 2, 3})
+                                     : (std::vector<std::size_t>{3}));
+  }
+}
+
+TEST(MeasureOp, BadShapesAndOptionsAreRefused) {
+  CpuDevice device;
+  EXPECT_THROW(make_op_case(device, {.op = "gemmm", .m = 1, .n = 1, .k = 1}),
+               std::invalid_argument);
+  EXPECT_THROW(make_op_case(device, {.op = "gemm", .m = 4, .n = 4, .k = 0}), std::invalid_argument);
+  EXPECT_THROW(make_op_case(device, {.op = "add", .m = 4, .n = -1}), std::invalid_argument);
+  EXPECT_THROW(make_op_case(device, {.op = "scale", .m = 0}), std::invalid_argument);
+  EXPECT_THROW(
+      measure_op(device, {.op = "scale", .m = 4}, {.warmup = 0, .repetitions = 0, .op_case = {}}),
+      std::invalid_argument);
+  EXPECT_THROW(measure_op(device, {.op = "scale", .m = 4}, {.evict_bytes = -1}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tandem::calibrate
