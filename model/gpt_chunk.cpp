@@ -59,16 +59,16 @@ Tensor local_positions(const ModelEnv& env, const Tensor& positions) {
 Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
   Device& d = env.device;
   const std::int64_t rows = mb.tokens.numel(), C = dims_.hidden;
-  Tensor words = allocate_like(d, Shape{rows, C});  // this rank's vocabulary rows only
+  Tensor words = allocate_like(env, Shape{rows, C});  // this rank's vocabulary rows only
   d.embedding(env.stream,
-              {mb.tokens, params_[word_].value, words, vocab_begin(params_, params_[word_])});
+              {mb.tokens, params_[word_].compute, words, vocab_begin(params_, params_[word_])});
   if (env.sequence_parallel)  // Megatron: reduce_scatter_to_sequence_parallel_region
     words = reduce_scatter_to_sequence_parallel_region(env, words);
   else
     env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
   const Tensor positions = local_positions(env, mb.positions);
-  Tensor pos = allocate_like(d, words.shape);
-  d.embedding(env.stream, {positions, params_[position_].value, pos, 0});
+  Tensor pos = allocate_like(env, words.shape);
+  d.embedding(env.stream, {positions, params_[position_].compute, pos, 0});
   d.add(env.stream, words, pos, words);
   return words;
 }
@@ -78,24 +78,24 @@ void GptChunk::head_forward(ModelEnv& env, const Tensor& x, Saved& s) {
   Stream& st = env.stream;
   const std::int64_t rows = x.shape[0];
   s.final_input = x;
-  s.final_ln_out = allocate_like(d, x.shape);
-  s.final_mean = allocate_like(d, Shape{rows});
-  s.final_rstd = allocate_like(d, Shape{rows});
-  d.layer_norm(st, {x, params_[final_ln_w_].value, params_[final_ln_b_].value, s.final_ln_out,
+  s.final_ln_out = allocate_like(env, x.shape);
+  s.final_mean = allocate_fp32(d, Shape{rows});
+  s.final_rstd = allocate_fp32(d, Shape{rows});
+  d.layer_norm(st, {x, params_[final_ln_w_].compute, params_[final_ln_b_].compute, s.final_ln_out,
                     s.final_mean, s.final_rstd});
   // (T·B, local vocab): the output layer sees whole sequences also under sequence parallelism.
   s.logits = column_parallel_forward(env, s.final_ln_out, params_[word_], nullptr);
   const std::int64_t tokens = s.logits.shape[0];
   const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
-  s.row_max = allocate_like(d, Shape{tokens});
+  s.row_max = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_max(st, ce, s.row_max);
   env.tp.all_reduce(st, s.row_max, ReduceOp::max)->wait();
-  s.sum_exp = allocate_like(d, Shape{tokens});
-  Tensor target = allocate_like(d, Shape{tokens});
+  s.sum_exp = allocate_fp32(d, Shape{tokens});
+  Tensor target = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_sums(st, ce, s.row_max, s.sum_exp, target);
   env.tp.all_reduce(st, s.sum_exp, ReduceOp::sum)->wait();
   env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
-  s.losses = allocate_like(d, Shape{tokens});
+  s.losses = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_loss(st, s.row_max, s.sum_exp, target, s.losses);
 }
 
@@ -103,15 +103,15 @@ Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
   Device& d = env.device;
   Stream& st = env.stream;
   const std::int64_t rows = s.logits.shape[0];
-  Tensor grad_loss = allocate_like(d, Shape{rows});
+  Tensor grad_loss = allocate_fp32(d, Shape{rows});
   d.fill(st, grad_loss, loss_scale / static_cast<float>(rows));  // mean over tokens
   const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
   d.cross_entropy_backward(st, ce, s.row_max, s.sum_exp, grad_loss, s.logits);  // in place
   Tensor d_ln = column_parallel_backward(env, s.final_ln_out, s.logits, params_[word_], nullptr);
   s.logits = s.final_ln_out = Tensor{};
-  Tensor dx = allocate_like(d, d_ln.shape);
+  Tensor dx = allocate_like(env, d_ln.shape);
   d.layer_norm_backward(
-      st, {d_ln, s.final_input, params_[final_ln_w_].value, s.final_mean, s.final_rstd, dx,
+      st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_mean, s.final_rstd, dx,
            params_[final_ln_w_].grad, params_[final_ln_b_].grad});
   return dx;
 }

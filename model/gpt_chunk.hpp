@@ -23,6 +23,7 @@ struct GptDims {
   int padded_vocab = 0;  // a multiple of 128 · tp
   int max_positions = 0;
   bool sequence_parallel = false;  // Megatron's sequence_parallel (meaningful at tp > 1)
+  DType compute = DType::fp32;     // activations and parameter copies (bf16/fp16: mixed precision)
 };
 
 // Which layers a chunk holds: chunk c of pp rank r holds layers

@@ -158,14 +158,20 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
   return buckets;
 }
 
-void ParameterSet::allocate(Device& device, const BufferLayout& layout) {
+void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType compute) {
   buckets_ = layout_buffers(params_, layout, numel_);
   values_ = device.allocate(Shape{numel_}, DType::fp32);
   grads_ = device.allocate(Shape{numel_}, DType::fp32);
+  compute_ = compute == DType::fp32 ? values_ : device.allocate(Shape{numel_}, compute);
   for (auto& p : params_) {
     p.value = values_.view(p.local_shape, p.value_offset);
     p.grad = grads_.view(p.local_shape, p.grad_offset);
+    p.compute = compute_.view(p.local_shape, p.value_offset);
   }
+}
+
+void ParameterSet::refresh_compute(Device& device, Stream& s) {
+  if (compute_.storage != values_.storage) device.copy(s, values_, compute_);
 }
 
 namespace {

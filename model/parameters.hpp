@@ -47,8 +47,10 @@ struct Parameter {
   Shape local_shape;
   std::int64_t value_offset = 0;  // elements into the value buffer
   std::int64_t grad_offset = 0;   // elements into the gradient buffer (= value_offset)
-  Tensor value;
-  Tensor grad;
+  Tensor value;                   // fp32 main parameter
+  Tensor grad;                    // fp32 main gradient
+  Tensor compute;  // what forward and backward read: a 16-bit copy of value under mixed
+                   // precision (Megatron's bf16/fp16 model params), else value itself
 };
 
 // How the buffers are cut into buckets (Megatron's bucket_size and its padding).
@@ -75,7 +77,12 @@ class ParameterSet {
   int add(ParameterSpec spec);
   // Lays the parameters out in buckets, allocates the two buffers on `device` and makes
   // every parameter a view into them.
-  void allocate(Device& device, const BufferLayout& layout = {});
+  // With a 16-bit `compute` dtype a third buffer holds the model's 16-bit copy of the
+  // parameters (refresh_compute keeps it equal to the fp32 main values).
+  void allocate(Device& device, const BufferLayout& layout = {}, DType compute = DType::fp32);
+  // Copies the fp32 main values into the 16-bit copy (after initialisation, each optimizer
+  // step and a checkpoint load); nothing under fp32.
+  void refresh_compute(Device& device, Stream& s);
 
   Parameter& operator[](int i) { return params_.at(i); }
   const Parameter& operator[](int i) const { return params_.at(i); }
@@ -83,6 +90,7 @@ class ParameterSet {
   const std::vector<Parameter>& all() const { return params_; }
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
+  Tensor& compute_values() { return compute_; }
   std::int64_t numel() const { return numel_; }  // of each buffer, padding included
   const std::vector<BufferBucket>& buckets() const { return buckets_; }
   int tp_size() const { return tp_size_; }
@@ -98,6 +106,7 @@ class ParameterSet {
   std::vector<Parameter> params_;
   std::vector<BufferBucket> buckets_;
   std::int64_t numel_ = 0;
+  Tensor compute_;  // the 16-bit copy, or values_ itself
   Tensor values_, grads_;
 };
 

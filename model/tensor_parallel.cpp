@@ -9,14 +9,18 @@ Shape with_rows(const Tensor& x, std::int64_t rows) {
 
 }  // namespace
 
-Tensor allocate_like(Device& d, const Shape& shape) {
+Tensor allocate_like(ModelEnv& env, const Shape& shape) {
+  return env.device.allocate(shape, env.compute);
+}
+
+Tensor allocate_fp32(Device& d, const Shape& shape) {
   return d.allocate(shape, DType::fp32);
 }
 
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b) {
-  Tensor y = allocate_like(env.device, Shape{x.shape[0], w.local_shape[0]});
-  env.device.gemm(env.stream, {.a = x, .b = w.value, .c = y, .transpose_b = true});
-  if (b) env.device.bias_add(env.stream, y, b->value);
+  Tensor y = allocate_like(env, Shape{x.shape[0], w.local_shape[0]});
+  env.device.gemm(env.stream, {.a = x, .b = w.compute, .c = y, .transpose_b = true});
+  if (b) env.device.bias_add(env.stream, y, b->compute);
   return y;
 }
 
@@ -27,19 +31,19 @@ void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parame
 }
 
 Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w) {
-  Tensor dx = allocate_like(env.device, Shape{dy.shape[0], w.local_shape[1]});
-  env.device.gemm(env.stream, {.a = dy, .b = w.value, .c = dx});
+  Tensor dx = allocate_like(env, Shape{dy.shape[0], w.local_shape[1]});
+  env.device.gemm(env.stream, {.a = dy, .b = w.compute, .c = dx});
   return dx;
 }
 
 Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x) {
-  Tensor total = allocate_like(env.device, with_rows(x, x.shape[0] * env.tp.size()));
+  Tensor total = allocate_like(env, with_rows(x, x.shape[0] * env.tp.size()));
   env.tp.all_gather(env.stream, x, total)->wait();
   return total;
 }
 
 Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x) {
-  Tensor shard = allocate_like(env.device, with_rows(x, x.shape[0] / env.tp.size()));
+  Tensor shard = allocate_like(env, with_rows(x, x.shape[0] / env.tp.size()));
   env.tp.reduce_scatter(env.stream, x, shard, ReduceOp::sum)->wait();
   return shard;
 }
@@ -63,11 +67,11 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   // Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input is re-gathered
   // while the input gradient is computed, and the input gradient is reduce-scattered while
   // the weight gradient is computed.
-  Tensor total = allocate_like(env.device, with_rows(x, x.shape[0] * env.tp.size()));
+  Tensor total = allocate_like(env, with_rows(x, x.shape[0] * env.tp.size()));
   auto gather = env.tp.all_gather(env.stream, x, total);
   Tensor dx_partial = linear_input_grad(env, dy, w);  // (rows, in), this rank's partial sum
   gather->wait();
-  Tensor dx = allocate_like(env.device, x.shape);
+  Tensor dx = allocate_like(env, x.shape);
   auto scatter = env.tp.reduce_scatter(env.stream, dx_partial, dx, ReduceOp::sum);
   linear_weight_grad(env, total, dy, w, b);
   scatter->wait();
@@ -81,7 +85,7 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
     y = reduce_scatter_to_sequence_parallel_region(env, y);
   else
     env.tp.all_reduce(env.stream, y, ReduceOp::sum)->wait();
-  if (b) env.device.bias_add(env.stream, y, b->value);  // after the reduction, once
+  if (b) env.device.bias_add(env.stream, y, b->compute);  // after the reduction, once
   return y;
 }
 

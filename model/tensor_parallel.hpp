@@ -31,9 +31,15 @@ struct ModelEnv {
   // Activations between tensor-parallel regions are sequence shards (Megatron's
   // sequence_parallel; only meaningful at tp > 1).
   bool sequence_parallel = false;
+  // The dtype activations and the parameters' compute copies have: fp32, or bf16 / fp16
+  // under mixed precision (gradients and optimizer state stay fp32).
+  DType compute = DType::fp32;
 };
 
-Tensor allocate_like(Device& d, const Shape& shape);  // fp32
+// An activation in the compute dtype.
+Tensor allocate_like(ModelEnv& env, const Shape& shape);
+// Per-row statistics (layer-norm mean and rstd, losses) stay fp32 under mixed precision.
+Tensor allocate_fp32(Device& d, const Shape& shape);
 
 // y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b);

@@ -53,31 +53,31 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / (C / dims_.heads);
   const std::int64_t hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
   a.input = x;
-  a.ln1_out = allocate_like(d, x.shape);
-  a.ln1_mean = allocate_like(d, Shape{rows});
-  a.ln1_rstd = allocate_like(d, Shape{rows});
+  a.ln1_out = allocate_like(env, x.shape);
+  a.ln1_mean = allocate_fp32(d, Shape{rows});
+  a.ln1_rstd = allocate_fp32(d, Shape{rows});
   d.layer_norm(
-      s, {x, params_[ln1_w_].value, params_[ln1_b_].value, a.ln1_out, a.ln1_mean, a.ln1_rstd});
+      s, {x, params_[ln1_w_].compute, params_[ln1_b_].compute, a.ln1_out, a.ln1_mean, a.ln1_rstd});
   a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], &params_[qkv_b_]);
-  a.attn_out = allocate_like(d, Shape{T * B, local_heads * hd});  // whole sequences
-  Tensor probs = allocate_like(d, Shape{B, local_heads, T, T});
+  a.attn_out = allocate_like(env, Shape{T * B, local_heads * hd});  // whole sequences
+  Tensor probs = allocate_like(env, Shape{B, local_heads, T, T});
   d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs});
   if (keep_probs) a.probs = probs;
   probs = Tensor{};
   Tensor proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], &params_[proj_b_]);
-  a.residual = allocate_like(d, x.shape);
+  a.residual = allocate_like(env, x.shape);
   d.add(s, x, proj, a.residual);
   proj = Tensor{};
-  a.ln2_out = allocate_like(d, x.shape);
-  a.ln2_mean = allocate_like(d, Shape{rows});
-  a.ln2_rstd = allocate_like(d, Shape{rows});
-  d.layer_norm(s, {a.residual, params_[ln2_w_].value, params_[ln2_b_].value, a.ln2_out, a.ln2_mean,
-                   a.ln2_rstd});
+  a.ln2_out = allocate_like(env, x.shape);
+  a.ln2_mean = allocate_fp32(d, Shape{rows});
+  a.ln2_rstd = allocate_fp32(d, Shape{rows});
+  d.layer_norm(s, {a.residual, params_[ln2_w_].compute, params_[ln2_b_].compute, a.ln2_out,
+                   a.ln2_mean, a.ln2_rstd});
   a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_], &params_[fc1_b_]);
-  a.gelu_out = allocate_like(d, a.fc1_out.shape);
+  a.gelu_out = allocate_like(env, a.fc1_out.shape);
   d.gelu(s, a.fc1_out, a.gelu_out);
   Tensor fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], &params_[fc2_b_]);
-  Tensor out = allocate_like(d, x.shape);
+  Tensor out = allocate_like(env, x.shape);
   d.add(s, a.residual, fc2, out);
   return out;
 }
@@ -95,22 +95,22 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   const std::int64_t C = dims_.hidden, hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
   const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
   if (a.probs.shape.dims().empty()) {  // selective: recompute the attention core
-    a.probs = allocate_like(d, Shape{B, local_heads, T, T});
-    Tensor scratch = allocate_like(d, a.attn_out.shape);
+    a.probs = allocate_like(env, Shape{B, local_heads, T, T});
+    Tensor scratch = allocate_like(env, a.attn_out.shape);
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
   // MLP half: out = residual + fc2(gelu(fc1(ln2(residual)))).
   Tensor d_gelu =
       row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], &params_[fc2_b_]);
   a.gelu_out = Tensor{};
-  Tensor d_fc1 = allocate_like(d, a.fc1_out.shape);
+  Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
   d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
   d_gelu = Tensor{};
   a.fc1_out = Tensor{};
   Tensor d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], &params_[fc1_b_]);
   d_fc1 = Tensor{};
-  Tensor d_residual = allocate_like(d, grad_out.shape);
-  d.layer_norm_backward(s, {d_ln2, a.residual, params_[ln2_w_].value, a.ln2_mean, a.ln2_rstd,
+  Tensor d_residual = allocate_like(env, grad_out.shape);
+  d.layer_norm_backward(s, {d_ln2, a.residual, params_[ln2_w_].compute, a.ln2_mean, a.ln2_rstd,
                             d_residual, params_[ln2_w_].grad, params_[ln2_b_].grad});
   d.add(s, d_residual, grad_out, d_residual);
   d_ln2 = Tensor{};
@@ -119,15 +119,15 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Tensor d_attn =
       row_parallel_backward(env, a.attn_out, d_residual, params_[proj_w_], &params_[proj_b_]);
   a.attn_out = Tensor{};
-  Tensor d_qkv = allocate_like(d, a.qkv.shape);
+  Tensor d_qkv = allocate_like(env, a.qkv.shape);
   d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv});
   d_attn = Tensor{};
   a.probs = a.attn_out = Tensor{};
   Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], &params_[qkv_b_]);
   d_qkv = Tensor{};
   a.qkv = a.ln1_out = Tensor{};
-  Tensor dx = allocate_like(d, grad_out.shape);
-  d.layer_norm_backward(s, {d_ln1, a.input, params_[ln1_w_].value, a.ln1_mean, a.ln1_rstd, dx,
+  Tensor dx = allocate_like(env, grad_out.shape);
+  d.layer_norm_backward(s, {d_ln1, a.input, params_[ln1_w_].compute, a.ln1_mean, a.ln1_rstd, dx,
                             params_[ln1_w_].grad, params_[ln1_b_].grad});
   d.add(s, dx, d_residual, dx);
   a = LayerActivations{};

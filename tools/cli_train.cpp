@@ -48,8 +48,8 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-// The rules a real cpu run adds to the scenario's own.
-void check_trainable(const Scenario& s, int launched) {
+// The rules a real run adds to the scenario's own.
+void check_trainable(const Scenario& s, int launched, const std::string& device) {
   std::vector<Violation> v;
   const auto& p = s.parallelism;
   if (s.cluster.world_size != launched)
@@ -63,8 +63,13 @@ void check_trainable(const Scenario& s, int launched) {
   if (p.expert_model_parallel_size != 1)
     v.push_back({"expert_model_parallel_size", std::to_string(p.expert_model_parallel_size),
                  "the GPT trained here has no experts; needs 1"});
-  if (s.training.bf16 || s.training.fp16)
-    v.push_back({s.training.bf16 ? "bf16" : "fp16", "true", "the cpu binding trains in fp32"});
+  // Mixed precision: bf16 activations and parameter copies over fp32 main parameters
+  // on the cuda binding; the cpu kernels compute fp32 only.
+  if (device != "cuda" && (s.training.bf16 || s.training.fp16))
+    v.push_back({s.training.bf16 ? "bf16" : "fp16", "true",
+                 "the cpu binding trains in fp32 (bf16 needs --device cuda)"});
+  if (device == "cuda" && s.training.fp16)
+    v.push_back({"fp16", "true", "the cuda binding computes in bf16 or fp32: use --bf16"});
   if (!v.empty()) throw ConfigError(v);
 }
 
@@ -131,7 +136,7 @@ void run_training(TrainOptions& o) {
                       "tandem train needs a scenario file, e.g. scenarios/brown-small.json");
   const int launched = env_int("OMPI_COMM_WORLD_SIZE", 1);
   Scenario s = resolve_scenario(o.scenario, false);
-  check_trainable(s, launched);
+  check_trainable(s, launched, o.device);
   validate(s);
   check_device_flag(o.device);
   const auto data = build_data(o, s);  // reads and checks every data file

@@ -36,7 +36,7 @@ class GptStageProgram : public StageProgram {
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
   Shape activation_shape(int microbatch) const override;
-  DType activation_dtype() const override { return DType::fp32; }
+  DType activation_dtype() const override { return env_.compute; }
   // Megatron's scatter_gather_tensors_in_pipeline (only without sequence parallelism,
   // where the tp ranks hold identical activations).
   void set_scatter_gather(bool on) { scatter_gather_ = on; }

@@ -22,7 +22,10 @@ GptDims dims_of(const Scenario& s) {
           s.training.micro_batch_size,
           padded_vocab_size(s),
           m.max_position_embeddings.value_or(m.seq_length),
-          p.sequence_parallel && p.tensor_model_parallel_size > 1};
+          p.sequence_parallel && p.tensor_model_parallel_size > 1,
+          s.training.bf16   ? DType::bf16
+          : s.training.fp16 ? DType::fp16
+                            : DType::fp32};
 }
 
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
@@ -78,7 +81,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
         recompute));
   const auto& par = scenario.parallelism;
   const int dp = ctx.sizes.dp * ctx.sizes.cp;
-  params_.allocate(device_, buffer_layout_of(scenario, ctx));
+  params_.allocate(device_, buffer_layout_of(scenario, ctx), dims_.compute);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   optimizer_ = std::make_unique<AdamW>(
       device_, params_,
@@ -89,7 +92,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
   program_ = std::make_unique<GptStageProgram>(
-      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel}, raw, dims_);
+      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute},
+      raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.
   program_->set_scatter_gather(scenario.parallelism.scatter_gather_tensors_in_pipeline &&
@@ -175,12 +179,22 @@ double Trainer::average_over_dp(double value) {
   return static_cast<double>(host) / dp.size();
 }
 
+// The parameters forward will read: the dp all-gather of the distributed optimizer done,
+// and under mixed precision the 16-bit copy refreshed from the fp32 main parameters
+// (Megatron copies main to model params after each optimizer step).
+void Trainer::parameters_ready() {
+  buckets_->finish_param_gather();
+  if (!compute_copy_stale_) return;
+  params_.refresh_compute(device_, stream_);
+  compute_copy_stale_ = false;
+}
+
 StepResult Trainer::train_step() {
   microbatches_.update(consumed_samples_);
   const std::int64_t m = microbatches_.num_microbatches();
   const std::int64_t global = microbatches_.current_global_batch_size();
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
-  buckets_->finish_param_gather();  // overlap_param_gather: the parameters are needed now
+  parameters_ready();  // overlap_param_gather: the parameters are needed now
   device_.fill(stream_, params_.grads(), 0.0f);
   buckets_->begin_step(static_cast<int>(m) - 1);
   program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
@@ -198,6 +212,7 @@ StepResult Trainer::train_step() {
   const double lr = learning_rate(lr_schedule_, optimizer_->steps());
   optimizer_->step(stream_, static_cast<float>(lr),
                    clip_coefficient(norm, scenario_.training.clip_grad));
+  compute_copy_stale_ = true;
   if (scenario_.parallelism.use_distributed_optimizer) {
     // Every rank updated its slice: gather the parameters (Megatron's start_param_sync).
     buckets_->start_param_gather();
@@ -211,7 +226,7 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate() {
   if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
-  buckets_->finish_param_gather();
+  parameters_ready();
   const std::int64_t global = scenario_.training.global_batch_size;
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
   const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
@@ -287,6 +302,7 @@ void Trainer::restore(const CheckpointState& st) {
   put("params", params_.values());
   put("exp_avg", optimizer_->exp_avg());
   put("exp_avg_sq", optimizer_->exp_avg_sq());
+  compute_copy_stale_ = true;
   iteration_ = st.iteration;
   consumed_samples_ = st.consumed_samples;
   optimizer_->set_steps(st.optimizer_steps);

@@ -66,6 +66,7 @@ class Trainer {
   StepBatch make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
                        std::int64_t num_microbatches) const;
   void finalize_grads();
+  void parameters_ready();
   // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
   void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
   double global_grad_norm();
@@ -88,6 +89,7 @@ class Trainer {
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;
   std::int64_t iteration_ = 0;
+  bool compute_copy_stale_ = true;  // the 16-bit parameter copy lags the fp32 values
   std::int64_t consumed_samples_ = 0;
 };
 

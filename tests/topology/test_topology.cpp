@@ -218,7 +218,9 @@ TEST(TopologyJson, UnitsAreConvertedToSi) {
   EXPECT_DOUBLE_EQ(t.fabric.nic.bandwidth.value, 25e9);
   EXPECT_EQ(t.gpu.gemm_tile_m, 256);
   EXPECT_EQ(t.gpu.gemm_tile_n, 128);
-  EXPECT_GE(t.gpu.gemm_peak_fraction, 0.75);
+  // Calibrated on Korthikanti Table 4 (0.70: what the model's GEMMs reach in a layer,
+  // absorbing what tandem's layer lacks, e.g. dropout); within reach of cuBLAS either way.
+  EXPECT_GE(t.gpu.gemm_peak_fraction, 0.65);
   EXPECT_LE(t.gpu.gemm_peak_fraction, 0.85);
 }
 
