@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/memory_tracker.hpp"
 #include "core/tensor.hpp"
@@ -124,6 +125,10 @@ struct AdamArgs {
   float grad_scale = 1;
   std::int64_t step = 1;  // 1-based, for bias correction
 };
+
+// The op set below by method name ("gemm", "bias_add", …, "upload", "download"): what a
+// cost model prices, a calibration row names and tandem calibrate measures.
+const std::vector<std::string>& device_op_names();
 
 class Device {
  public:

@@ -111,33 +111,6 @@ CalibrationRow read_row(const json& row, const std::string& where, Violations& o
 
 }  // namespace
 
-const std::vector<std::string>& device_op_names() {
-  static const std::vector<std::string> names = {"gemm",
-                                                 "bias_add",
-                                                 "bias_grad",
-                                                 "layer_norm",
-                                                 "layer_norm_backward",
-                                                 "attention",
-                                                 "attention_backward",
-                                                 "gelu",
-                                                 "gelu_backward",
-                                                 "embedding",
-                                                 "embedding_backward",
-                                                 "cross_entropy_max",
-                                                 "cross_entropy_sums",
-                                                 "cross_entropy_loss",
-                                                 "cross_entropy_backward",
-                                                 "add",
-                                                 "scale",
-                                                 "fill",
-                                                 "copy",
-                                                 "sum_squares",
-                                                 "adam",
-                                                 "upload",
-                                                 "download"};
-  return names;
-}
-
 DType parse_dtype(std::string_view name) {
   for (DType t : {DType::fp32, DType::bf16, DType::fp16, DType::int32, DType::int64})
     if (dtype_name(t) == name) return t;

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/tensor.hpp"
 
 namespace tandem::sim {
@@ -47,9 +48,6 @@ struct CalibrationTable {
   bool operator==(const CalibrationTable&) const = default;
 };
 
-// The Device ops a cost model prices and a calibration row may name: "gemm", "bias_add",
-// …, "upload", "download" (core/device.hpp's method names).
-const std::vector<std::string>& device_op_names();
 // "fp32" → DType::fp32, …; throws std::invalid_argument for anything else.
 DType parse_dtype(std::string_view name);
 

@@ -319,30 +319,7 @@ std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCase
 }  // namespace
 
 const std::vector<std::string>& measurable_ops() {
-  static const std::vector<std::string> ops = {"upload",
-                                               "download",
-                                               "gemm",
-                                               "bias_add",
-                                               "bias_grad",
-                                               "layer_norm",
-                                               "layer_norm_backward",
-                                               "attention",
-                                               "attention_backward",
-                                               "gelu",
-                                               "gelu_backward",
-                                               "embedding",
-                                               "embedding_backward",
-                                               "cross_entropy_max",
-                                               "cross_entropy_sums",
-                                               "cross_entropy_loss",
-                                               "cross_entropy_backward",
-                                               "add",
-                                               "scale",
-                                               "fill",
-                                               "copy",
-                                               "sum_squares",
-                                               "adam"};
-  return ops;
+  return device_op_names();
 }
 
 OpCase make_op_case(Device& device, const OpShape& s, const OpCaseOptions& options) {

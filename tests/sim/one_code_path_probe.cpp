@@ -23,6 +23,7 @@
 #include "schedules/layout.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sim_runner.hpp"
+#include "tests/sim/counting_samples.hpp"
 #include "tests/sim/recording_device.hpp"
 #include "topology/topology_io.hpp"
 
@@ -49,21 +50,6 @@ std::string report(int rank, std::int64_t peak, const std::vector<std::string>& 
   return line;
 }
 
-class CountingSamples : public data::SampleDataset {
- public:
-  CountingSamples(std::int64_t seq, int vocab) : seq_(seq), vocab_(vocab) {}
-  std::int64_t size() const override { return 100000; }
-  std::int64_t sequence_length() const override { return seq_; }
-  void read_sample(std::int64_t index, std::span<std::int32_t> text) const override {
-    for (std::size_t i = 0; i < text.size(); ++i)
-      text[i] = static_cast<std::int32_t>((index * 7 + static_cast<std::int64_t>(i)) % vocab_);
-  }
-
- private:
-  std::int64_t seq_;
-  int vocab_;
-};
-
 // The op line RecordingDevice writes, rebuilt from what the sim device priced: the op name
 // is enough to compare sequences across bindings (shapes are compared through the memory
 // high-water mark and the count).
@@ -87,7 +73,7 @@ int run_cpu(const Scenario& s) {
     auto it = comms.find(k);
     return it == comms.end() ? nullptr : it->second.get();
   };
-  CountingSamples samples(s.model.seq_length, s.model.vocab_size);
+  testing::CountingSamples samples(s.model.seq_length, s.model.vocab_size);
   std::vector<std::string> ops;
   std::int64_t peak = 0;
   {

@@ -29,6 +29,7 @@
 #include "sim/sim_communicator.hpp"
 #include "sim/sim_runner.hpp"
 #include "sim/simgrid_config.hpp"
+#include "tests/sim/counting_samples.hpp"
 #include "tests/sim/recording_device.hpp"
 #include "topology/topology_io.hpp"
 
@@ -102,22 +103,6 @@ Scenario small_gpt() {
   return s;
 }
 
-// A data set for the cpu side whose tokens are a fixed function of the index.
-class CountingSamples : public data::SampleDataset {
- public:
-  CountingSamples(std::int64_t seq, int vocab) : seq_(seq), vocab_(vocab) {}
-  std::int64_t size() const override { return 1000; }
-  std::int64_t sequence_length() const override { return seq_; }
-  void read_sample(std::int64_t index, std::span<std::int32_t> text) const override {
-    for (std::size_t i = 0; i < text.size(); ++i)
-      text[i] = static_cast<std::int32_t>((index * 7 + static_cast<std::int64_t>(i)) % vocab_);
-  }
-
- private:
-  std::int64_t seq_;
-  int vocab_;
-};
-
 TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
   Scenario s = small_gpt();
   validate(s);
@@ -127,7 +112,7 @@ TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
   testing::RecordingDevice recorded(cpu);
   SelfCommunicator tp{recorded, "tp"}, pp{recorded, "pp"}, dp{recorded, "dp"},
       mp{recorded, "tp-pp"};
-  CountingSamples samples(s.model.seq_length, s.model.vocab_size);
+  testing::CountingSamples samples(s.model.seq_length, s.model.vocab_size);
   const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
   std::vector<std::string> cpu_ops;
   std::int64_t cpu_peak = 0;

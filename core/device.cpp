@@ -1,0 +1,32 @@
+#include "core/device.hpp"
+
+namespace tandem {
+
+const std::vector<std::string>& device_op_names() {
+  static const std::vector<std::string> names = {"gemm",
+                                                 "bias_add",
+                                                 "bias_grad",
+                                                 "layer_norm",
+                                                 "layer_norm_backward",
+                                                 "attention",
+                                                 "attention_backward",
+                                                 "gelu",
+                                                 "gelu_backward",
+                                                 "embedding",
+                                                 "embedding_backward",
+                                                 "cross_entropy_max",
+                                                 "cross_entropy_sums",
+                                                 "cross_entropy_loss",
+                                                 "cross_entropy_backward",
+                                                 "add",
+                                                 "scale",
+                                                 "fill",
+                                                 "copy",
+                                                 "sum_squares",
+                                                 "adam",
+                                                 "upload",
+                                                 "download"};
+  return names;
+}
+
+}  // namespace tandem
