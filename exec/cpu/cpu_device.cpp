@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "exec/op_arguments.hpp"
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/bias.hpp"
@@ -54,6 +55,11 @@ class BlockCache {
 };
 
 namespace {
+
+using op_arguments::attention_shape;
+using op_arguments::ce_shape;
+using op_arguments::last_dim;
+using op_arguments::same_numel;
 
 namespace k = kernels::cpu;
 
@@ -107,28 +113,6 @@ float* f32(const Tensor& t) {
 }
 const std::int32_t* i32(const Tensor& t) {
   return t.data<std::int32_t>();
-}
-
-void same_numel(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel())
-    throw std::invalid_argument(std::string(op) + ": " + a.shape.to_string() + " and " +
-                                b.shape.to_string() + " differ in element count");
-}
-
-// (rows, C) view of a tensor whose last dimension is C.
-std::int64_t last_dim(const Tensor& t) {
-  return t.shape[t.shape.rank() - 1];
-}
-
-k::AttentionShape attention_shape(const Tensor& qkv) {
-  if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
-    throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
-                                qkv.shape.to_string());
-  return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
-}
-
-k::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {
-  return {a.logits.shape[0], last_dim(a.logits), a.vocab_begin};
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "exec/cuda/cuda_stream.hpp"
 #include "exec/cuda/device_memory_pool.hpp"
+#include "exec/op_arguments.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/math/bf16.hpp"
@@ -18,6 +19,11 @@ namespace kc = kernels::cuda;
 namespace cpu = kernels::cpu;
 
 namespace {
+
+using op_arguments::attention_shape;
+using op_arguments::ce_shape;
+using op_arguments::last_dim;
+using op_arguments::same_numel;
 
 class DeviceStorage final : public Storage {
  public:
@@ -63,32 +69,11 @@ const std::int32_t* i32(const Tensor& t) {
   return t.data<std::int32_t>();
 }
 
-void same_numel(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel())
-    throw std::invalid_argument(std::string(op) + ": " + a.shape.to_string() + " and " +
-                                b.shape.to_string() + " differ in element count");
-}
-
 void at_least(const char* op, const Tensor& t, std::int64_t n, const char* what) {
   if (t.numel() < n)
     throw std::invalid_argument(std::string(op) + ": " + what + " " + t.shape.to_string() +
                                 " holds fewer than the " + std::to_string(n) +
                                 " elements it needs");
-}
-
-std::int64_t last_dim(const Tensor& t) {
-  return t.shape[t.shape.rank() - 1];
-}
-
-cpu::AttentionShape attention_shape(const Tensor& qkv) {
-  if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
-    throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
-                                qkv.shape.to_string());
-  return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
-}
-
-cpu::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {
-  return {a.logits.shape[0], last_dim(a.logits), a.vocab_begin};
 }
 
 }  // namespace

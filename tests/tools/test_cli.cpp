@@ -10,23 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/tools/run_tandem.hpp"
+
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using tandem::testing::Result;
+using tandem::testing::run;
 
 nlohmann::json run_json(const std::string& args) {
   const auto r = run(args);
