@@ -41,6 +41,11 @@ class NcclHandle {
   ncclComm_t comm_;
 };
 
+using collective_checks::check_disjoint;
+using collective_checks::check_multiple;
+using collective_checks::check_rank;
+using collective_checks::check_same_dtype;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -83,34 +88,6 @@ char* address(const Tensor& t, std::string_view what, const CallSite& where) {
 
 std::size_t count(const Tensor& t) {
   return static_cast<std::size_t>(t.numel());
-}
-
-void check_same_dtype(const Tensor& input, const Tensor& output, const CallSite& where) {
-  if (input.dtype != output.dtype)
-    throw std::invalid_argument(describe(where) + ": input is " +
-                                std::string(dtype_name(input.dtype)) + " but output is " +
-                                std::string(dtype_name(output.dtype)));
-}
-
-void check_disjoint(const Tensor& input, const Tensor& output, const CallSite& where) {
-  if (overlaps(input, output))
-    throw std::invalid_argument(describe(where) + ": input and output share memory");
-}
-
-void check_multiple(std::int64_t have, std::string_view have_what, int size, std::int64_t block,
-                    std::string_view block_what, const CallSite& where) {
-  if (have != size * block)
-    throw std::invalid_argument(describe(where) + ": " + std::string(have_what) + " holds " +
-                                std::to_string(have) + " elements, expected size × " +
-                                std::string(block_what) + " = " + std::to_string(size) + " × " +
-                                std::to_string(block) + " = " + std::to_string(size * block));
-}
-
-void check_rank(int r, std::string_view what, int size, const CallSite& where) {
-  if (r < 0 || r >= size)
-    throw std::invalid_argument(describe(where) + ": " + std::string(what) + " " +
-                                std::to_string(r) + " is outside the group's ranks [0, " +
-                                std::to_string(size) + ")");
 }
 
 // One issued operation: its timing events, the tensors it uses, its communicator.

@@ -20,6 +20,10 @@ using mpi_detail::mpi_datatype;
 using mpi_detail::mpi_reduce_op;
 using mpi_detail::overlaps;
 
+using collective_checks::check_disjoint;
+using collective_checks::check_multiple;
+using collective_checks::check_same_dtype;
+
 namespace {
 
 int comm_rank(MPI_Comm comm) {
@@ -33,28 +37,6 @@ int comm_size(MPI_Comm comm) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   return size;
-}
-
-void check_same_dtype(const Tensor& input, const Tensor& output, const CallSite& where) {
-  if (input.dtype != output.dtype)
-    throw std::invalid_argument(describe(where) + ": input is " +
-                                std::string(dtype_name(input.dtype)) + " but output is " +
-                                std::string(dtype_name(output.dtype)));
-}
-
-void check_disjoint(const Tensor& input, const Tensor& output, const CallSite& where) {
-  if (overlaps(input, output))
-    throw std::invalid_argument(describe(where) + ": input and output share memory");
-}
-
-// "output holds 6 elements, expected size × input = 2 × 4 = 8"
-void check_multiple(std::int64_t have, std::string_view have_what, int size, std::int64_t block,
-                    std::string_view block_what, const CallSite& where) {
-  if (have != size * block)
-    throw std::invalid_argument(describe(where) + ": " + std::string(have_what) + " holds " +
-                                std::to_string(have) + " elements, expected size × " +
-                                std::string(block_what) + " = " + std::to_string(size) + " × " +
-                                std::to_string(block) + " = " + std::to_string(size * block));
 }
 
 }  // namespace

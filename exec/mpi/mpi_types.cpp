@@ -5,11 +5,6 @@
 
 namespace tandem::mpi_detail {
 
-std::string describe(const CallSite& where) {
-  return std::string(where.op) + " on group " + std::string(where.group) + " (size " +
-         std::to_string(where.group_size) + ")";
-}
-
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::fp32:
@@ -54,13 +49,6 @@ void* buffer_of(const Tensor& t, std::string_view what, const CallSite& where) {
     throw std::invalid_argument(describe(where) + ": " + std::string(what) + " " +
                                 t.shape.to_string() + " has no storage (a phantom tensor)");
   return static_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype).value;
-}
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (!a.has_data() || !b.has_data() || a.storage->data() != b.storage->data()) return false;
-  const std::int64_t a_begin = a.offset * dtype_size(a.dtype).value;
-  const std::int64_t b_begin = b.offset * dtype_size(b.dtype).value;
-  return a_begin < b_begin + b.bytes().value && b_begin < a_begin + a.bytes().value;
 }
 
 void check_mpi(int code, std::string_view call, std::string_view context) {

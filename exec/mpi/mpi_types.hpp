@@ -13,6 +13,7 @@
 
 #include "core/communicator.hpp"
 #include "core/tensor.hpp"
+#include "exec/mpi/collective_checks.hpp"
 
 namespace tandem {
 
@@ -24,15 +25,9 @@ class MpiError : public std::runtime_error {
 
 namespace mpi_detail {
 
-// Where a check runs: the collective and the communicator it was issued on.
-struct CallSite {
-  std::string_view op;     // "all_reduce", "batch_p2p", …
-  std::string_view group;  // the communicator's name, "tp", "dp-cp", …
-  int group_size = 0;
-};
-
-// "all_gather on group tp (size 2)"
-std::string describe(const CallSite& where);
+using collective_checks::CallSite;
+using collective_checks::describe;
+using collective_checks::overlaps;
 
 // The MPI datatype elements of `t` travel as. bf16 and fp16 move as 16-bit integers: data
 // movement needs only their size; reductions are refused by mpi_reduce_op.
@@ -48,9 +43,6 @@ int mpi_count(std::int64_t n, std::string_view what, const CallSite& where);
 // The address of t's first element; throws std::invalid_argument for a phantom tensor that
 // holds elements (a zero-element tensor may have no storage).
 void* buffer_of(const Tensor& t, std::string_view what, const CallSite& where);
-
-// True when the byte ranges of a and b share storage and intersect.
-bool overlaps(const Tensor& a, const Tensor& b);
 
 // Throws MpiError "<call> failed in <context>: <MPI's error string>" unless code is
 // MPI_SUCCESS. `context` is describe(where), computed at issue time: the call may run on the
