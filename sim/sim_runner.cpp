@@ -10,8 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "exec/train/run_trace.hpp"
-#include "exec/train/trainer.hpp"
+#include "train/run_trace.hpp"
+#include "train/trainer.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
 #include "sim/platform.hpp"

@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <iostream>
 
-#include "exec/train/checkpoint_params.hpp"
+#include "train/checkpoint_params.hpp"
 #include "tools/cli.hpp"
 
 namespace tandem::cli {

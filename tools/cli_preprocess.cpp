@@ -3,8 +3,8 @@
 // defaults to the one scripts/fetch-data.sh caches.
 #include <iostream>
 
-#include "exec/data/data_dir.hpp"
-#include "exec/data/preprocess.hpp"
+#include "data/data_dir.hpp"
+#include "data/preprocess.hpp"
 #include "tools/cli.hpp"
 
 namespace tandem::cli {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "exec/data/data_dir.hpp"
-#include "exec/data/gpt2_tokenizer.hpp"
-#include "exec/data/gpt2_vocabulary.hpp"
-#include "exec/data/token_source.hpp"
+#include "data/data_dir.hpp"
+#include "data/gpt2_tokenizer.hpp"
+#include "data/gpt2_vocabulary.hpp"
+#include "data/token_source.hpp"
 
 namespace tandem::data::testing {
 

@@ -7,9 +7,9 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "exec/data/blended_dataset.hpp"
-#include "exec/data/dataset_builder.hpp"
-#include "exec/data/indexed_dataset.hpp"
+#include "data/blended_dataset.hpp"
+#include "data/dataset_builder.hpp"
+#include "data/indexed_dataset.hpp"
 #include "tests/data/data_test_util.hpp"
 
 namespace tandem::data {

@@ -9,9 +9,9 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "exec/data/gpt_dataset.hpp"
-#include "exec/data/microbatch.hpp"
-#include "exec/data/mock_dataset.hpp"
+#include "data/gpt_dataset.hpp"
+#include "data/microbatch.hpp"
+#include "data/mock_dataset.hpp"
 #include "tests/data/data_test_util.hpp"
 
 namespace tandem::data {

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "exec/data/indexed_dataset.hpp"
+#include "data/indexed_dataset.hpp"
 #include "tests/data/data_test_util.hpp"
 
 namespace tandem::data {

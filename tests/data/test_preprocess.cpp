@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "exec/data/indexed_dataset.hpp"
-#include "exec/data/preprocess.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/preprocess.hpp"
 #include "tests/data/data_test_util.hpp"
 
 namespace tandem::data {

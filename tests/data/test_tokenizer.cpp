@@ -8,9 +8,9 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "exec/data/bpe_merge.hpp"
-#include "exec/data/gpt2_vocabulary.hpp"
-#include "exec/data/pretokenize.hpp"
+#include "data/bpe_merge.hpp"
+#include "data/gpt2_vocabulary.hpp"
+#include "data/pretokenize.hpp"
 #include "tests/data/data_test_util.hpp"
 
 namespace tandem::data {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "exec/data/sample_dataset.hpp"
+#include "data/sample_dataset.hpp"
 
 namespace tandem::testing {
 

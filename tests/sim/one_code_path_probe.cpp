@@ -18,7 +18,7 @@
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
-#include "exec/train/trainer.hpp"
+#include "train/trainer.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "schedules/layout.hpp"
 #include "sim/cost_model.hpp"

@@ -22,7 +22,7 @@
 
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
-#include "exec/train/trainer.hpp"
+#include "train/trainer.hpp"
 #include "schedules/layout.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/platform.hpp"

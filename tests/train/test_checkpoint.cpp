@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
-#include "exec/train/checkpoint.hpp"
+#include "train/checkpoint.hpp"
 
 namespace tandem {
 namespace {

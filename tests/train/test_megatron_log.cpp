@@ -2,7 +2,7 @@
 // expected strings are written out by hand from Megatron's format strings.
 #include <gtest/gtest.h>
 
-#include "exec/train/megatron_log.hpp"
+#include "train/megatron_log.hpp"
 
 namespace tandem {
 namespace {

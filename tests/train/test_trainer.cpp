@@ -7,8 +7,8 @@
 #include "core/error.hpp"
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
-#include "exec/data/dataset_builder.hpp"
-#include "exec/train/trainer.hpp"
+#include "data/dataset_builder.hpp"
+#include "train/trainer.hpp"
 #include "schedules/layout.hpp"
 
 namespace tandem {

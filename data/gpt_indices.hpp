@@ -1,0 +1,66 @@
+// The three indices of Megatron's GPTDataset, as pure functions of the sequence lengths:
+//   document index: the split's sequence ids repeated once per epoch, shuffled as one
+//                   array (Megatron does not shuffle epoch by epoch: a document can come
+//                   twice before another comes once), except that a final epoch used
+//                   under 80% is shuffled on its own and kept last;
+//   sample index:   (position in the document index, token offset) where each sample
+//                   starts, num_samples + 1 rows; sample i is the seq_length + 1 tokens
+//                   from row i's position up to and including row i + 1's, so
+//                   consecutive samples share one token (the last label of one is the
+//                   first input of the next);
+//   shuffle index:  a permutation of the samples.
+// Worked example: sequences of 5 and 3 tokens (ids 0, 1), seq_length 3, 2 samples
+// requested. An epoch has 8 tokens; 2 × 3 + 1 = 7 fit, so 1 epoch, (8 - 1) / 3 = 2
+// samples. Document index [1, 0] (after a shuffle); sample index (0, 0), (1, 0), (1, 3):
+// sample 0 = seq 1 [0, 3) + seq 0 [0, 1), sample 1 = seq 0 [0, 4).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "data/index_rng.hpp"
+#include "data/split.hpp"
+
+namespace tandem::data {
+
+struct SamplePosition {
+  std::int64_t document;  // position in the document index
+  std::int64_t offset;    // token offset in that sequence
+  bool operator==(const SamplePosition&) const = default;
+};
+
+// How many epochs a request takes, and whether the last one is shuffled apart.
+struct EpochPlan {
+  std::int64_t tokens_per_epoch = 0;
+  std::int64_t num_epochs = 1;
+  // The last epoch is shuffled separately when fewer than 80% of its samples are used,
+  // so the samples actually drawn from it are a uniform pick.
+  bool separate_final_epoch = false;
+  std::int64_t num_samples_sans_final_epoch = 0;  // samples the first num_epochs - 1 give
+};
+
+// num_samples nullopt: one epoch. Megatron's _get_num_epochs and its final-epoch rule.
+EpochPlan plan_epochs(std::int64_t tokens_per_epoch, std::optional<std::int64_t> num_samples,
+                      std::int64_t sequence_length);
+
+// Samples the plan's epochs hold: (num_epochs × tokens_per_epoch − 1) / seq_length.
+std::int64_t num_samples_in(const EpochPlan& plan, std::int64_t sequence_length);
+
+// Sequence ids range.begin … range.end − 1, num_epochs times, shuffled as one array (the
+// final epoch on its own when separate_final_epoch).
+std::vector<std::int32_t> build_document_index(SequenceRange range, const EpochPlan& plan,
+                                               IndexRng& rng);
+
+// helpers.cpp's build_sample_idx; `sizes` holds every sequence's length by id.
+std::vector<SamplePosition> build_sample_index(std::span<const std::int32_t> sizes,
+                                               std::span<const std::int32_t> document_index,
+                                               std::int64_t sequence_length, const EpochPlan& plan);
+
+// [0, num_samples) shuffled; with a separate final epoch, [0, first) and
+// [first, num_samples) are shuffled apart.
+std::vector<std::int64_t> build_shuffle_index(std::int64_t num_samples, const EpochPlan& plan,
+                                              IndexRng& rng);
+
+}  // namespace tandem::data

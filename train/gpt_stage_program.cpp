@@ -1,0 +1,126 @@
+#include "train/gpt_stage_program.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "core/trace.hpp"
+
+namespace tandem {
+
+GptStageProgram::GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims)
+    : env_(env), chunks_(std::move(chunks)), dims_(dims) {}
+
+void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward_only) {
+  batch_ = std::move(batch);
+  loss_scale_ = loss_scale;
+  forward_only_ = forward_only;
+  loss_sum_ = 0;
+  loss_rows_ = 0;
+}
+
+double GptStageProgram::mean_loss() const {
+  return loss_rows_ > 0 ? loss_sum_ / static_cast<double>(loss_rows_) : 0.0;
+}
+
+Shape GptStageProgram::activation_shape(int) const {
+  // Megatron's tensor_shape (seq [/ tp with sequence parallelism], micro batch, hidden),
+  // flattened to rows.
+  const std::int64_t rows = static_cast<std::int64_t>(dims_.seq) * dims_.micro_batch;
+  return Shape{env_.sequence_parallel ? rows / env_.tp.size() : rows, dims_.hidden};
+}
+
+MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const ChunkPlan& plan) {
+  const std::int64_t T = dims_.seq, B = dims_.micro_batch, rows = T * B;
+  const auto& indices = batch_.microbatches.at(static_cast<std::size_t>(microbatch));
+  if (static_cast<std::int64_t>(indices.size()) != B)
+    throw std::logic_error("microbatch holds " + std::to_string(indices.size()) +
+                           " samples, expected " + std::to_string(B));
+  // Row t·B + b (sequence-first): tokens are the first T of each sample, labels the last T.
+  auto gather = [&](std::span<std::int32_t> out, std::int64_t shift) {
+    std::vector<std::int32_t> sample(static_cast<std::size_t>(T + 1));
+    for (std::int64_t b = 0; b < B; ++b) {
+      batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
+      for (std::int64_t t = 0; t < T; ++t)
+        out[static_cast<std::size_t>(t * B + b)] = sample[static_cast<std::size_t>(t + shift)];
+    }
+  };
+  Device& d = env_.device;
+  MicrobatchTensors mb;
+  if (plan.pre_process) {
+    mb.tokens = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.tokens,
+             Device::ProduceInts([&](std::span<std::int32_t> out) { gather(out, 0); }));
+    mb.positions = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.positions, Device::ProduceInts([&](std::span<std::int32_t> out) {
+               for (std::int64_t r = 0; r < rows; ++r)
+                 out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r / B);
+             }));
+  }
+  if (plan.post_process) {
+    mb.labels = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, mb.labels,
+             Device::ProduceInts([&](std::span<std::int32_t> out) { gather(out, 1); }));
+  }
+  return mb;
+}
+
+Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
+  const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
+  GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
+  const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
+  Tensor out = c.forward(env_, microbatch, input, mb);
+  if (c.plan().post_process) {
+    const Tensor& losses = c.row_losses(microbatch);
+    std::vector<float> host(static_cast<std::size_t>(losses.numel()));
+    env_.device.download(env_.stream, losses, host);
+    loss_sum_ += std::accumulate(host.begin(), host.end(), 0.0);
+    loss_rows_ += losses.numel();
+  }
+  if (forward_only_) c.discard(microbatch);
+  record("F", microbatch, chunk, start);
+  return out;
+}
+
+Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
+  const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
+  Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
+                 ->backward(env_, microbatch, grad_output, loss_scale_);
+  record("B", microbatch, chunk, start);
+  return g;
+}
+
+void GptStageProgram::record(const char* type, int microbatch, int chunk,
+                             RunTrace::Clock::time_point start) {
+  if (!trace_) return;
+  std::string name = type + std::to_string(microbatch);
+  if (name_chunks_) name += "." + std::to_string(chunk);
+  trace_->slice(name, type[0] == 'F' ? "forward" : "backward", trace_thread::compute, start,
+                env_.device.trace_time(env_.stream),
+                {{"microbatch", microbatch}, {"chunk", chunk}});
+}
+
+// Each tp rank sends slice `rank` of the flattened tensor (a view: no copy) and the
+// receiver all-gathers the slices over tp into the whole tensor.
+Tensor GptStageProgram::to_wire(const Tensor& t) {
+  const std::int64_t tp = env_.tp.size();
+  if (!scatter_gather_ || tp == 1) return t;
+  const std::int64_t slice = t.numel() / tp;
+  return t.view(Shape{slice}, slice * env_.tp.rank());
+}
+
+Shape GptStageProgram::wire_shape(const Shape& full) const {
+  const std::int64_t tp = env_.tp.size();
+  if (!scatter_gather_ || tp == 1) return full;
+  return Shape{full.numel() / tp};
+}
+
+Tensor GptStageProgram::from_wire(const Tensor& received, const Shape& full) {
+  if (!scatter_gather_ || env_.tp.size() == 1) return received;
+  Tensor whole = env_.device.allocate(full, received.dtype);
+  Tensor flat = whole.view(Shape{full.numel()});
+  env_.tp.all_gather(env_.stream, received, flat)->wait();
+  return whole;
+}
+
+}  // namespace tandem

@@ -1,0 +1,64 @@
+// The GPT as a pipeline stage: the model chunks one rank owns, bound to the microbatches of
+// the current step, behind the step interpreter's StageProgram interface. It turns
+// samples into device tensors (row t·B + b, sequence-first as the model wants them), runs the chunk
+// of each forward/backward op, and collects the loss on the last stage.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "data/sample_dataset.hpp"
+#include "train/run_trace.hpp"
+#include "model/gpt_chunk.hpp"
+#include "schedules/step_interpreter.hpp"
+
+namespace tandem {
+
+struct StepBatch {
+  const data::SampleDataset* samples = nullptr;
+  std::vector<std::vector<std::int64_t>> microbatches;  // sample indices, one list per microbatch
+};
+
+class GptStageProgram : public StageProgram {
+ public:
+  GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims);
+
+  // Binds the next step's microbatches; `loss_scale` multiplies every loss gradient.
+  void begin_step(StepBatch batch, float loss_scale, bool forward_only);
+  // Records forward and backward of every (microbatch, chunk) on `trace` (null: off).
+  void set_trace(RunTrace* trace, bool name_chunks) {
+    trace_ = trace;
+    name_chunks_ = name_chunks;
+  }
+  // Mean per-token loss over the step's microbatches (last stage; 0 elsewhere).
+  double mean_loss() const;
+
+  Tensor forward(int microbatch, int chunk, const Tensor& input) override;
+  Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
+  Shape activation_shape(int microbatch) const override;
+  DType activation_dtype() const override { return env_.compute; }
+  // Megatron's scatter_gather_tensors_in_pipeline (only without sequence parallelism,
+  // where the tp ranks hold identical activations).
+  void set_scatter_gather(bool on) { scatter_gather_ = on; }
+  Tensor to_wire(const Tensor& t) override;
+  Shape wire_shape(const Shape& full) const override;
+  Tensor from_wire(const Tensor& received, const Shape& full) override;
+
+ private:
+  MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
+  void record(const char* type, int microbatch, int chunk, RunTrace::Clock::time_point start);
+
+  ModelEnv env_;
+  std::vector<GptChunk*> chunks_;
+  GptDims dims_;
+  StepBatch batch_;
+  float loss_scale_ = 1;
+  bool forward_only_ = false;
+  RunTrace* trace_ = nullptr;
+  bool name_chunks_ = false;
+  bool scatter_gather_ = false;
+  double loss_sum_ = 0;
+  std::int64_t loss_rows_ = 0;
+};
+
+}  // namespace tandem

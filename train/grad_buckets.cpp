@@ -1,0 +1,98 @@
+#include "train/grad_buckets.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <tuple>
+
+namespace tandem {
+
+GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
+                         Communicator& dp, Device& device, Stream& stream)
+    : params_(params), reduction_(reduction), dp_(dp), device_(device), stream_(stream) {
+  const auto& layout = params.buckets();
+  if (shard.bucket_slices.size() != layout.size())
+    throw std::invalid_argument("GradBuckets: the optimizer shard has " +
+                                std::to_string(shard.bucket_slices.size()) + " bucket slices, " +
+                                "the parameters " + std::to_string(layout.size()) + " buckets");
+  bucket_of_.assign(params.all().size(), 0);
+  for (std::size_t k = 0; k < layout.size(); ++k) {
+    Bucket b;
+    b.begin = layout[k].begin;
+    b.end = layout[k].end;
+    std::tie(b.slice_begin, b.slice_end) = shard.bucket_slices[k];
+    b.parameters = static_cast<int>(layout[k].params.size());
+    for (int i : layout[k].params) bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(k);
+    buckets_.push_back(std::move(b));
+  }
+  ready_.assign(params.all().size(), false);
+}
+
+void GradBuckets::begin_step(int last_microbatch) {
+  last_microbatch_ = last_microbatch;
+  launched_early_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.ready = 0;
+    b.work.reset();
+  }
+}
+
+void GradBuckets::launch(Bucket& b) {
+  Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
+  if (reduction_ == GradReduction::all_reduce) {
+    b.work = dp_.all_reduce(stream_, view, ReduceOp::sum);
+    return;
+  }
+  b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, DType::fp32);
+  b.work = dp_.reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
+}
+
+void GradBuckets::on_grads_ready(int microbatch, const std::vector<int>& parameters) {
+  if (microbatch != last_microbatch_) return;
+  for (int i : parameters) {
+    if (i < 0 || ready_[static_cast<std::size_t>(i)]) continue;
+    ready_[static_cast<std::size_t>(i)] = true;
+    Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(i)])];
+    if (++b.ready == b.parameters && !b.work) {
+      launch(b);
+      ++launched_early_;
+    }
+  }
+}
+
+void GradBuckets::finish() {
+  for (auto& b : buckets_)
+    if (!b.work) launch(b);
+  for (auto& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+    if (reduction_ == GradReduction::reduce_scatter) {
+      // This rank's slice of the sum goes where the optimizer reads its gradients.
+      Tensor slice = params_.grads().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+      device_.copy(stream_, b.scattered, slice);
+      b.scattered = Tensor{};
+    }
+  }
+}
+
+void GradBuckets::start_param_gather() {
+  if (reduction_ != GradReduction::reduce_scatter)
+    throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
+  for (auto& b : buckets_) {
+    if (b.gather) throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
+    // In place: this rank's slice already sits in its block of the bucket.
+    const Tensor slice = params_.values().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+    Tensor whole = params_.values().view(Shape{b.end - b.begin}, b.begin);
+    b.gather = dp_.all_gather(stream_, slice, whole);
+  }
+}
+
+void GradBuckets::finish_param_gather() {
+  for (auto& b : buckets_)
+    if (b.gather) {
+      b.gather->wait();
+      b.gather.reset();
+    }
+}
+
+}  // namespace tandem

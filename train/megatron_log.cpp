@@ -1,0 +1,39 @@
+#include "train/megatron_log.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace tandem {
+
+std::string format_iteration_log(const IterationLog& l, std::time_t now) {
+  char when[32];
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+  char line[768];
+  std::snprintf(line, sizeof line,
+                " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
+                "%.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: "
+                "%.3f | number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+                when, static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
+                static_cast<long long>(l.consumed_samples), l.elapsed_ms, l.tflops_per_gpu,
+                l.learning_rate, static_cast<long long>(l.global_batch_size), l.lm_loss,
+                l.loss_scale, l.grad_norm, static_cast<long long>(l.skipped_iterations),
+                static_cast<long long>(l.nan_iterations));
+  return line;
+}
+
+std::string format_validation_log(std::int64_t iteration, double lm_loss) {
+  char line[256];
+  const double ppl = std::exp(std::min(20.0, lm_loss));  // Megatron caps the exponent at 20
+  const int n = std::snprintf(line, sizeof line,
+                              " validation loss at iteration %lld | lm loss value: %.6E | lm loss "
+                              "PPL: %.6E | ",
+                              static_cast<long long>(iteration), lm_loss, ppl);
+  const std::string rule(static_cast<std::size_t>(n) + 1, '-');
+  return rule + "\n" + line + "\n" + rule;
+}
+
+}  // namespace tandem

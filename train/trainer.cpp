@@ -1,0 +1,311 @@
+#include "train/trainer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/error.hpp"
+#include "train/checkpoint_params.hpp"
+#include "schedules/step_interpreter.hpp"
+
+namespace tandem {
+namespace {
+
+GptDims dims_of(const Scenario& s) {
+  const auto& m = s.model;
+  const auto& p = s.parallelism;
+  // Megatron turns sequence parallelism off at tp 1 (it has nothing to shard).
+  return {m.num_layers,
+          m.hidden_size,
+          m.num_attention_heads,
+          ffn_hidden_size(s),
+          m.seq_length,
+          s.training.micro_batch_size,
+          padded_vocab_size(s),
+          m.max_position_embeddings.value_or(m.seq_length),
+          p.sequence_parallel && p.tensor_model_parallel_size > 1,
+          s.training.bf16   ? DType::bf16
+          : s.training.fp16 ? DType::fp16
+                            : DType::fp32};
+}
+
+constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
+
+// Megatron's ParamAndGradBuffer layout: buckets of ddp_bucket_size with overlap_grad_reduce
+// (else one), padded to dp with the distributed optimizer; the word embedding tied across
+// pipeline stages gets a bucket of its own then, so the first and last stage shard it alike
+// and the embedding-group all-reduce adds matching slices.
+BufferLayout buffer_layout_of(const Scenario& s, const ParallelContext& ctx) {
+  const auto& p = s.parallelism;
+  const bool distributed = p.use_distributed_optimizer;
+  BufferLayout layout{.bucket_elements = p.overlap_grad_reduce ? p.ddp_bucket_size : 0,
+                      .pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp : 1,
+                      .own_bucket = nullptr};
+  if (distributed && ctx.sizes.pp > 1)
+    layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kWordEmbedding; };
+  return layout;
+}
+
+std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
+  const auto& r = s.training.rampup_batch_size;
+  if (r.empty()) return std::nullopt;
+  return RampupBatchSize{r.at(0), r.at(1), r.at(2)};
+}
+
+Communicator& need(Communicator* c, const char* what) {
+  if (!c) throw std::invalid_argument(std::string("Trainer: no ") + what + " communicator");
+  return *c;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
+                 TrainerGroups groups, const data::SampleDataset& train,
+                 const data::SampleDataset* valid)
+    : scenario_(scenario),
+      ctx_(ctx),
+      device_(device),
+      stream_(device.default_stream()),
+      groups_(groups),
+      train_(train),
+      valid_(valid),
+      dims_(dims_of(scenario)),
+      params_(ctx.sizes.tp, ctx.coords.tp),
+      microbatches_(scenario.training.global_batch_size, scenario.training.micro_batch_size,
+                    ctx.sizes.dp * ctx.sizes.cp, rampup_of(scenario)) {
+  const auto& t = scenario.training;
+  const int vpp = virtual_pipeline_size(scenario);
+  const Recompute recompute = parse_recompute(t.recompute_granularity);
+  for (int c = 0; c < vpp; ++c)
+    chunks_.push_back(std::make_unique<GptChunk>(
+        params_, dims_, plan_chunk(dims_.num_layers, ctx.sizes.pp, vpp, ctx.coords.pp, c),
+        recompute));
+  const auto& par = scenario.parallelism;
+  const int dp = ctx.sizes.dp * ctx.sizes.cp;
+  params_.allocate(device_, buffer_layout_of(scenario, ctx), dims_.compute);
+  params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
+  optimizer_ = std::make_unique<AdamW>(
+      device_, params_,
+      AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
+                 static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)},
+      par.use_distributed_optimizer ? make_optimizer_shard(params_, dp, ctx.coords.dp)
+                                    : make_optimizer_shard(params_, 1, 0));
+  std::vector<GptChunk*> raw;
+  for (auto& c : chunks_) raw.push_back(c.get());
+  program_ = std::make_unique<GptStageProgram>(
+      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute},
+      raw, dims_);
+  // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
+  // scatter-gather of pipeline tensors off.
+  program_->set_scatter_gather(scenario.parallelism.scatter_gather_tensors_in_pipeline &&
+                               !dims_.sequence_parallel);
+  lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
+                  t.lr_decay_style};
+  schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
+  buckets_ = std::make_unique<GradBuckets>(
+      params_, optimizer_->shard(),
+      par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
+      need(groups_.dp, "dp"), device_, stream_);
+  if (par.overlap_grad_reduce)
+    for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::set_trace(RunTrace* trace) {
+  program_->set_trace(trace, virtual_pipeline_size(scenario_) > 1);
+}
+
+StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
+                              std::int64_t num_microbatches) const {
+  // Megatron's pretraining sampler: each microbatch takes micro · dp consecutive samples,
+  // and data-parallel rank r reads its `micro` of them.
+  const std::int64_t micro = scenario_.training.micro_batch_size;
+  const std::int64_t dp = ctx_.sizes.dp * ctx_.sizes.cp, r = ctx_.coords.dp;
+  StepBatch batch{&samples, {}};
+  for (std::int64_t j = 0; j < num_microbatches; ++j) {
+    std::vector<std::int64_t> idx;
+    for (std::int64_t i = 0; i < micro; ++i)
+      idx.push_back((first_sample + j * micro * dp + r * micro + i) % samples.size());
+    batch.microbatches.push_back(std::move(idx));
+  }
+  return batch;
+}
+
+void Trainer::all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&)) {
+  std::vector<std::unique_ptr<Work>> works;
+  for (const auto& piece : optimizer_->shard().pieces)
+    if (selected(params_[piece.param].spec)) {
+      Tensor g = params_.grads().view(Shape{piece.length}, piece.begin);
+      works.push_back(group.all_reduce(stream_, g, ReduceOp::sum));
+    }
+  for (auto& w : works) w->wait();
+}
+
+void Trainer::finalize_grads() {
+  // Megatron's finalize_model_grads. The loss gradient was scaled by 1/(m · dp), so the sum
+  // over dp is the mean; with the distributed optimizer only this rank's slice of the
+  // gradient buffer holds it, and the reductions below visit only that slice.
+  buckets_->finish();  // with overlap_grad_reduce most buckets were launched during backward
+  // Sequence parallelism: replicated parameters whose gradients saw one sequence shard.
+  if (dims_.sequence_parallel)
+    all_reduce_shard_grads(need(groups_.tp, "tp"),
+                           [](const ParameterSpec& p) { return p.sequence_parallel; });
+  // The tied word embedding lives on the first and the last stage: sum their gradients.
+  if (groups_.embedding && groups_.embedding->size() > 1)
+    all_reduce_shard_grads(*groups_.embedding,
+                           [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
+}
+
+double Trainer::global_grad_norm() {
+  Tensor ss = optimizer_->grad_sum_squares(stream_);
+  // The distributed optimizer's slices are disjoint across dp: add them up first.
+  if (scenario_.parallelism.use_distributed_optimizer)
+    need(groups_.dp, "dp").all_reduce(stream_, ss, ReduceOp::sum)->wait();
+  need(groups_.model_parallel, "model-parallel").all_reduce(stream_, ss, ReduceOp::sum)->wait();
+  float host = 0;
+  device_.download(stream_, ss, std::span<float>(&host, 1));
+  return std::sqrt(static_cast<double>(host));
+}
+
+double Trainer::average_over_dp(double value) {
+  Tensor t = device_.allocate(Shape{1}, DType::fp32);
+  device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                   out[0] = static_cast<float>(value);
+                 }));
+  Communicator& dp = need(groups_.dp, "dp");
+  dp.all_reduce(stream_, t, ReduceOp::sum)->wait();
+  float host = 0;
+  device_.download(stream_, t, std::span<float>(&host, 1));
+  return static_cast<double>(host) / dp.size();
+}
+
+// The parameters forward will read: the dp all-gather of the distributed optimizer done,
+// and under mixed precision the 16-bit copy refreshed from the fp32 main parameters
+// (Megatron copies main to model params after each optimizer step).
+void Trainer::parameters_ready() {
+  buckets_->finish_param_gather();
+  if (!compute_copy_stale_) return;
+  params_.refresh_compute(device_, stream_);
+  compute_copy_stale_ = false;
+}
+
+StepResult Trainer::train_step() {
+  microbatches_.update(consumed_samples_);
+  const std::int64_t m = microbatches_.num_microbatches();
+  const std::int64_t global = microbatches_.current_global_batch_size();
+  const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  parameters_ready();  // overlap_param_gather: the parameters are needed now
+  device_.fill(stream_, params_.grads(), 0.0f);
+  buckets_->begin_step(static_cast<int>(m) - 1);
+  program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
+                       false);
+  const ScheduleSpec spec{schedule_kind_, ctx_.sizes.pp, virtual_pipeline_size(scenario_),
+                          static_cast<int>(m),
+                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0)};
+  StepContext step{device_, stream_, need(groups_.pp, "pp"),
+                   scenario_.parallelism.variable_seq_lengths};
+  run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
+  finalize_grads();
+  const double norm = global_grad_norm();
+  // Megatron steps the optimizer at the rate of the scheduler's current step, then
+  // advances the scheduler; the log shows the advanced rate.
+  const double lr = learning_rate(lr_schedule_, optimizer_->steps());
+  optimizer_->step(stream_, static_cast<float>(lr),
+                   clip_coefficient(norm, scenario_.training.clip_grad));
+  compute_copy_stale_ = true;
+  if (scenario_.parallelism.use_distributed_optimizer) {
+    // Every rank updated its slice: gather the parameters (Megatron's start_param_sync).
+    buckets_->start_param_gather();
+    if (!scenario_.parallelism.overlap_param_gather) buckets_->finish_param_gather();
+  }
+  consumed_samples_ += global;
+  ++iteration_;
+  return {average_over_dp(program_->mean_loss()), norm,
+          learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+}
+
+double Trainer::evaluate() {
+  if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
+  parameters_ready();
+  const std::int64_t global = scenario_.training.global_batch_size;
+  const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
+  const ScheduleSpec spec{schedule_kind_,
+                          ctx_.sizes.pp,
+                          virtual_pipeline_size(scenario_),
+                          static_cast<int>(m),
+                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
+                          true};
+  const auto ops = make_rank_schedule(spec, ctx_.coords.pp);
+  double sum = 0;
+  const std::int64_t iters = scenario_.training.eval_iters;
+  for (std::int64_t k = 0; k < iters; ++k) {
+    program_->begin_step(make_batch(*valid_, k * global, m), 1.0f, true);
+    StepContext step{device_, stream_, need(groups_.pp, "pp"),
+                     scenario_.parallelism.variable_seq_lengths};
+    run_schedule(ops, *program_, step);
+    sum += program_->mean_loss();
+  }
+  return average_over_dp(sum / static_cast<double>(std::max<std::int64_t>(1, iters)));
+}
+
+CheckpointState Trainer::checkpoint_state() {
+  auto grab = [&](const std::string& name, const Tensor& t) {
+    CheckpointTensor ct{name, std::vector<float>(static_cast<std::size_t>(t.numel()))};
+    device_.download(stream_, t, ct.values);
+    return ct;
+  };
+  buckets_->finish_param_gather();
+  CheckpointState st;
+  st.iteration = iteration_;
+  st.consumed_samples = consumed_samples_;
+  st.optimizer_steps = optimizer_->steps();
+  st.rank = ctx_.rank;
+  st.world_size = ctx_.sizes.world();
+  st.scenario = to_json(scenario_);
+  st.parameters = parameter_table(params_);
+  st.tensors.push_back(grab("params", params_.values()));
+  st.tensors.push_back(grab("exp_avg", optimizer_->exp_avg()));
+  st.tensors.push_back(grab("exp_avg_sq", optimizer_->exp_avg_sq()));
+  return st;
+}
+
+void Trainer::restore(const CheckpointState& st) {
+  // The model and the layout must match; training settings (iterations, intervals, lr
+  // schedule) may change between runs as in Megatron.
+  const auto now = to_json(scenario_);
+  for (const char* section : {"model", "parallelism"})
+    if (st.scenario.value(section, nlohmann::json{}) != now.at(section))
+      throw ConfigError(
+          "load", std::string(section),
+          "the checkpoint was written with a different " + std::string(section) +
+              " configuration: " + st.scenario.value(section, nlohmann::json{}).dump());
+  if (st.world_size != ctx_.sizes.world())
+    throw ConfigError("load", std::to_string(st.world_size),
+                      "the checkpoint was written by " + std::to_string(st.world_size) +
+                          " ranks, this run has " + std::to_string(ctx_.sizes.world()));
+  auto put = [&](const std::string& name, Tensor& t) {
+    for (const auto& ct : st.tensors)
+      if (ct.name == name) {
+        if (static_cast<std::int64_t>(ct.values.size()) != t.numel())
+          throw ConfigError("load", name,
+                            "holds " + std::to_string(ct.values.size()) +
+                                " values, the model needs " + std::to_string(t.numel()));
+        device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                         std::copy(ct.values.begin(), ct.values.end(), out.begin());
+                       }));
+        return;
+      }
+    throw ConfigError("load", name, "is missing from the checkpoint");
+  };
+  buckets_->finish_param_gather();
+  put("params", params_.values());
+  put("exp_avg", optimizer_->exp_avg());
+  put("exp_avg_sq", optimizer_->exp_avg_sq());
+  compute_copy_stale_ = true;
+  iteration_ = st.iteration;
+  consumed_samples_ = st.consumed_samples;
+  optimizer_->set_steps(st.optimizer_steps);
+}
+
+}  // namespace tandem

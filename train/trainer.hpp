@@ -1,0 +1,96 @@
+// One rank's share of Megatron's pretrain loop (training.py train / train_step /
+// evaluate): the model chunks this rank owns, the optimizer, the schedule, and the steps
+// of an iteration — zero grads, forward-backward over the microbatches per the pipeline
+// schedule, finalize grads (data-parallel all-reduce — or reduce-scatter with the
+// distributed optimizer —, tp all-reduce of sequence-parallel gradients, embedding-group
+// all-reduce of the tied word embedding), global grad norm and clipping, AdamW on this
+// rank's shard (and the parameter all-gather), learning-rate schedule.
+// Written against Device and Communicator only: the cpu, cuda and sim bindings all run it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/parallel_context.hpp"
+#include "core/scenario.hpp"
+#include "train/checkpoint.hpp"
+#include "train/gpt_stage_program.hpp"
+#include "train/grad_buckets.hpp"
+#include "model/optimizer.hpp"
+#include "schedules/microbatches.hpp"
+
+namespace tandem {
+
+// This rank's communicators, one per group kind it uses (not owned).
+struct TrainerGroups {
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  Communicator* dp = nullptr;              // data parallel (dp-cp when cp > 1)
+  Communicator* model_parallel = nullptr;  // tp-pp: where the grad norm is summed
+  Communicator* embedding = nullptr;       // first + last stage; nullptr if not a member
+};
+
+struct StepResult {
+  double lm_loss = 0;  // mean per-token loss (meaningful on the last stage)
+  double grad_norm = 0;
+  double learning_rate = 0;  // as Megatron logs it: the rate after this step's scheduler step
+  std::int64_t global_batch_size = 0;
+  std::int64_t num_microbatches = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
+          TrainerGroups groups, const data::SampleDataset& train, const data::SampleDataset* valid);
+  ~Trainer();
+
+  StepResult train_step();
+  // Mean loss over eval_iters global batches of the validation samples, forward only.
+  double evaluate();
+
+  std::int64_t iteration() const { return iteration_; }
+  std::int64_t consumed_samples() const { return consumed_samples_; }
+  ParameterSet& parameters() { return params_; }
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }
+  // Records forward/backward of every microbatch on `trace` (null: off).
+  void set_trace(RunTrace* trace);
+  const ParallelContext& context() const { return ctx_; }
+
+  CheckpointState checkpoint_state();
+  // Throws ConfigError when the checkpoint was written under another model or layout.
+  void restore(const CheckpointState& state);
+
+ private:
+  StepBatch make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
+                       std::int64_t num_microbatches) const;
+  void finalize_grads();
+  void parameters_ready();
+  // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
+  void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
+  double global_grad_norm();
+  double average_over_dp(double value);
+
+  Scenario scenario_;
+  ParallelContext ctx_;
+  Device& device_;
+  Stream& stream_;
+  TrainerGroups groups_;
+  const data::SampleDataset& train_;
+  const data::SampleDataset* valid_;
+  GptDims dims_;
+  ParameterSet params_;
+  std::vector<std::unique_ptr<GptChunk>> chunks_;
+  std::unique_ptr<GptStageProgram> program_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<GradBuckets> buckets_;  // dp reduction (and the distributed optimizer's gather)
+  MicrobatchCalculator microbatches_;
+  LrSchedule lr_schedule_;
+  ScheduleKind schedule_kind_;
+  std::int64_t iteration_ = 0;
+  bool compute_copy_stale_ = true;  // the 16-bit parameter copy lags the fp32 values
+  std::int64_t consumed_samples_ = 0;
+};
+
+}  // namespace tandem
