@@ -1,7 +1,8 @@
 // Tests of the SimGrid platform (sim/platform.hpp) on a real engine: routes cross the links
 // the topology says, a lone flow takes latency + bytes / bandwidth of its narrowest link,
 // flows sharing a NIC or an oversubscribed core split its bandwidth, and 3072 ranks build
-// in well under two seconds. SimGrid's engine is a process-wide singleton, so every test
+// with the routes and link counts of the topology (how long that takes is a benchmark:
+// tests/bench/bench_platform). SimGrid's engine is a process-wide singleton, so every test
 // that needs one runs it in a forked child and reads the child's answers from a pipe.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -213,7 +214,7 @@ TEST(PlatformFlows, OversubscribedCoreIsShared) {
 
 class PlatformScale : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(PlatformScale, ThreeThousandRanksBuildInUnderTwoSeconds) {
+TEST_P(PlatformScale, ThreeThousandRanksBuildWithTheirRoutes) {
   const Topology t = load_topology(GetParam());
   const std::string answer = in_child([&](simgrid::s4u::Engine& engine) {
     const auto start = std::chrono::steady_clock::now();
@@ -233,7 +234,6 @@ TEST_P(PlatformScale, ThreeThousandRanksBuildInUnderTwoSeconds) {
   std::size_t hosts = 0, nodes = 0, nics = 0, hops = 0, engine_hosts = 0;
   in >> build >> hosts >> nodes >> nics >> hops >> engine_hosts >> latency;
   ASSERT_FALSE(in.fail()) << answer;
-  EXPECT_LT(build, 2.0);
   EXPECT_GE(build, 0.0);
   EXPECT_EQ(hosts, 3072U);
   EXPECT_EQ(engine_hosts, 3072U);
