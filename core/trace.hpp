@@ -1,7 +1,7 @@
 // The one timeline trace format of tandem: Chrome Trace Event JSON (opens in Perfetto and
 // chrome://tracing), written identically by the idealised schedule timeline, the
 // simulator and real runs, so a predicted and a measured trace can be opened side by side
-// and diffed. Schema (DESIGN §9): a process per rank named with its coordinates, a thread
+// and diffed. Schema : a process per rank named with its coordinates, a thread
 // per stream (compute, tp comm, dp comm, pp send/recv), complete ("X") events named
 // starting with the op type ("F3", "B0.1", "allreduce dp"), flow arrows ("s"/"f") from
 // each pipeline send to its receive, counters ("C") for memory. Times are microseconds

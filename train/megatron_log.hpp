@@ -1,5 +1,5 @@
 // Megatron-LM's training and validation log lines, character for character, so that
-// existing log parsers and dashboards read tandem's logs unchanged (DESIGN §12).
+// existing log parsers and dashboards read tandem's logs unchanged.
 #pragma once
 
 #include <cstdint>

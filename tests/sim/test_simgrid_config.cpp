@@ -1,5 +1,5 @@
 // The network model tandem configures gives a single flow latency + size / bandwidth, on
-// a real SimGrid engine (DESIGN §12: SimGrid's defaults would cap it by the TCP window).
+// a real SimGrid engine (SimGrid's defaults would cap it by the TCP window).
 #include <gtest/gtest.h>
 
 #include <simgrid/s4u.hpp>

@@ -1,4 +1,4 @@
-// The log lines match Megatron-LM's format character for character (DESIGN §12): the
+// The log lines match Megatron-LM's format character for character: the
 // expected strings are written out by hand from Megatron's format strings.
 #include <gtest/gtest.h>
 
