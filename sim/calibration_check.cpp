@@ -36,7 +36,7 @@ std::vector<Violation> calibration_bound_violations(const CalibrationTable& t) {
     for (auto [key, v] : {std::pair{"m", r.m}, {"n", r.n}, {"k", r.k}, {"batch", r.batch}})
       if (v > kMaxDim)
         out.push_back({where + key, std::to_string(v),
-                       "must be ≤ 2^32 (no GPT tensor dimension comes near)"});
+                       "must be ≤ 2^32 (physical bound: no GPT tensor dimension comes near)"});
     if (r.seconds > 0 && std::isfinite(r.seconds)) {
       if (r.flops / r.seconds > kMaxFlopsPerSecond)
         out.push_back({where + "flops", number(r.flops),

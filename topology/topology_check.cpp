@@ -28,7 +28,10 @@ constexpr Bound kGpusPerNode{1, 4096, "", "at most 4096 GPUs in one node"};
 constexpr Bound kNics{0, 256, "", "at most 256 NICs per node"};
 constexpr Bound kOversubscription{1, 1000, "", "a fabric core oversubscribed at most 1000:1"};
 
+// A number the JSON gave beyond 1.8e299 GB/s overflows to inf in SI units: say so, rather
+// than print an "inf" the user never wrote.
 std::string number(double x) {
+  if (std::isinf(x)) return x > 0 ? "inf (too large to represent)" : "-inf";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;

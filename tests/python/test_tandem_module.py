@@ -36,7 +36,7 @@ class Scenarios(unittest.TestCase):
 
     def test_bad_values_raise_config_error_naming_the_field(self):
         with self.assertRaises(tandem.ConfigError) as e:
-            tandem.scenario(tensor_model_parallel_size=3)
+            tandem.scenario(tensor_model_parallel_size=0)
         self.assertIsInstance(e.exception, ValueError)
         fields = [v["field"] for v in e.exception.violations]
         self.assertTrue(any("tensor_model_parallel_size" in f for f in fields), fields)
