@@ -1,5 +1,6 @@
 // Work that must run in a process of its own. SimGrid's engine is a process-wide singleton
-// that runs once (sim/sim_runner.hpp): a second sim::simulate() in the same process fails.
+// that runs once (sim/sim_runner.hpp): a second sim::simulate() in the same process aborts
+// it (SIGABRT: "Cannot change the model after the initialization").
 // A Python session simulates many times, so each simulation runs in a fork()ed child of the
 // interpreter that returns its JSON report through a temporary file and _exit()s; the
 // interpreter itself never starts an engine.
