@@ -761,6 +761,8 @@ Scenario load_scenario(const std::filesystem::path& path) {
   } catch (const json::parse_error& e) {
     throw ConfigError(where, line_column(text, e.byte),
                       "is not valid JSON: " + parse_error_reason(e.what()));
+  } catch (const json::out_of_range& e) {  // a number beyond double, as 1e309
+    throw ConfigError(where, "", "is not valid JSON: " + parse_error_reason(e.what()));
   }
   return parse_scenario(j, where);
 }

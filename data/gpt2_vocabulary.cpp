@@ -57,7 +57,7 @@ void read_encoder(const std::filesystem::path& path, Gpt2Vocabulary& vocab,
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(read_file(path, "--vocab-file"));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse error or number overflow
     fail("encoder.json", e.what(), "must be a JSON object of token → id");
   }
   if (!json.is_object() || json.empty()) fail("encoder.json", "", "must be a non-empty object");

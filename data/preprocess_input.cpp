@@ -59,7 +59,7 @@ void read_json_lines(const std::filesystem::path& file, const std::vector<std::s
     nlohmann::json json;
     try {
       json = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse error or number overflow
       reject(file, where, "", std::string("not valid JSON: ") + e.what());
     }
     if (!json.is_object()) reject(file, where, "", "expected a JSON object such as {\"text\": …}");

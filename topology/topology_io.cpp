@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/scenario.hpp"
 #include "topology/presets.hpp"
+#include "topology/topology_check.hpp"
 
 namespace tandem {
 namespace {
@@ -268,6 +269,8 @@ Topology parse_text(const std::string& text, const std::string& where) {
     for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) line += text[i] == '\n';
     throw ConfigError(where, "line " + std::to_string(line),
                       std::string("is not valid JSON: ") + e.what());
+  } catch (const json::out_of_range& e) {  // a number beyond double, as 1e309
+    throw ConfigError(where, "", std::string("is not valid JSON: ") + e.what());
   }
   return parse_topology(j, where);
 }
@@ -302,6 +305,7 @@ Topology parse_topology(const nlohmann::json& j, std::string_view source) {
     if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
   }
   if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
+  check_topology_bounds(t, source);  // physical bounds (topology_check.hpp)
   return t;
 }
 

@@ -134,33 +134,41 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, std::int64_t i
     throw fail(std::string("has a corrupt header: ") + e.what());
   }
   const std::size_t payload_at = fixed + header_bytes;
-  const auto payload_bytes = header.at("payload_bytes").get<std::size_t>();
-  if (all.size() - payload_at != payload_bytes)
-    throw fail("holds " + std::to_string(all.size() - payload_at) +
-               " payload bytes, its header says " + std::to_string(payload_bytes) +
-               " (truncated or appended to)");
-  std::vector<char> payload(all.begin() + static_cast<std::ptrdiff_t>(payload_at), all.end());
-  if (crc_of(payload) != header.at("crc32").get<std::uint32_t>())
-    throw fail("fails its CRC-32 check: the data is corrupt");
-  CheckpointState st;
-  st.iteration = header.at("iteration");
-  st.consumed_samples = header.at("consumed_samples");
-  st.optimizer_steps = header.at("optimizer_steps");
-  st.rank = header.at("rank");
-  st.world_size = header.at("world_size");
-  st.scenario = header.at("scenario");
-  st.parameters = header.value("parameters", nlohmann::json{});
-  for (const auto& t : header.at("tensors")) {
-    CheckpointTensor ct{t.at("name"), std::vector<float>(t.at("elements").get<std::size_t>())};
-    const auto offset = t.at("offset").get<std::size_t>();
-    if (offset + ct.values.size() * sizeof(float) > payload.size())
-      throw fail("tensor " + ct.name + " runs past the payload");
-    if (!ct.values.empty())
-      std::memcpy(ct.values.data(), payload.data() + offset, ct.values.size() * sizeof(float));
-    st.tensors.push_back(std::move(ct));
+  // The header is outside the CRC: a field missing or of the wrong type is a corrupt file.
+  try {
+    const auto payload_bytes = header.at("payload_bytes").get<std::size_t>();
+    if (all.size() - payload_at != payload_bytes)
+      throw fail("holds " + std::to_string(all.size() - payload_at) +
+                 " payload bytes, its header says " + std::to_string(payload_bytes) +
+                 " (truncated or appended to)");
+    std::vector<char> payload(all.begin() + static_cast<std::ptrdiff_t>(payload_at), all.end());
+    if (crc_of(payload) != header.at("crc32").get<std::uint32_t>())
+      throw fail("fails its CRC-32 check: the data is corrupt");
+    CheckpointState st;
+    st.iteration = header.at("iteration");
+    st.consumed_samples = header.at("consumed_samples");
+    st.optimizer_steps = header.at("optimizer_steps");
+    st.rank = header.at("rank");
+    st.world_size = header.at("world_size");
+    st.scenario = header.at("scenario");
+    st.parameters = header.value("parameters", nlohmann::json{});
+    for (const auto& t : header.at("tensors")) {
+      const std::string name = t.at("name");
+      const auto elements = t.at("elements").get<std::size_t>();
+      const auto offset = t.at("offset").get<std::size_t>();
+      // Checked before allocating: a corrupt count must not ask for exabytes.
+      if (offset > payload.size() || elements > (payload.size() - offset) / sizeof(float))
+        throw fail("tensor " + name + " runs past the payload");
+      CheckpointTensor ct{name, std::vector<float>(elements)};
+      if (!ct.values.empty())
+        std::memcpy(ct.values.data(), payload.data() + offset, ct.values.size() * sizeof(float));
+      st.tensors.push_back(std::move(ct));
+    }
+    if (st.rank != rank) throw fail("was written by rank " + std::to_string(st.rank));
+    return st;
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("has a corrupt header: ") + e.what());
   }
-  if (st.rank != rank) throw fail("was written by rank " + std::to_string(st.rank));
-  return st;
 }
 
 }  // namespace tandem
