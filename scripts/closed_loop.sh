@@ -101,11 +101,13 @@ stats() {
     m = v[int(NR / 2) + 1]; printf "%.1f %.1f %.1f %.0f\n", m, v[1], v[NR], 100 * (v[NR] - v[1]) / m }'
 }
 
-# predict TABLE OUT.json [TRACE]: the simulated iteration (ms) priced by TABLE.
+# predict TABLE OUT.json [TRACE]: the simulated iteration (ms) priced by TABLE; with TRACE,
+# all ITERS iterations are simulated and traced, so the trace counts what a run's does.
 predict() {
   local table="$1" out="$2" trace="${3:-}"
   "$tandem" simulate "$scenario" "${model[@]}" "${extra[@]}" --topology "$topology" --gpus-per-node 64 \
-    --mode full --calibration "$table" --quiet --json "$out" ${trace:+--trace "$trace"} >/dev/null
+    --mode full --calibration "$table" --quiet --json "$out" \
+    ${trace:+--trace "$trace" --iterations "$iters"} >/dev/null
   python3 -c 'import json,sys; print("%.1f" % (1e3 * json.load(open(sys.argv[1]))["iteration_seconds"]))' "$out"
 }
 
