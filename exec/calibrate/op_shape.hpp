@@ -41,8 +41,10 @@ struct OpTiming {
   double max_seconds = 0;
   std::int64_t repetitions = 0;  // timed runs (or traced slices) the median is of
 
-  // (max − min) / median: 0.1 means the repetitions ranged over 10% of the median.
-  double spread() const { return seconds > 0 ? (max_seconds - min_seconds) / seconds : 0; }
+  // How far the median sits above the fastest run: median / min − 1. A lone interrupt
+  // moves the max, not this; load that slows most runs (what makes a median irreproducible)
+  // does. 0.1: the median is 10% slower than the best run.
+  double excess() const { return min_seconds > 0 ? seconds / min_seconds - 1 : 0; }
 };
 
 // The median (the upper one of an even count), min and max of `samples` (seconds, not
