@@ -17,8 +17,9 @@
 #      percent. Exits 1 if any layout fails.
 # For a failing layout (every layout with DIFF=1) it prints `tandem trace diff` of the
 # predicted trace (the median table's) against a measured one, class by class (F, B,
-# collectives), and per Device op the in-place time of a step (from the op slices) against
-# what the isolated table charges for the same ops: which op class carries the error.
+# collectives), and per Device op the in-place time of a step (from the op slices of a
+# traced run) against what that table charges for the same ops: which op class carries the
+# error.
 #
 # Every rank runs THREADS kernel threads (default 1: with 2 ranks on 2 cores, one each, the
 # same in the calibration and in the training). Timings are only meaningful on a quiet
@@ -117,23 +118,35 @@ predict() {
   python3 -c 'import json,sys; print("%.1f" % (1e3 * json.load(open(sys.argv[1]))["iteration_seconds"]))' "$out"
 }
 
-# Per Device op: ms a step spends in it in place (op slices of TRACE over ITERS iterations)
-# and ms the isolated TABLE charges for the same ops.
+# op_breakdown TRACE TABLE: per Device op, the ms a step spends in it in place (the op
+# slices of TRACE, all ranks, iterations after the first) against the ms TABLE charges for
+# the same ops. Ratios near 1 with a failing layout put the error outside the ops (host work
+# between them, collectives); an op far from 1 is mispriced by the table.
 op_breakdown() {
-  python3 - "$1" "$2" "$iters" <<'PY'
+  python3 - "$1" "$2" <<'PY'
 import json, sys
-trace, table, iters = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+trace, table = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rows = {(r["op"], r.get("dtype", "fp32"), r.get("m", 0), r.get("n", 0), r.get("k", 0), r.get("batch", 1)): r["seconds"] for r in table["rows"]}
-inplace, isolated = {}, {}
-for e in trace["traceEvents"]:
-    if e.get("ph") != "X" or e.get("cat") != "op": continue
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+starts = {}  # pid -> starts of its iterations (forward of microbatch 0, chunk 0)
+for e in events:
+    a = e.get("args", {})
+    if e.get("cat") == "forward" and a.get("microbatch") == 0 and a.get("chunk") == 0:
+        starts.setdefault(e["pid"], []).append(e["ts"])
+cut = {pid: sorted(s)[1] for pid, s in starts.items() if len(s) > 1}
+steps = min((len(s) - 1 for s in starts.values()), default=0)
+if steps < 1: sys.exit("  (the trace holds fewer than 2 iterations)")
+inplace, charged = {}, {}
+for e in events:
+    if e.get("cat") != "op" or e["pid"] not in cut or e["ts"] < cut[e["pid"]]: continue
     a = e["args"]; key = (e["name"], a["dtype"], a["m"], a["n"], a["k"], a["batch"])
-    inplace[e["name"]] = inplace.get(e["name"], 0) + e["dur"] / 1e3 / iters
-    isolated[e["name"]] = isolated.get(e["name"], 0) + rows.get(key, 0) * 1e3 / iters
-print("    %-24s %14s %14s %8s" % ("op (all ranks, per step)", "in place ms", "isolated ms", "ratio"))
-for op in sorted(inplace, key=lambda o: -inplace[o]):
-    r = isolated[op] / inplace[op] if inplace[op] else 0
-    print("    %-24s %14.2f %14.2f %8.2f" % (op, inplace[op], isolated[op], r))
+    inplace[e["name"]] = inplace.get(e["name"], 0) + e["dur"] / 1e3 / steps
+    charged[e["name"]] = charged.get(e["name"], 0) + rows.get(key, 0) * 1e3 / steps
+print("    %-24s %14s %14s %8s" % ("op (all ranks, per step)", "in place ms", "table ms", "ratio"))
+for op in sorted(inplace, key=lambda o: -inplace[o]) + ["total"]:
+    i = sum(inplace.values()) if op == "total" else inplace[op]
+    c = sum(charged.values()) if op == "total" else charged[op]
+    print("    %-24s %14.2f %14.2f %8.2f" % (op, i, c, c / i if i else 0))
 PY
 }
 
@@ -189,9 +202,9 @@ for k in "${!layouts[@]}"; do
       predict "$work/table$k.$kind.$c.json" "$work/pred$k.json" "$work/pred$k.$kind.trace.json" >/dev/null
       echo "  trace diff, A = predicted ($kind table), B = measured (run 1):"
       "$tandem" trace diff "$work/pred$k.$kind.trace.json" "$work/measured$k.json" | sed 's/^/    /'
-      if [ -f "$work/ops$k.1.json" ] && [ -f "$work/table$k.isolated.1.json" ]; then
-        echo "  per op, in place (trace run 1) against the isolated table 1:"
-        op_breakdown "$work/ops$k.1.json" "$work/table$k.isolated.1.json"
+      if [ -f "$work/ops$k.1.json" ]; then
+        echo "  per op, in place (traced run 1) against the $kind table $c:"
+        op_breakdown "$work/ops$k.1.json" "$work/table$k.$kind.$c.json"
       fi
     fi
   done
