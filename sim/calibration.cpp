@@ -59,8 +59,9 @@ CalibrationRow read_row(const json& row, const std::string& where, Violations& o
                    "must be a JSON object {op, dtype, m, n, k, batch, seconds, flops, bytes}"});
     return r;
   }
-  static const std::vector<std::string> keys = {"op",    "dtype",   "m",     "n",    "k",
-                                                "batch", "seconds", "flops", "bytes"};
+  static const std::vector<std::string> keys = {
+      "op",      "dtype", "m",     "n",           "k",           "batch",
+      "seconds", "flops", "bytes", "min_seconds", "max_seconds", "repetitions"};
   for (const auto& [key, value] : row.items())
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
       out.push_back({where + "." + key, shown(value), unknown_key_rule(key, keys)});
@@ -106,6 +107,21 @@ CalibrationRow read_row(const json& row, const std::string& where, Violations& o
       out.push_back({where + "." + key, shown(*it), "must be a finite number ≥ 0"});
     else
       (std::string_view(key) == "flops" ? r.flops : r.bytes) = it->get<double>();
+  }
+  // The spread of the repetitions, when the table records it: min ≤ seconds ≤ max.
+  r.repetitions = read_size(row, where, "repetitions", 1, 0, out);
+  for (const char* key : {"min_seconds", "max_seconds"}) {
+    const auto it = row.find(key);
+    if (it == row.end()) continue;
+    const bool is_min = std::string_view(key) == "min_seconds";
+    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>()))
+      out.push_back({where + "." + key, shown(*it), "must be a finite number > 0"});
+    else if (r.seconds > 0 &&
+             (is_min ? it->get<double>() > r.seconds : it->get<double>() < r.seconds))
+      out.push_back({where + "." + key, shown(*it),
+                     is_min ? "must be ≤ seconds (the median)" : "must be ≥ seconds (the median)"});
+    else
+      (is_min ? r.min_seconds : r.max_seconds) = it->get<double>();
   }
   return r;
 }
@@ -162,6 +178,9 @@ nlohmann::json to_json(const CalibrationTable& t) {
                     {"seconds", r.seconds}});
     if (r.flops > 0) rows.back()["flops"] = r.flops;
     if (r.bytes > 0) rows.back()["bytes"] = r.bytes;
+    if (r.min_seconds > 0) rows.back()["min_seconds"] = r.min_seconds;
+    if (r.max_seconds > 0) rows.back()["max_seconds"] = r.max_seconds;
+    if (r.repetitions > 0) rows.back()["repetitions"] = r.repetitions;
   }
   json j = {{"rows", rows}};
   if (!t.gpu.empty()) j["gpu"] = t.gpu;

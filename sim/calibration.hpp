@@ -3,7 +3,10 @@
 //
 //   {"gpu": "A100-SXM4-80GB", "source": "tandem calibrate, node dgx-17, 2024-05-02",
 //    "rows": [{"op": "gemm", "dtype": "bf16", "m": 8192, "n": 8192, "k": 8192,
-//              "batch": 1, "seconds": 0.00436, "flops": 1.1e12, "bytes": 4.0e8}, …]}
+//              "batch": 1, "seconds": 0.00436, "flops": 1.1e12, "bytes": 4.0e8,
+//              "min_seconds": 0.00431, "max_seconds": 0.00452, "repetitions": 11}, …]}
+//
+// min_seconds, max_seconds and repetitions (optional) say how the median in "seconds" spread.
 //
 // How CostModel uses it (sim/cost_model.hpp): a row whose (op, dtype, m, n, k, batch)
 // equals the priced op gives its time exactly; otherwise, when rows exist for the same
@@ -36,6 +39,11 @@ struct CalibrationRow {
   // them to price a row of a roofline op when fitting the scale of its (op, dtype).
   double flops = 0;
   double bytes = 0;
+  // How reproducible `seconds` (their median) is: the fastest and slowest of the
+  // `repetitions` timed runs (optional, 0 when absent; the cost model reads only seconds).
+  double min_seconds = 0;
+  double max_seconds = 0;
+  std::int64_t repetitions = 0;
 
   bool operator==(const CalibrationRow&) const = default;
 };

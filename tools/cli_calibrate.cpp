@@ -3,7 +3,13 @@
 // writes the times as a calibration table that `tandem simulate --calibration` prices
 // those ops with. The shapes come from simulating one iteration (every simulated rank's
 // ops, recorded); each distinct shape is then built on a real Device and timed (warm-up,
-// median of repetitions) with the kernel threads a rank of `tandem train` would use.
+// then --repeat runs at least and --min-time seconds at least; the median counts, the
+// min/max spread and the run count go into the row) with the kernel threads a rank of
+// `tandem train` would use.
+//
+// `--from-trace RUN.json` measures nothing: the rows are the per-op slices of a real run
+// (`tandem train --trace RUN.json --trace-ops`), every op the step issued timed in place —
+// cold caches, the allocator and the host between ops included — grouped by shape.
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +19,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -35,9 +42,12 @@ namespace {
 
 struct CalibrateOptions {
   ScenarioOptions scenario;
-  std::string device = "cpu", output, mode = "symmetric";
-  int threads = 0, warmup = 2, repetitions = 7;
+  std::string device = "cpu", output, mode = "symmetric", from_trace;
+  int threads = 0, warmup = 2, repetitions = 11;
+  double min_time = 0.05;          // seconds of timed runs per shape, at least
+  double spread_threshold = 0.10;  // median / min − 1 above which a row is flagged
   double evict_mib = 0;
+  int skip_iterations = 1;  // --from-trace: the set-up and the cold first iteration
   bool quiet = false;
 };
 
@@ -95,11 +105,20 @@ std::unique_ptr<Device> make_device(const std::string& device) {
   return std::make_unique<CpuDevice>();
 }
 
-void print_rows(const sim::CalibrationTable& table, const sim::CostModel& model) {
+// How far a row's median sits above its fastest run (median / min − 1), 0 without a spread.
+// Not (max − min) / median: one interrupt in a thousand runs sets the max of every row.
+double spread_of(const sim::CalibrationRow& r) {
+  return r.min_seconds > 0 ? r.seconds / r.min_seconds - 1 : 0.0;
+}
+
+void print_rows(const sim::CalibrationTable& table, const sim::CostModel& model, double threshold) {
   std::cout << std::left << std::setw(24) << "op" << std::setw(6) << "dtype" << std::right
             << std::setw(8) << "m" << std::setw(8) << "n" << std::setw(6) << "k" << std::setw(6)
-            << "batch" << std::setw(14) << "measured µs" << std::setw(12) << "model µs"
+            << "batch" << std::setw(14) << "median µs" << std::setw(11) << "min µs" << std::setw(11)
+            << "max µs" << std::setw(8) << "runs" << std::setw(11) << "med/min-1" << std::setw(12)
+            << "model µs"
             << "\n";
+  int flagged = 0;
   for (const auto& r : table.rows) {
     const double modelled = model.model_seconds({.op = r.op,
                                                  .dtype = r.dtype,
@@ -112,8 +131,46 @@ void print_rows(const sim::CalibrationTable& table, const sim::CostModel& model)
     std::cout << std::left << std::setw(24) << r.op << std::setw(6) << dtype_name(r.dtype)
               << std::right << std::setw(8) << r.m << std::setw(8) << r.n << std::setw(6) << r.k
               << std::setw(6) << r.batch << std::fixed << std::setprecision(1) << std::setw(13)
-              << r.seconds * 1e6 << std::setw(12) << modelled * 1e6 << "\n";
+              << r.seconds * 1e6 << std::setw(11) << r.min_seconds * 1e6 << std::setw(11)
+              << r.max_seconds * 1e6 << std::setw(8) << r.repetitions << std::setw(10)
+              << std::setprecision(0) << 100 * spread_of(r) << "%" << std::setprecision(1)
+              << std::setw(12) << modelled * 1e6;
+    const bool noisy = spread_of(r) > threshold;
+    flagged += noisy;
+    std::cout << (noisy ? "  ! spread" : "") << "\n";
   }
+  std::cout << flagged << " of " << table.rows.size() << " rows flagged (!): median more than "
+            << std::setprecision(0) << 100 * threshold
+            << "% above the fastest run (load slowed most runs: the median may not "
+               "reproduce; rerun on a quieter machine or with more "
+               "--repeat/--min-time)\n";
+}
+
+nlohmann::json read_trace(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw ConfigError("--from-trace", path, "no such file (tandem train --trace FILE --trace-ops)");
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError("--from-trace", path, std::string("is not valid JSON: ") + e.what());
+  }
+}
+
+// The rows of a traced run: its op slices by shape, with the simulated shapes' flops and
+// bytes; says which simulated shapes the trace lacks (the model's scale prices them).
+std::vector<calibrate::OpTiming> traced_timings(const CalibrateOptions& o,
+                                                std::span<const calibrate::OpShape> shapes) {
+  auto timings = op_timings_of_trace(read_trace(o.from_trace), o.from_trace, o.skip_iterations);
+  const auto missing = attach_simulated_work(timings, shapes);
+  if (!o.quiet && !missing.empty()) {
+    std::cout << missing.size() << " op shape(s) the simulated step issues are not in the trace "
+              << "(priced from the model's per-op scale):";
+    for (const auto& m : missing)
+      std::cout << " " << m.op << "(" << m.m << "," << m.n << "," << m.k << "," << m.batch << ")";
+    std::cout << "\n";
+  }
+  return timings;
 }
 
 void run_calibrate(CalibrateOptions& o) {
@@ -122,7 +179,8 @@ void run_calibrate(CalibrateOptions& o) {
   if (o.device == "cpu" && (s.training.bf16 || s.training.fp16))
     throw ConfigError(s.training.bf16 ? "bf16" : "fp16", "true",
                       "the cpu binding computes in fp32: calibrate an fp32 scenario");
-  check_device_flag(o.device);
+  const bool traced = !o.from_trace.empty();
+  if (!traced) check_device_flag(o.device);  // a trace needs no device here
   check_writable(o.output);
   // The cpu table describes this machine: the cpu-host preset's "GPU" (one rank's cores).
   const std::string topo_name = o.device == "cpu"            ? std::string("cpu-host")
@@ -135,42 +193,53 @@ void run_calibrate(CalibrateOptions& o) {
 
   const auto shapes =
       issued_shapes(s, topology, o.mode == "full" ? sim::SimMode::full : sim::SimMode::symmetric);
-  auto device = make_device(o.device);
-  // As tandem train: --threads, else the cores shared by the ranks on this host.
-  const int ranks_here = std::min(s.cluster.world_size, s.cluster.gpus_per_node);
-  const int threads = o.threads > 0
-                          ? o.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                            std::max(1, ranks_here));
-  kernels::cpu::set_num_threads(threads);
+  std::vector<calibrate::OpTiming> timings;
+  std::string source;
+  int threads = 0;
+  if (traced) {
+    timings = traced_timings(o, shapes);
+    source = "tandem calibrate --from-trace " + o.from_trace + " on " + hostname() + ", " +
+             today() + " (scenario " + s.name + "; per-op slices of a real step)";
+  } else {
+    auto device = make_device(o.device);
+    // As tandem train: --threads, else the cores shared by the ranks on this host.
+    const int ranks_here = std::min(s.cluster.world_size, s.cluster.gpus_per_node);
+    threads = o.threads > 0 ? o.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                              std::max(1, ranks_here));
+    kernels::cpu::set_num_threads(threads);
 
-  calibrate::MeasureOptions mo{.warmup = o.warmup,
-                               .repetitions = o.repetitions,
-                               .evict_bytes = static_cast<std::int64_t>(o.evict_mib * (1 << 20)),
-                               .op_case = {}};
-  mo.op_case.vocab_rows = padded_vocab_size(s) / s.parallelism.tensor_model_parallel_size;
-  const bool tty = !o.quiet && isatty(STDERR_FILENO);
-  std::function<void(std::size_t, std::size_t)> progress;
-  if (tty)
-    progress = [](std::size_t done, std::size_t total) {
-      std::cerr << "\rmeasuring " << done << "/" << total << " op shapes" << std::flush;
-    };
-  const auto timings = calibrate::measure_ops(*device, shapes, mo, progress);
-  if (tty) std::cerr << "\r\033[K";
-
-  std::string source = "tandem calibrate --device " + o.device + " on " + hostname() + ", " +
-                       today() + " (scenario " + s.name + ")";
-  if (o.device == "cpu")
-    source += ", " + std::to_string(threads) + " kernel thread(s) per rank, gemm by " +
-              std::string(kernels::cpu::gemm_backend());
+    calibrate::MeasureOptions mo{.warmup = o.warmup,
+                                 .repetitions = o.repetitions,
+                                 .min_time_seconds = o.min_time,
+                                 .max_repetitions = std::max(1000, o.repetitions),
+                                 .evict_bytes = static_cast<std::int64_t>(o.evict_mib * (1 << 20)),
+                                 .op_case = {}};
+    mo.op_case.vocab_rows = padded_vocab_size(s) / s.parallelism.tensor_model_parallel_size;
+    const bool tty = !o.quiet && isatty(STDERR_FILENO);
+    std::function<void(std::size_t, std::size_t)> progress;
+    if (tty)
+      progress = [](std::size_t done, std::size_t total) {
+        std::cerr << "\rmeasuring " << done << "/" << total << " op shapes" << std::flush;
+      };
+    timings = calibrate::measure_ops(*device, shapes, mo, progress);
+    if (tty) std::cerr << "\r\033[K";
+    source = "tandem calibrate --device " + o.device + " on " + hostname() + ", " + today() +
+             " (scenario " + s.name + ")";
+    if (o.device == "cpu")
+      source += ", " + std::to_string(threads) + " kernel thread(s) per rank, gemm by " +
+                std::string(kernels::cpu::gemm_backend());
+  }
   const auto table = calibration_table_of(timings, topology.gpu.name, source);
-  if (!o.quiet) print_rows(table, sim::CostModel(topology.gpu));
+  if (!o.quiet) print_rows(table, sim::CostModel(topology.gpu), o.spread_threshold);
   sim::save_calibration(table, o.output);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::cout << "wrote " << o.output << ": " << table.rows.size() << " op shapes measured on "
-            << o.device << " for " << topology.gpu.name << " (" << threads << " thread(s)) in "
-            << std::fixed << std::setprecision(1) << wall << " s\n";
+  std::cout << "wrote " << o.output << ": " << table.rows.size() << " op shapes "
+            << (traced ? "from the trace " + o.from_trace : "measured on " + o.device) << " for "
+            << topology.gpu.name;
+  if (!traced) std::cout << " (" << threads << " thread(s))";
+  std::cout << " in " << std::fixed << std::setprecision(1) << wall << " s\n";
 }
 
 }  // namespace
@@ -194,8 +263,28 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--warmup", opts->warmup, "Untimed runs of each op first")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--repetitions", opts->repetitions, "Timed runs of each op (the median counts)")
+  cmd->add_option("--repeat,--repetitions", opts->repetitions,
+                  "Timed runs of each op at least (the median counts; min and max are written "
+                  "as its spread)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--min-time", opts->min_time,
+                  "Seconds of timed runs per op shape at least: short ops run more than --repeat "
+                  "times (up to 1000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--spread-threshold", opts->spread_threshold,
+                  "Flag rows whose median exceeds their fastest run by more than this "
+                  "fraction (median / min − 1)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--from-trace", opts->from_trace,
+                  "Measure nothing: build the table from the per-op slices of a real run's "
+                  "trace (tandem train --trace RUN.json --trace-ops, same scenario and flags)");
+  cmd->add_option("--skip-iterations", opts->skip_iterations,
+                  "With --from-trace, leave out each rank's first N iterations (the set-up and "
+                  "the cold first steps)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--evict-mib", opts->evict_mib,
                   "MiB of host memory written before each timed run, evicting the op's data "

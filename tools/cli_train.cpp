@@ -20,6 +20,7 @@
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
 #include "train/megatron_log.hpp"
+#include "train/op_tracing_device.hpp"
 #include "train/rank_log.hpp"
 #include "train/run_trace.hpp"
 #include "train/trainer.hpp"
@@ -41,6 +42,7 @@ struct TrainOptions {
   std::string log_dir;  // per-rank log files
   int threads = 0;
   std::string device = "cpu";  // cpu | cuda
+  bool trace_ops = false;      // --trace-ops: a slice per Device op
 };
 
 int env_int(const char* name, int fallback) {
@@ -181,7 +183,10 @@ void run_training(TrainOptions& o) {
                                                            trace_thread_of(kind));
       used[kind] = traced[kind].get();
     }
-    Device& device = backend->device();
+    // --trace-ops: every op timed in place on the stream's clock (a host wait per op).
+    std::optional<OpTracingDevice> op_tracing;
+    if (o.trace_ops) op_tracing.emplace(backend->device(), run_trace);
+    Device& device = op_tracing ? *op_tracing : backend->device();
     Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
     if (!o.trace.empty()) trainer.set_trace(&run_trace);
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
@@ -261,6 +266,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", opts->trace,
                   "Write a Chrome trace of the run (forward/backward per microbatch, every "
                   "collective and p2p batch, all ranks merged)");
+  cmd->add_flag("--trace-ops", opts->trace_ops,
+                "With --trace, a slice per Device op (name, shape), each timed to completion "
+                "in place: what tandem calibrate --from-trace reads (slower: a wait per op)")
+      ->needs("--trace");
   cmd->add_option("--device", opts->device,
                   "Binding to train on: cpu (Eigen/OpenBLAS + MPI) or cuda (one GPU per rank, "
                   "local rank mod GPU count; cuBLAS + NCCL)")

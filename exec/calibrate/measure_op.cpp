@@ -9,13 +9,6 @@ namespace tandem::calibrate {
 
 namespace {
 
-double median(std::vector<double> v) {
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  // A clock tick is the least an op can honestly be said to take (a table needs > 0).
-  return std::max(*mid, 1e-9);
-}
-
 std::int64_t bytes_of(const OpCase& c) {
   std::int64_t total = 0;
   for (const Tensor& t : c.tensors()) total += t.bytes().value;
@@ -24,37 +17,66 @@ std::int64_t bytes_of(const OpCase& c) {
 
 }  // namespace
 
-std::vector<double> measure_seconds(Device& device, std::span<OpCase> cases,
-                                    const MeasureOptions& options) {
-  if (options.warmup < 0 || options.repetitions < 1 || options.evict_bytes < 0)
+OpTiming timing_of(const OpShape& shape, std::vector<double> samples) {
+  if (samples.empty()) throw std::invalid_argument("calibrate: no samples of " + shape.op);
+  std::sort(samples.begin(), samples.end());
+  // A clock tick is the least an op can honestly be said to take (a table needs > 0).
+  const double tick = 1e-9;
+  return {.shape = shape,
+          .seconds = std::max(samples[samples.size() / 2], tick),
+          .min_seconds = std::max(samples.front(), tick),
+          .max_seconds = std::max(samples.back(), tick),
+          .repetitions = static_cast<std::int64_t>(samples.size())};
+}
+
+std::vector<std::vector<double>> measure_samples(Device& device, std::span<OpCase> cases,
+                                                 const MeasureOptions& options) {
+  if (options.warmup < 0 || options.repetitions < 1 || options.evict_bytes < 0 ||
+      !(options.min_time_seconds >= 0) || options.max_repetitions < options.repetitions)
     throw std::invalid_argument(
-        "calibrate: needs warmup ≥ 0, repetitions ≥ 1 and evict_bytes ≥ 0, got " +
-        std::to_string(options.warmup) + ", " + std::to_string(options.repetitions) + " and " +
-        std::to_string(options.evict_bytes));
+        "calibrate: needs warmup ≥ 0, repetitions ≥ 1, evict_bytes ≥ 0, min_time_seconds ≥ 0 "
+        "and max_repetitions ≥ repetitions, got " +
+        std::to_string(options.warmup) + ", " + std::to_string(options.repetitions) + ", " +
+        std::to_string(options.evict_bytes) + ", " + std::to_string(options.min_time_seconds) +
+        " and " + std::to_string(options.max_repetitions));
   Stream& s = device.default_stream();
   s.synchronize();  // the uploads that filled the tensors
   for (OpCase& c : cases)
     for (int i = 0; i < options.warmup; ++i) c.run(s);
   s.synchronize();
   std::vector<std::vector<double>> times(cases.size());
+  std::vector<double> total(cases.size(), 0.0);
   std::vector<std::int64_t> scratch(static_cast<std::size_t>(options.evict_bytes / 8));
-  for (int i = 0; i < options.repetitions; ++i)
+  for (int i = 0; i < options.max_repetitions; ++i) {
+    bool ran = false;
     for (std::size_t c = 0; c < cases.size(); ++c) {
+      if (i >= options.repetitions && total[c] >= options.min_time_seconds) continue;
+      ran = true;
       for (std::size_t j = 0; j < scratch.size(); j += 8) scratch[j] += i;  // a write per line
       const auto start = std::chrono::steady_clock::now();
       cases[c].run(s);
       s.synchronize();
       times[c].push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      total[c] += times[c].back();
     }
+    if (!ran) break;
+  }
+  return times;
+}
+
+std::vector<double> measure_seconds(Device& device, std::span<OpCase> cases,
+                                    const MeasureOptions& options) {
   std::vector<double> out;
-  for (auto& t : times) out.push_back(median(std::move(t)));
+  for (auto& t : measure_samples(device, cases, options))
+    out.push_back(timing_of(OpShape{}, std::move(t)).seconds);
   return out;
 }
 
 OpTiming measure_op(Device& device, const OpShape& shape, const MeasureOptions& options) {
   OpCase c = make_op_case(device, shape, options.op_case);
-  return {shape, measure_seconds(device, std::span<OpCase>(&c, 1), options).front()};
+  return timing_of(shape,
+                   std::move(measure_samples(device, std::span<OpCase>(&c, 1), options).front()));
 }
 
 std::vector<OpTiming> measure_ops(Device& device, std::span<const OpShape> shapes,
@@ -71,8 +93,9 @@ std::vector<OpTiming> measure_ops(Device& device, std::span<const OpShape> shape
       group.push_back(make_op_case(device, distinct[next++], options.op_case));
       bytes += bytes_of(group.back());
     } while (next < distinct.size() && bytes < options.round_robin_bytes);
-    const auto seconds = measure_seconds(device, group, options);
-    for (std::size_t i = 0; i < group.size(); ++i) out.push_back({distinct[first + i], seconds[i]});
+    auto samples = measure_samples(device, group, options);
+    for (std::size_t i = 0; i < group.size(); ++i)
+      out.push_back(timing_of(distinct[first + i], std::move(samples[i])));
     if (progress) progress(out.size(), distinct.size());
   }
   return out;

@@ -21,8 +21,12 @@
 namespace tandem::calibrate {
 
 struct MeasureOptions {
-  int warmup = 2;       // untimed runs first (≥ 0)
-  int repetitions = 7;  // timed runs; the median is the result (≥ 1)
+  int warmup = 2;        // untimed runs first (≥ 0)
+  int repetitions = 11;  // timed runs at least; the median is the result (≥ 1)
+  // More timed runs until a shape's runs add up to this many seconds (a short op's median
+  // over 11 runs of a few µs each still moves with every interrupt), up to max_repetitions.
+  double min_time_seconds = 0;
+  int max_repetitions = 1000;
   // Host bytes written before each timed run, to push the op's tensors out of the caches
   // that size covers (0: the op runs on the data its previous run left in cache). In a
   // training step an op's weights and activations come from further away than a loop over
@@ -34,13 +38,18 @@ struct MeasureOptions {
   std::int64_t round_robin_bytes = std::int64_t{256} << 20;
 };
 
-// The median seconds of one run of each case, measured round-robin. Throws
-// std::invalid_argument for options out of range.
+// The timed runs of each case, measured round-robin: `repetitions` rounds over all cases,
+// then further rounds over the cases whose runs add up to less than min_time_seconds.
+// Throws std::invalid_argument for options out of range.
+std::vector<std::vector<double>> measure_samples(Device& device, std::span<OpCase> cases,
+                                                 const MeasureOptions& options);
+
+// The median seconds of one run of each case (measure_samples).
 std::vector<double> measure_seconds(Device& device, std::span<OpCase> cases,
                                     const MeasureOptions& options);
 
-// Builds `shape` on `device` and measures it. Throws std::invalid_argument for a shape
-// make_op_case rejects or options out of range.
+// Builds `shape` on `device` and measures it: median, min, max and repetitions. Throws
+// std::invalid_argument for a shape make_op_case rejects or options out of range.
 OpTiming measure_op(Device& device, const OpShape& shape, const MeasureOptions& options = {});
 
 // Each distinct shape once (distinct_shapes), in that order, round-robin in groups of

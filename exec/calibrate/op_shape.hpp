@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/tensor.hpp"
 
@@ -35,7 +36,19 @@ struct OpShape {
 
 struct OpTiming {
   OpShape shape;
-  double seconds = 0;  // median over the repetitions, > 0
+  double seconds = 0;      // median over the repetitions, > 0
+  double min_seconds = 0;  // the fastest and the slowest repetition: the spread
+  double max_seconds = 0;
+  std::int64_t repetitions = 0;  // timed runs (or traced slices) the median is of
+
+  // How far the median sits above the fastest run: median / min − 1. A lone interrupt
+  // moves the max, not this; load that slows most runs (what makes a median irreproducible)
+  // does. 0.1: the median is 10% slower than the best run.
+  double excess() const { return min_seconds > 0 ? seconds / min_seconds - 1 : 0; }
 };
+
+// The median (the upper one of an even count), min and max of `samples` (seconds, not
+// empty), as an OpTiming of `shape`. A median below a clock tick is raised to 1 ns.
+OpTiming timing_of(const OpShape& shape, std::vector<double> samples);
 
 }  // namespace tandem::calibrate

@@ -124,5 +124,52 @@ TEST(MeasureOp, BadShapesAndOptionsAreRefused) {
                std::invalid_argument);
 }
 
+TEST(Timing, MedianMinMaxAndCountOfTheSamples) {
+  // Hand-picked samples: sorted 1, 2, 3, 10, 40 → median 3, min 1, max 40; the median
+  // is 3 / 1 − 1 = 200% above the fastest run.
+  const OpTiming t = timing_of({.op = "add", .m = 8}, {10, 1, 40, 3, 2});
+  EXPECT_EQ(t.seconds, 3);
+  EXPECT_EQ(t.min_seconds, 1);
+  EXPECT_EQ(t.max_seconds, 40);
+  EXPECT_EQ(t.repetitions, 5);
+  EXPECT_DOUBLE_EQ(t.excess(), 2);
+  // An even count takes the upper median; a zero time is raised to one clock tick.
+  EXPECT_EQ(timing_of({.op = "add"}, {4, 1, 3, 2}).seconds, 3);
+  EXPECT_EQ(timing_of({.op = "add"}, {0}).seconds, 1e-9);
+  EXPECT_THROW(timing_of({.op = "add"}, {}), std::invalid_argument);
+}
+
+TEST(MeasureOp, KeepsTheSpreadAndTheRepetitions) {
+  CpuDevice device;
+  kernels::cpu::set_num_threads(1);
+  MeasureOptions o;
+  o.warmup = 1;
+  o.repetitions = 9;
+  const OpTiming t = measure_op(device, {.op = "gemm", .m = 64, .n = 64, .k = 64}, o);
+  EXPECT_EQ(t.repetitions, 9);
+  EXPECT_GT(t.min_seconds, 0);
+  EXPECT_LE(t.min_seconds, t.seconds);
+  EXPECT_LE(t.seconds, t.max_seconds);
+}
+
+TEST(MeasureOp, MinTimeRunsShortOpsMoreOften) {
+  CpuDevice device;
+  kernels::cpu::set_num_threads(1);
+  MeasureOptions o;
+  o.warmup = 0;
+  o.repetitions = 3;
+  o.max_repetitions = 200;
+  // A 16-element add takes well under 50 µs, so 5 ms of runs needs more than 100 of them;
+  // the cap stops it at 200. Without min_time it runs exactly `repetitions` times.
+  o.min_time_seconds = 0.005;
+  const OpTiming capped = measure_op(device, {.op = "add", .m = 16}, o);
+  EXPECT_GT(capped.repetitions, 100);
+  EXPECT_LE(capped.repetitions, 200);
+  o.min_time_seconds = 0;
+  EXPECT_EQ(measure_op(device, {.op = "add", .m = 16}, o).repetitions, 3);
+  o.max_repetitions = 2;  // fewer than repetitions
+  EXPECT_THROW(measure_op(device, {.op = "add", .m = 16}, o), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tandem::calibrate

@@ -1,0 +1,154 @@
+// OpTracingDevice: forward, time on the stream's trace clock, record; see
+// op_tracing_device.hpp. The keys mirror what the sim binding prices (sim/sim_device.cpp):
+// the same (m, n, k, batch) per op, so a traced row and a simulated op meet in one table.
+#include "train/op_tracing_device.hpp"
+
+#include "core/trace.hpp"
+
+namespace tandem {
+namespace {
+
+std::int64_t last_dim(const Tensor& t) {
+  return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1];
+}
+std::int64_t rows_of(const Tensor& t) {
+  const std::int64_t c = last_dim(t);
+  return c == 0 ? 0 : t.numel() / c;
+}
+// A (rows, C) op: m = rows, n = C.
+OpKey rows_key(std::string op, const Tensor& t) {
+  return {std::move(op), t.dtype, rows_of(t), last_dim(t), 0, 1};
+}
+// A whole-buffer op: m = elements.
+OpKey buffer_key(std::string op, const Tensor& t) {
+  return {std::move(op), t.dtype, t.numel(), 0, 0, 1};
+}
+// Attention over qkv (T, B, 3, heads, head_dim): m = n = T, k = head_dim, batch = B · heads.
+OpKey attention_key(std::string op, const Tensor& qkv) {
+  if (qkv.shape.rank() != 5) return {std::move(op), qkv.dtype, qkv.numel(), 0, 0, 1};
+  return {std::move(op), qkv.dtype,    qkv.shape[0],
+          qkv.shape[0],  qkv.shape[4], qkv.shape[1] * qkv.shape[3]};
+}
+
+int thread_of(Stream& s) {
+  const std::string_view name = s.name();
+  if (name.starts_with("tp")) return trace_thread::tp_comm;
+  if (name.starts_with("pp")) return trace_thread::pp_comm;
+  if (name.starts_with("dp")) return trace_thread::dp_comm;
+  return trace_thread::compute;
+}
+
+}  // namespace
+
+nlohmann::json op_key_args(const OpKey& key) {
+  return {{"dtype", std::string(dtype_name(key.dtype))},
+          {"m", key.m},
+          {"n", key.n},
+          {"k", key.k},
+          {"batch", key.batch}};
+}
+
+template <typename Issue>
+void OpTracingDevice::traced(Stream& s, const OpKey& key, Issue&& issue) {
+  // Ready: the stream drained what was issued before, so the op starts now.
+  const auto start = inner_.trace_time(s);
+  issue();
+  const auto end = inner_.trace_time(s);
+  trace_.slice(key.op, "op", thread_of(s), start, end, op_key_args(key));
+}
+
+void OpTracingDevice::upload(Stream& s, Tensor& t, const ProduceFloats& produce) {
+  traced(s, buffer_key("upload", t), [&] { inner_.upload(s, t, produce); });
+}
+void OpTracingDevice::upload(Stream& s, Tensor& t, const ProduceInts& produce) {
+  traced(s, buffer_key("upload", t), [&] { inner_.upload(s, t, produce); });
+}
+void OpTracingDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
+  traced(s, buffer_key("download", t), [&] { inner_.download(s, t, host); });
+}
+
+void OpTracingDevice::gemm(Stream& s, const GemmArgs& a) {
+  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
+  const std::int64_t k = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
+  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
+  traced(s, {"gemm", a.a.dtype, m, n, k, 1}, [&] { inner_.gemm(s, a); });
+}
+void OpTracingDevice::bias_add(Stream& s, Tensor& x, const Tensor& bias) {
+  traced(s, rows_key("bias_add", x), [&] { inner_.bias_add(s, x, bias); });
+}
+void OpTracingDevice::bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) {
+  traced(s, rows_key("bias_grad", grad), [&] { inner_.bias_grad(s, grad, grad_bias); });
+}
+void OpTracingDevice::layer_norm(Stream& s, const LayerNormArgs& a) {
+  traced(s, rows_key("layer_norm", a.input), [&] { inner_.layer_norm(s, a); });
+}
+void OpTracingDevice::layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) {
+  traced(s, rows_key("layer_norm_backward", a.input), [&] { inner_.layer_norm_backward(s, a); });
+}
+void OpTracingDevice::attention(Stream& s, const AttentionArgs& a) {
+  traced(s, attention_key("attention", a.qkv), [&] { inner_.attention(s, a); });
+}
+void OpTracingDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
+  traced(s, attention_key("attention_backward", a.qkv), [&] { inner_.attention_backward(s, a); });
+}
+void OpTracingDevice::gelu(Stream& s, const Tensor& input, Tensor& output) {
+  traced(s, rows_key("gelu", input), [&] { inner_.gelu(s, input, output); });
+}
+void OpTracingDevice::gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                                    Tensor& grad_input) {
+  traced(s, rows_key("gelu_backward", grad_output),
+         [&] { inner_.gelu_backward(s, grad_output, input, grad_input); });
+}
+void OpTracingDevice::embedding(Stream& s, const EmbeddingArgs& a) {
+  // Keyed by the output: the int32 tokens say nothing of the dtype the op moves.
+  traced(s, rows_key("embedding", a.output), [&] { inner_.embedding(s, a); });
+}
+void OpTracingDevice::embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) {
+  traced(s, rows_key("embedding_backward", a.grad_output),
+         [&] { inner_.embedding_backward(s, a); });
+}
+void OpTracingDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) {
+  traced(s, rows_key("cross_entropy_max", a.logits),
+         [&] { inner_.cross_entropy_max(s, a, row_max); });
+}
+void OpTracingDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a,
+                                         const Tensor& row_max, Tensor& sum_exp,
+                                         Tensor& target_logit) {
+  traced(s, rows_key("cross_entropy_sums", a.logits),
+         [&] { inner_.cross_entropy_sums(s, a, row_max, sum_exp, target_logit); });
+}
+void OpTracingDevice::cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                                         const Tensor& target_logit, Tensor& loss) {
+  // The per-row loss is fp32 whatever the compute dtype (as the sim binding prices it).
+  OpKey key = buffer_key("cross_entropy_loss", row_max);
+  key.dtype = DType::fp32;
+  traced(s, key, [&] { inner_.cross_entropy_loss(s, row_max, sum_exp, target_logit, loss); });
+}
+void OpTracingDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a,
+                                             const Tensor& row_max, const Tensor& sum_exp,
+                                             const Tensor& grad_loss, Tensor& grad_logits) {
+  traced(s, rows_key("cross_entropy_backward", a.logits),
+         [&] { inner_.cross_entropy_backward(s, a, row_max, sum_exp, grad_loss, grad_logits); });
+}
+void OpTracingDevice::add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) {
+  traced(s, rows_key("add", a), [&] { inner_.add(s, a, b, out); });
+}
+void OpTracingDevice::scale(Stream& s, Tensor& x, float factor) {
+  traced(s, buffer_key("scale", x), [&] { inner_.scale(s, x, factor); });
+}
+void OpTracingDevice::fill(Stream& s, Tensor& x, float value) {
+  traced(s, buffer_key("fill", x), [&] { inner_.fill(s, x, value); });
+}
+void OpTracingDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
+  traced(s, buffer_key("copy", from), [&] { inner_.copy(s, from, to); });
+}
+void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
+  traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
+}
+void OpTracingDevice::adam(Stream& s, const AdamArgs& a) {
+  OpKey key = buffer_key("adam", a.param);
+  key.dtype = DType::fp32;
+  traced(s, key, [&] { inner_.adam(s, a); });
+}
+
+}  // namespace tandem

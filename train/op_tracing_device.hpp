@@ -1,0 +1,93 @@
+// Per-op slices in the trace of a real run (`tandem train --trace FILE --trace-ops`): a
+// Device that forwards every call to the binding it wraps and, for every op, records a
+// slice on `trace` from when the stream was ready to run it to when it finished, read with
+// the binding's own trace clock (Device::trace_time). Real bindings synchronize the stream
+// to answer, so the op is timed alone, in place, with the caches, allocator and host work
+// the step really left around it; that costs a host wait per op, which is why it is a
+// separate flag from --trace.
+//
+// A slice is named by the op's Device method name, category "op", on the compute thread
+// (ops on other streams go to their own trace thread), with the op's shape key in its args
+// — {dtype, m, n, k, batch}, meaning what they mean in a calibration row (sim/calibration.hpp,
+// the sim binding's OpDesc) — so `tandem calibrate --from-trace` turns the slices into a
+// calibration table and `tandem trace diff` groups them by op.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/device.hpp"
+#include "train/run_trace.hpp"
+
+namespace tandem {
+
+// The shape key of an op as a calibration row names it.
+struct OpKey {
+  std::string op;
+  DType dtype = DType::fp32;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+};
+
+// The args of a slice: {"dtype": "fp32", "m": …, "n": …, "k": …, "batch": …}.
+nlohmann::json op_key_args(const OpKey& key);
+
+class OpTracingDevice : public Device {
+ public:
+  // `inner` and `trace` outlive this device; tensors, streams and events are inner's.
+  OpTracingDevice(Device& inner, RunTrace& trace) : inner_(inner), trace_(trace) {}
+
+  std::string_view kind() const override { return inner_.kind(); }
+  Tensor allocate(const Shape& shape, DType dtype) override {
+    return inner_.allocate(shape, dtype);
+  }
+  const MemoryTracker& memory() const override { return inner_.memory(); }
+  Stream& default_stream() override { return inner_.default_stream(); }
+  std::unique_ptr<Stream> create_stream(std::string name) override {
+    return inner_.create_stream(std::move(name));
+  }
+  std::unique_ptr<Event> create_event() override { return inner_.create_event(); }
+  std::chrono::steady_clock::time_point trace_time(Stream& s) override {
+    return inner_.trace_time(s);
+  }
+
+  void upload(Stream& s, Tensor& t, const ProduceFloats& produce) override;
+  void upload(Stream& s, Tensor& t, const ProduceInts& produce) override;
+  void download(Stream& s, const Tensor& t, std::span<float> host) override;
+  void gemm(Stream& s, const GemmArgs& a) override;
+  void bias_add(Stream& s, Tensor& x, const Tensor& bias) override;
+  void bias_grad(Stream& s, const Tensor& grad, Tensor& grad_bias) override;
+  void layer_norm(Stream& s, const LayerNormArgs& a) override;
+  void layer_norm_backward(Stream& s, const LayerNormBackwardArgs& a) override;
+  void attention(Stream& s, const AttentionArgs& a) override;
+  void attention_backward(Stream& s, const AttentionBackwardArgs& a) override;
+  void gelu(Stream& s, const Tensor& input, Tensor& output) override;
+  void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                     Tensor& grad_input) override;
+  void embedding(Stream& s, const EmbeddingArgs& a) override;
+  void embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) override;
+  void cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) override;
+  void cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                          Tensor& sum_exp, Tensor& target_logit) override;
+  void cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor& sum_exp,
+                          const Tensor& target_logit, Tensor& loss) override;
+  void cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
+                              const Tensor& sum_exp, const Tensor& grad_loss,
+                              Tensor& grad_logits) override;
+  void add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale(Stream& s, Tensor& x, float factor) override;
+  void fill(Stream& s, Tensor& x, float value) override;
+  void copy(Stream& s, const Tensor& from, Tensor& to) override;
+  void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
+  void adam(Stream& s, const AdamArgs& a) override;
+
+ private:
+  // Runs `issue` between two reads of the stream's trace clock and records the slice.
+  template <typename Issue>
+  void traced(Stream& s, const OpKey& key, Issue&& issue);
+
+  Device& inner_;
+  RunTrace& trace_;
+};
+
+}  // namespace tandem
