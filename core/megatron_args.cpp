@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -45,6 +46,10 @@ std::vector<std::string> all_flags() {
 
 std::optional<ModelledArgument> modelled_argument(const MegatronArgument& a) {
   if (a.flag == "--recompute-activations") return ModelledArgument{"recompute_granularity", ""};
+  if (a.flag == "--train-samples") return ModelledArgument{"train_iters", "", true};
+  if (a.flag == "--lr-decay-samples") return ModelledArgument{"lr_decay_iters", "", true};
+  if (a.flag == "--lr-warmup-samples" || a.flag == "--lr-warmup-fraction")
+    return ModelledArgument{"lr_warmup_iters", "", true};
   for (const auto& f : scenario_fields()) {
     // By flag: our field is named as Megatron spells the flag (--disable-bias-linear sets
     // disable_bias_linear, where Megatron stores add_bias_linear = false).
@@ -108,6 +113,16 @@ MegatronCommandLine parse_megatron_args(const std::vector<std::string>& args) {
       cl.not_modelled.emplace_back(flag, values);
       continue;
     }
+    if (m->sample_based) {
+      double x = 0;
+      const auto [p, ec] =
+          std::from_chars(values[0].data(), values[0].data() + values[0].size(), x);
+      if (ec != std::errc() || p != values[0].data() + values[0].size() || x < 0)
+        out.push_back({flag, values[0], "must be a non-negative number"});
+      else
+        cl.sample_based.emplace_back(flag, x);
+      continue;
+    }
     std::string text;
     if (a->flag == "--recompute-activations")
       text = "selective";
@@ -144,6 +159,45 @@ void check_megatron_required(const MegatronCommandLine& cl) {
                      "is required by Megatron-LM (arguments.py) when no scenario file is given"});
   }
   if (!out.empty()) throw ConfigError(std::move(out), "Megatron arguments");
+}
+
+void apply_sample_based(const MegatronCommandLine& cl,
+                        const std::vector<std::pair<std::string, std::string>>& given,
+                        Scenario& s) {
+  if (cl.sample_based.empty()) return;
+  std::map<std::string, double> v(cl.sample_based.begin(), cl.sample_based.end());
+  auto set = [&](std::string_view field) {
+    return std::any_of(given.begin(), given.end(),
+                       [&](const auto& kv) { return kv.first == field; });
+  };
+  std::vector<Violation> out;
+  auto& t = s.training;
+  const double batch = t.global_batch_size;
+  const bool samples = v.count("--train-samples") > 0;
+  // Megatron's asserts: one way of counting, and one way of giving the warmup.
+  if (samples && set("train_iters"))
+    out.push_back(
+        {"--train-samples", "", "expected sample-based training: not with --train-iters"});
+  if (samples && set("lr_decay_iters"))
+    out.push_back({"--lr-decay-iters", "", "expected sample-based learning rate decay"});
+  if (samples && set("lr_warmup_iters"))
+    out.push_back({"--lr-warmup-iters", "", "expected sample-based learning rate warmup"});
+  if (!samples && (v.count("--lr-decay-samples") || v.count("--lr-warmup-samples")))
+    out.push_back({v.count("--lr-decay-samples") ? "--lr-decay-samples" : "--lr-warmup-samples", "",
+                   "needs sample-based training (--train-samples)"});
+  if (v.count("--lr-warmup-fraction") && (v.count("--lr-warmup-samples") || set("lr_warmup_iters")))
+    out.push_back({"--lr-warmup-fraction", "",
+                   "give one of --lr-warmup-fraction, --lr-warmup-iters and --lr-warmup-samples"});
+  if (!out.empty()) throw ConfigError(std::move(out), "Megatron arguments");
+  auto iterations = [&](double n) { return static_cast<std::int64_t>(std::llround(n / batch)); };
+  if (samples) {
+    t.train_iters = static_cast<std::int64_t>(v["--train-samples"]) / t.global_batch_size;
+    if (v.count("--lr-decay-samples")) t.lr_decay_iters = iterations(v["--lr-decay-samples"]);
+    if (v.count("--lr-warmup-samples")) t.lr_warmup_iters = iterations(v["--lr-warmup-samples"]);
+  }
+  if (v.count("--lr-warmup-fraction"))
+    t.lr_warmup_iters = static_cast<std::int64_t>(std::llround(
+        v["--lr-warmup-fraction"] * static_cast<double>(t.lr_decay_iters.value_or(t.train_iters))));
 }
 
 Scenario megatron_default_scenario() {

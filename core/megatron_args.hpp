@@ -34,6 +34,10 @@ std::span<const MegatronArgument> megatron_arguments();
 struct ModelledArgument {
   std::string field;
   std::string switch_value;  // for a switch ("0" nargs): the value it sets
+  // Sample-based arguments (--train-samples, --lr-decay-samples, --lr-warmup-samples) and
+  // --lr-warmup-fraction set their iteration field once the global batch is known:
+  // apply_sample_based().
+  bool sample_based = false;
 };
 std::optional<ModelledArgument> modelled_argument(const MegatronArgument& a);
 
@@ -42,6 +46,8 @@ struct MegatronCommandLine {
   std::vector<std::pair<std::string, std::string>> overrides;
   // Accepted arguments tandem does not model, with their values, in the order given.
   std::vector<std::pair<std::string, std::vector<std::string>>> not_modelled;
+  // Sample-based arguments and --lr-warmup-fraction: flag → value.
+  std::vector<std::pair<std::string, double>> sample_based;
 };
 // Reads a pretrain_gpt.py argument list (`--flag value`, `--flag=value`, switches, lists).
 // Unknown flags (with the closest known one), missing values and stray values are
@@ -66,6 +72,15 @@ struct LaunchScript {
 LaunchScript read_launch_script(const std::filesystem::path& path);
 // The same from the script's text; `where` names it in messages.
 LaunchScript parse_launch_script(std::string_view text, std::string_view where);
+
+// Megatron's sample-based training in tandem's iterations, for the scenario's global batch
+// B (arguments.py and training.py): train_iters = train_samples // B, lr_decay_iters =
+// lr_decay_samples / B (default train_iters), lr_warmup_iters = lr_warmup_samples / B or
+// lr_warmup_fraction · lr_decay_iters, rounded to whole iterations. Mixing sample- and
+// iteration-based arguments is refused as Megatron refuses it. `given` are the fields the
+// command line set (to tell an explicit --train-iters from the default).
+void apply_sample_based(const MegatronCommandLine& cl,
+                        const std::vector<std::pair<std::string, std::string>>& given, Scenario& s);
 
 // The scenario pretrain_gpt.py starts from when no scenario file is given: the struct's
 // defaults with Megatron's where they differ (one rank, lr decay linear to min_lr 0,

@@ -113,6 +113,7 @@ Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
   // Megatron's default global batch: one microbatch per data-parallel rank.
   if (from_megatron && !given(kv, "global_batch_size") && data_parallel_size(s) > 0)
     s.training.global_batch_size = s.training.micro_batch_size * data_parallel_size(s);
+  apply_sample_based(opts.megatron, kv, s);
   opts.overrides = std::move(kv);
   if (validate_it) validate(s);
   return s;
@@ -142,7 +143,25 @@ void add_scenario_command(CLI::App& app) {
       "(Megatron's num_floating_point_operations)");
   auto opts = std::make_shared<ScenarioOptions>();
   add_scenario_options(*cmd, *opts);
-  cmd->callback([opts] {
+  auto list = std::make_shared<bool>(false);
+  cmd->add_flag("--megatron-arguments", *list,
+                "List every argument of Megatron-LM's pretrain_gpt.py: the scenario field it "
+                "sets, or 'not modelled'");
+  cmd->callback([opts, list] {
+    if (*list) {
+      int modelled = 0;
+      for (const auto& a : megatron_arguments()) {
+        const auto m = modelled_argument(a);
+        modelled += m.has_value();
+        std::cout << a.flag << (a.nargs == "0" ? "" : " VALUE") << (a.nargs == "+" ? "…" : "")
+                  << "\t" << (m ? m->field : "not modelled")
+                  << (m && m->sample_based ? " (in iterations of the global batch)" : "") << "\n";
+      }
+      std::cout << megatron_arguments().size() << " arguments: " << modelled << " modelled, "
+                << megatron_arguments().size() - static_cast<std::size_t>(modelled)
+                << " not modelled\n";
+      return;
+    }
     const Scenario s = resolve_scenario(*opts);
     auto j = to_json(s);
     j["derived"] = {{"data_parallel_size", data_parallel_size(s)},

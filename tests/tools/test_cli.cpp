@@ -171,6 +171,15 @@ TEST(CliMegatron, ArgumentListAfterDoubleDashWithMegatronDefaults) {
   EXPECT_EQ(j["training"]["lr_decay_style"], "linear");  // Megatron's default, not tandem's
 }
 
+TEST(CliMegatron, ListsEveryArgumentAndWhatItSets) {
+  const auto r = run("scenario --megatron-arguments");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--num-query-groups VALUE\tnum_query_groups\n"), std::string::npos);
+  EXPECT_NE(r.output.find("--disable-bias-linear\tdisable_bias_linear\n"), std::string::npos);
+  EXPECT_NE(r.output.find("--attention-backend VALUE\tnot modelled\n"), std::string::npos);
+  EXPECT_NE(r.output.find(" modelled, "), std::string::npos) << r.output.substr(0, 200);
+}
+
 TEST(CliMegatron, UnknownArgumentIsRefusedWithTheClosestFlag) {
   const auto r =
       run("scenario -- --num-layers 4 --hiden-size 256 --num-attention-heads 8 "
