@@ -246,6 +246,17 @@ TEST(CliMegatron, Gpt3_175bExampleSimulatesUnchanged) {
   EXPECT_NE(r.output.find("iteration"), std::string::npos) << r.output;
 }
 
+TEST(CliMegatron, SimulateTakesAnArgumentListAfterDoubleDash) {
+  const auto r =
+      run("simulate --quiet --world-size 4 -- --num-layers 4 --hidden-size 512 "
+          "--num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+          "--micro-batch-size 1 --global-batch-size 8 --tensor-model-parallel-size 2 --bf16 "
+          "--use-mcore-models");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not modelled: --use-mcore-models"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4 ranks"), std::string::npos) << r.output;
+}
+
 TEST(CliMegatron, TrainRunsFromFlagsAlone) {
   const auto r =
       run("train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
