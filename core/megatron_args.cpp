@@ -466,11 +466,14 @@ class ScriptReader {
         continue;
       }
       get();
+      const bool was_in_word = in_word;
       in_word = true;
       if (c == '\'') {
         while (pos_ < t_.size() && peek() != '\'') word += get();
         if (pos_ < t_.size()) get();
       } else if (c == '"') {
+        // "${EMPTY[@]}" is no word at all, as in bash ("" is an empty word).
+        bool empty_array = false, other = false;
         while (pos_ < t_.size() && peek() != '"') {
           const char d = get();
           if (d == '\\' && (peek() == '"' || peek() == '$' || peek() == '\\'))
@@ -479,6 +482,7 @@ class ScriptReader {
             const bool all =
                 peek() == '{' && t_.substr(pos_).find("[@]}") == t_.substr(pos_).find('}') - 3;
             auto fields = dollar();
+            (all && fields.empty() ? empty_array : other) = true;
             // "${A[@]}" keeps each element one word; anything else joins.
             for (std::size_t k = 0; k < fields.size(); ++k) {
               if (k > 0 && all) {
@@ -489,15 +493,21 @@ class ScriptReader {
             }
           } else {
             word += d;
+            other = true;
           }
         }
         if (pos_ < t_.size()) get();
+        if (empty_array && !other && word.empty() && !was_in_word) in_word = false;
       } else if (c == '$') {
-        // Unquoted: every expansion is split into words on white space.
+        // Unquoted: every expansion is split into words on white space; an empty one
+        // makes no word.
         std::vector<std::string> fields;
         for (const auto& f : dollar())
           for (auto& w : split_fields(f)) fields.push_back(w);
-        if (fields.empty()) continue;
+        if (fields.empty()) {
+          in_word = was_in_word;
+          continue;
+        }
         word += fields.front();
         for (std::size_t k = 1; k < fields.size(); ++k) {
           words.push_back(word);

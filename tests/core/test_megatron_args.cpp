@@ -199,6 +199,14 @@ torchrun $DIST \
                                               "/ckpt/x", "--world-note", "8 ranks"}));
 }
 
+TEST(LaunchScript, EmptyExpansionsMakeNoWords) {
+  const auto l = parse_launch_script(
+      "NONE=()\npython pretrain_gpt.py \"${NONE[@]}\" $UNSET ${NONE[@]} --fp16 \"\" x$UNSET\n",
+      "e.sh");
+  // As bash: the empty array and unset variable vanish; a quoted "" stays an empty word.
+  EXPECT_EQ(l.args, (std::vector<std::string>{"--fp16", "", "x"}));
+}
+
 TEST(LaunchScript, RefusesControlFlowAndMissingLaunchNamingTheLine) {
   auto vs = violations_of([] {
     parse_launch_script("A=1\nif [[ $A == 1 ]]; then\n  B=2\nfi\npython pretrain_gpt.py\n", "s.sh");
