@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,24 @@ TEST(LaunchScript, Gpt3_175bExampleReadsAsMegatronWouldParseIt) {
   const auto it = std::find(l.args.begin(), l.args.end(), "--step-batch-size-schedule");
   ASSERT_NE(it, l.args.end());
   EXPECT_EQ(*(it + 1), "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536");
+}
+
+// Megatron's own script expands its arrays unquoted, so bash splits the batch-size schedule
+// into six words and pretrain_gpt.py's argparse refuses the five after the first; tandem
+// refuses them the same way (the fixture quotes the expansions to keep it one word).
+TEST(LaunchScript, Gpt3_175bAsWrittenByMegatronSplitsTheSchedule) {
+  std::ifstream in(kFixtures / "gpt3_175b.sh");
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  for (const std::string quoted : {"\"${", "[@]}\""}) {
+    const std::string bare = quoted == "\"${" ? "${" : "[@]}";
+    for (auto at = text.find(quoted); at != std::string::npos; at = text.find(quoted))
+      text.replace(at, quoted.size(), bare);
+  }
+  const auto l = parse_launch_script(text, "unquoted.sh");
+  const auto vs = violations_of([&] { parse_megatron_args(l.args); });
+  ASSERT_EQ(vs.size(), 5u);
+  EXPECT_EQ(vs[0].field, "2.4B:320");
+  EXPECT_NE(vs[0].rule.find("no flag before it"), std::string::npos);
 }
 
 TEST(LaunchScript, Llama3_8bExampleSplitsItsFlagValueStrings) {
