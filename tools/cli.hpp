@@ -9,13 +9,26 @@
 #include <utility>
 #include <vector>
 
+#include "core/megatron_args.hpp"
 #include "core/scenario.hpp"
 
 namespace tandem::cli {
 
-// A scenario file (optional positional) and flag overrides, attached to a subcommand.
+// A scenario file (optional positional) and flag overrides, attached to a subcommand; or a
+// Megatron-LM command line: pretrain_gpt.py's arguments after `--`, or a launch script
+// (--megatron-script), read by core/megatron_args.hpp.
 struct ScenarioOptions {
   std::string file;
+  std::vector<std::string> positionals;  // [SCENARIO] then the Megatron arguments after --
+  std::string megatron_script;
+  MegatronCommandLine megatron;  // filled by resolve_scenario
+  // Megatron arguments the command handles itself (train: --data-path, --mock-data, …):
+  // kept in `megatron.not_modelled` for it but not reported as not modelled.
+  std::vector<std::string> handled_flags;
+  // Without a scenario file, start from Megatron's defaults (megatron_default_scenario)
+  // rather than tandem's default scenario, with this world size when none is given.
+  bool megatron_defaults = false;
+  int default_world_size = 1;
   std::vector<std::pair<std::string, std::string>> overrides;  // filled after parsing
   std::vector<std::pair<std::string, CLI::Option*>> flags;     // field name → option
   std::vector<std::string> values;                             // storage for flag values

@@ -1,19 +1,33 @@
 // Scenario options shared by subcommands, and `tandem scenario`, which prints the
 // resolved scenario (file + overrides, validated) with its derived sizes as JSON.
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "model/flops.hpp"
 #include "tools/cli.hpp"
 
 namespace tandem::cli {
 
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
-  cmd.add_option("scenario", opts.file,
+  cmd.add_option("scenario", opts.positionals,
                  "Scenario JSON file (model, parallelism, training, cluster); default: the "
-                 "built-in default scenario");
+                 "built-in default scenario. After --: a Megatron-LM pretrain_gpt.py argument "
+                 "list, verbatim");
+  // The first positional is the scenario file unless it is already a Megatron flag.
+  cmd.parse_complete_callback([&opts] {
+    opts.file = !opts.positionals.empty() && !opts.positionals.front().starts_with("-")
+                    ? opts.positionals.front()
+                    : "";
+  });
+  cmd.add_option("--megatron-script", opts.megatron_script,
+                 "A Megatron-LM launch script (bash: arrays, variables, then torchrun ... "
+                 "pretrain_gpt.py ARGS): its pretrain_gpt.py arguments, and the world size "
+                 "torchrun's --nproc_per_node x --nnodes start");
   const auto& fields = scenario_fields();
   opts.values.resize(fields.size());
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -29,8 +43,58 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
   }
 }
 
+namespace {
+
+bool given(const std::vector<std::pair<std::string, std::string>>& kv, std::string_view field) {
+  return std::any_of(kv.begin(), kv.end(), [&](const auto& p) { return p.first == field; });
+}
+
+// Megatron's pretrain_gpt.py arguments (script, then after --) as overrides, with the
+// world the script's torchrun starts; prints the "not modelled: ..." line once.
+std::vector<std::pair<std::string, std::string>> megatron_overrides(ScenarioOptions& opts,
+                                                                    bool& megatron) {
+  std::vector<std::string> args;
+  std::optional<LaunchScript> script;
+  if (!opts.megatron_script.empty()) {
+    script = read_launch_script(opts.megatron_script);
+    args = script->args;
+  }
+  const auto rest = opts.positionals.begin() + (opts.file.empty() ? 0 : 1);
+  args.insert(args.end(), rest, opts.positionals.end());
+  megatron = script.has_value() || !args.empty();
+  opts.megatron = {};
+  if (!megatron) return {};
+  opts.megatron = parse_megatron_args(args);
+  std::vector<std::pair<std::string, std::string>> kv;
+  if (script && script->nproc_per_node) {
+    kv.emplace_back("world_size",
+                    std::to_string(*script->nproc_per_node * script->nnodes.value_or(1)));
+    kv.emplace_back("gpus_per_node", std::to_string(*script->nproc_per_node));
+  }
+  kv.insert(kv.end(), opts.megatron.overrides.begin(), opts.megatron.overrides.end());
+  MegatronCommandLine reported = opts.megatron;
+  std::erase_if(reported.not_modelled, [&](const auto& a) {
+    return std::find(opts.handled_flags.begin(), opts.handled_flags.end(), a.first) !=
+           opts.handled_flags.end();
+  });
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (const auto line = not_modelled_line(reported);
+      !line.empty() && (!rank || std::string(rank) == "0"))
+    std::cerr << "tandem: " << line << "\n";
+  return kv;
+}
+
+}  // namespace
+
 Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
-  Scenario s = opts.file.empty() ? default_scenario() : load_scenario(opts.file);
+  bool megatron = false;
+  auto kv = megatron_overrides(opts, megatron);
+  const bool from_megatron = opts.file.empty() && (megatron || opts.megatron_defaults);
+  if (opts.file.empty() && megatron) check_megatron_required(opts.megatron);
+  Scenario s = !opts.file.empty() ? load_scenario(opts.file)
+               : from_megatron    ? megatron_default_scenario()
+                                  : default_scenario();
+  if (from_megatron) s.cluster.world_size = opts.default_world_size;
   opts.overrides.clear();
   const auto& fields = scenario_fields();
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -44,7 +108,13 @@ Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
     if (fields[i].type == "bool" && value.empty()) value = "true";  // Megatron's store_true
     opts.overrides.emplace_back(fields[i].name, value);
   }
-  apply_overrides(s, opts.overrides);
+  kv.insert(kv.end(), opts.overrides.begin(), opts.overrides.end());  // tandem's flags win
+  apply_overrides(s, kv);
+  // Megatron's default global batch: one microbatch per data-parallel rank.
+  if (from_megatron && !given(kv, "global_batch_size") && data_parallel_size(s) > 0)
+    s.training.global_batch_size = s.training.micro_batch_size * data_parallel_size(s);
+  apply_sample_based(opts.megatron, kv, s);
+  opts.overrides = std::move(kv);
   if (validate_it) validate(s);
   return s;
 }
@@ -67,18 +137,48 @@ void write_file(const std::string& path, const std::string& text) {
 void add_scenario_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "scenario",
-      "Check a scenario and print it resolved (file + flag overrides) as JSON, with "
-      "the derived data-parallel size, virtual pipeline size and padded vocabulary");
+      "Check a scenario and print it resolved (file + flag overrides, or a Megatron-LM "
+      "command line) as JSON, with the derived data-parallel size, virtual pipeline size, "
+      "padded vocabulary, parameters (total and per rank) and FLOPs per iteration "
+      "(Megatron's num_floating_point_operations)");
   auto opts = std::make_shared<ScenarioOptions>();
   add_scenario_options(*cmd, *opts);
-  cmd->callback([opts] {
+  auto list = std::make_shared<bool>(false);
+  cmd->add_flag("--megatron-arguments", *list,
+                "List every argument of Megatron-LM's pretrain_gpt.py: the scenario field it "
+                "sets, or 'not modelled'");
+  cmd->callback([opts, list] {
+    if (*list) {
+      int modelled = 0;
+      for (const auto& a : megatron_arguments()) {
+        const auto m = modelled_argument(a);
+        modelled += m.has_value();
+        std::cout << a.flag << (a.nargs == "0" ? "" : " VALUE") << (a.nargs == "+" ? "…" : "")
+                  << "\t" << (m ? m->field : "not modelled")
+                  << (m && m->sample_based ? " (in iterations of the global batch)" : "") << "\n";
+      }
+      std::cout << megatron_arguments().size() << " arguments: " << modelled << " modelled, "
+                << megatron_arguments().size() - static_cast<std::size_t>(modelled)
+                << " not modelled\n";
+      return;
+    }
     const Scenario s = resolve_scenario(*opts);
     auto j = to_json(s);
     j["derived"] = {{"data_parallel_size", data_parallel_size(s)},
                     {"virtual_pipeline_model_parallel_size", virtual_pipeline_size(s)},
                     {"padded_vocab_size", padded_vocab_size(s)},
                     {"ffn_hidden_size", ffn_hidden_size(s)},
-                    {"pipeline_schedule", effective_pipeline_schedule(s)}};
+                    {"pipeline_schedule", effective_pipeline_schedule(s)},
+                    {"num_query_groups", num_query_groups(s)}};
+    // Megatron's parameter count and num_floating_point_operations (model/flops.hpp).
+    const DenseShape shape = dense_shape(s);
+    const auto params = parameter_count(shape);
+    j["derived"]["parameters"] = params.total;
+    j["derived"]["parameters_per_rank"] =
+        parameters_per_rank(shape, s.parallelism.tensor_model_parallel_size,
+                            s.parallelism.pipeline_model_parallel_size);
+    j["derived"]["flops_per_iteration"] =
+        num_floating_point_operations(shape, s.training.global_batch_size);
     std::cout << j.dump(2) << "\n";
   });
 }

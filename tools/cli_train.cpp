@@ -15,20 +15,20 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "exec/cpu/cpu_device.hpp"
 #include "data/dataset_builder.hpp"
+#include "exec/cpu/cpu_device.hpp"
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
-#include "train/megatron_log.hpp"
-#include "train/op_tracing_device.hpp"
-#include "train/rank_log.hpp"
-#include "train/run_trace.hpp"
-#include "train/trainer.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
 #include "tools/cli.hpp"
 #include "tools/train_backend.hpp"
+#include "train/megatron_log.hpp"
+#include "train/op_tracing_device.hpp"
+#include "train/rank_log.hpp"
+#include "train/run_trace.hpp"
+#include "train/trainer.hpp"
 
 namespace tandem::cli {
 namespace {
@@ -132,12 +132,28 @@ void write_trace(const std::string& path, const RunTrace& trace, MpiRuntime& mpi
   std::cout << "wrote trace " << path << " (" << size << " ranks)\n";
 }
 
+// Megatron's data and checkpoint arguments given after -- or in a launch script: the
+// same as this command's own flags (which win when both are given).
+void take_megatron_data_args(TrainOptions& o) {
+  for (const auto& [flag, values] : o.scenario.megatron.not_modelled) {
+    const std::string first = values.empty() ? "" : values.front();
+    if (flag == "--mock-data") o.mock_data = true;
+    if (flag == "--data-path" && o.data_path.empty()) o.data_path = values;
+    if (flag == "--split" && o.split == "969,30,1") o.split = first;
+    if (flag == "--save" && o.save.empty()) o.save = first;
+    if (flag == "--load" && o.load.empty()) o.load = first;
+  }
+}
+
 void run_training(TrainOptions& o) {
-  if (o.scenario.file.empty())
-    throw ConfigError("scenario", "(none)",
-                      "tandem train needs a scenario file, e.g. scenarios/brown-small.json");
   const int launched = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  // Without a scenario file: Megatron's defaults on the processes launched, as
+  // pretrain_gpt.py under torchrun.
+  o.scenario.megatron_defaults = true;
+  o.scenario.default_world_size = launched;
+  o.scenario.handled_flags = {"--mock-data", "--data-path", "--split", "--save", "--load"};
   Scenario s = resolve_scenario(o.scenario, false);
+  take_megatron_data_args(o);
   check_trainable(s, launched, o.device);
   validate(s);
   check_device_flag(o.device);
@@ -250,7 +266,7 @@ void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train",
       "Pretrain a GPT for real on the cpu binding (Eigen/OpenBLAS kernels, MPI across "
-      "ranks): mpirun -np N tandem train SCENARIO --data-path PREFIX");
+      "ranks): mpirun -np N tandem train [SCENARIO] [--megatron-flags…] --data-path PREFIX");
   cmd->add_option("--data-path", opts->data_path,
                   "Indexed dataset prefix(es) from tandem preprocess, optionally weighted: "
                   "'PREFIX' or 'W1 PREFIX1 W2 PREFIX2'");
@@ -281,8 +297,9 @@ void add_train_command(CLI::App& app) {
   add_scenario_options(*cmd, opts->scenario);
   cmd->get_option("scenario")
       ->description(
-          "Scenario JSON file, required (e.g. scenarios/brown-small.json); flags below override "
-          "it");
+          "Scenario JSON file (e.g. scenarios/brown-small.json); flags below override it. "
+          "Without one, Megatron-LM's defaults and the flags given (as pretrain_gpt.py); after "
+          "--: a pretrain_gpt.py argument list, verbatim");
   cmd->callback([opts] { run_training(*opts); });
 }
 

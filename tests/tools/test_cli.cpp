@@ -143,4 +143,127 @@ TEST(Cli, UnknownSubcommandOrFlagFails) {
   EXPECT_NE(run("layout --tensor-paralel 2").exit_code, 0);
 }
 
+// --- Megatron command lines: pretrain_gpt.py's arguments after --, or a launch script ---
+
+const std::string kMegatronScripts = std::string(TANDEM_SOURCE_DIR) + "/tests/tools/megatron/";
+
+// The JSON on stdout after any "tandem: not modelled: ..." line on stderr.
+nlohmann::json json_after_notes(const Result& r) {
+  const auto brace = r.output.find('{');
+  if (brace == std::string::npos) return nullptr;
+  return nlohmann::json::parse(r.output.substr(brace));
+}
+
+TEST(CliMegatron, ArgumentListAfterDoubleDashWithMegatronDefaults) {
+  const auto r =
+      run("scenario -- --num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+          "--max-position-embeddings 128 --micro-batch-size 2 --attention-backend auto "
+          "--init-method-std 0.02");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not modelled: --attention-backend, --init-method-std"),
+            std::string::npos)
+      << r.output;
+  const auto j = json_after_notes(r);
+  EXPECT_EQ(j["model"]["num_layers"], 4);
+  EXPECT_EQ(j["cluster"]["world_size"], 1);  // python pretrain_gpt.py: one process
+  // Megatron's default global batch: micro_batch_size × data-parallel size = 2 × 1.
+  EXPECT_EQ(j["training"]["global_batch_size"], 2);
+  EXPECT_EQ(j["training"]["lr_decay_style"], "linear");  // Megatron's default, not tandem's
+}
+
+TEST(CliMegatron, ListsEveryArgumentAndWhatItSets) {
+  const auto r = run("scenario --megatron-arguments");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--num-query-groups VALUE\tnum_query_groups\n"), std::string::npos);
+  EXPECT_NE(r.output.find("--disable-bias-linear\tdisable_bias_linear\n"), std::string::npos);
+  EXPECT_NE(r.output.find("--attention-backend VALUE\tnot modelled\n"), std::string::npos);
+  EXPECT_NE(r.output.find(" modelled, "), std::string::npos) << r.output.substr(0, 200);
+}
+
+TEST(CliMegatron, UnknownArgumentIsRefusedWithTheClosestFlag) {
+  const auto r =
+      run("scenario -- --num-layers 4 --hiden-size 256 --num-attention-heads 8 "
+          "--max-position-embeddings 128");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--hiden-size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean --hidden-size?"), std::string::npos) << r.output;
+}
+
+TEST(CliMegatron, RequiredArgumentsAsMegatronRequiresThem) {
+  const auto r = run("scenario -- --num-layers 4 --hidden-size 256");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--num-attention-heads"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--max-position-embeddings"), std::string::npos) << r.output;
+}
+
+// Megatron's examples/gpt3/train_gpt3_175b_distributed.sh, unchanged in its arguments: the
+// script's torchrun starts 8 ranks, the layout needs tp 8 × pp 16 = 128 per replica, so
+// the world is given (1024 GPUs: dp 8).
+TEST(CliMegatron, Gpt3_175bScriptResolvesWithItsDerivedSizes) {
+  const auto r =
+      run("scenario --megatron-script " + kMegatronScripts + "gpt3_175b.sh --world-size 1024");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--step-batch-size-schedule"), std::string::npos) << r.output;
+  const auto j = json_after_notes(r);
+  EXPECT_EQ(j["parallelism"]["tensor_model_parallel_size"], 8);
+  EXPECT_EQ(j["parallelism"]["pipeline_model_parallel_size"], 16);
+  EXPECT_EQ(j["training"]["global_batch_size"], 1536);
+  EXPECT_EQ(j["training"]["fp16"], true);
+  EXPECT_EQ(j["cluster"]["gpus_per_node"], 8);  // torchrun --nproc_per_node
+  EXPECT_EQ(j["derived"]["data_parallel_size"], 8);
+  // GPT-2's vocabulary (the script's gpt2-vocab.json, 50257) padded to 128 · 8 = 1024:
+  // 50176 + 1024 = 51200. Parameters 96 · (12h² + 13h) + (51200 + 2048)·h + 2h = 174.6e9.
+  EXPECT_EQ(j["derived"]["padded_vocab_size"], 51200);
+  const double h = 12288;
+  EXPECT_DOUBLE_EQ(j["derived"]["parameters"].get<double>(),
+                   96 * (12 * h * h + 13 * h) + (51200 + 2048) * h + 2 * h);
+  // 72·B·s·L·h²·(1 + s/(12h) + V/(12·L·h)) with B 1536, s 2048, L 96, V 51200.
+  const double flops =
+      72.0 * 1536 * 2048 * 96 * h * h * (1 + 2048 / (12 * h) + 51200 / (12 * 96 * h));
+  EXPECT_NEAR(j["derived"]["flops_per_iteration"].get<double>(), flops, 1e-9 * flops);
+  // Without --world-size the script's own 8 ranks cannot hold tp 8 × pp 16.
+  const auto small = run("scenario --megatron-script " + kMegatronScripts + "gpt3_175b.sh");
+  EXPECT_EQ(small.exit_code, 2) << small.output;
+  EXPECT_NE(small.output.find("world_size = 8"), std::string::npos) << small.output;
+}
+
+TEST(CliMegatron, Llama3_8bScriptCountsItsPublishedParameters) {
+  const auto r = run("scenario --megatron-script " + kMegatronScripts + "llama3_8b.sh");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--fp8-format"), std::string::npos) << r.output;
+  const auto j = json_after_notes(r);
+  EXPECT_EQ(j["cluster"]["world_size"], 8);  // torchrun --nproc_per_node 8 --nnodes 1
+  EXPECT_EQ(j["model"]["num_query_groups"], 8);
+  EXPECT_EQ(j["model"]["swiglu"], true);
+  EXPECT_NEAR(j["derived"]["parameters"].get<double>(), 8.03e9, 0.005 * 8.03e9);
+}
+
+TEST(CliMegatron, Gpt3_175bExampleSimulatesUnchanged) {
+  const auto r = run("simulate --quiet --megatron-script " + kMegatronScripts +
+                     "gpt3_175b.sh --world-size 1024");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not modelled:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("iteration"), std::string::npos) << r.output;
+}
+
+TEST(CliMegatron, SimulateTakesAnArgumentListAfterDoubleDash) {
+  const auto r =
+      run("simulate --quiet --world-size 4 -- --num-layers 4 --hidden-size 512 "
+          "--num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 "
+          "--micro-batch-size 1 --global-batch-size 8 --tensor-model-parallel-size 2 --bf16 "
+          "--use-mcore-models");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not modelled: --use-mcore-models"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4 ranks"), std::string::npos) << r.output;
+}
+
+TEST(CliMegatron, TrainRunsFromFlagsAlone) {
+  const auto r =
+      run("train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+          "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 "
+          "--train-iters 3 --vocab-size 512 --log-interval 1 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("iteration        3/       3"), std::string::npos) << r.output;
+}
+
 }  // namespace
