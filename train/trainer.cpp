@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
-#include "train/checkpoint_params.hpp"
 #include "schedules/step_interpreter.hpp"
+#include "train/checkpoint_params.hpp"
 
 namespace tandem {
 namespace {
@@ -150,8 +150,10 @@ void Trainer::finalize_grads() {
   if (dims_.sequence_parallel)
     all_reduce_shard_grads(need(groups_.tp, "tp"),
                            [](const ParameterSpec& p) { return p.sequence_parallel; });
-  // The tied word embedding lives on the first and the last stage: sum their gradients.
-  if (groups_.embedding && groups_.embedding->size() > 1)
+  // The tied word embedding lives on the first and the last stage: sum their gradients
+  // (untied, each stage has its own: Megatron skips this reduction).
+  if (!dims_.options.untie_embeddings_and_output_weights && groups_.embedding &&
+      groups_.embedding->size() > 1)
     all_reduce_shard_grads(*groups_.embedding,
                            [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }
