@@ -27,12 +27,26 @@ struct ModelConfig {
   int num_layers = 24;
   int hidden_size = 1024;
   int num_attention_heads = 16;
-  std::optional<int> ffn_hidden_size;  // default 4 · hidden_size
+  std::optional<int> ffn_hidden_size;  // default ffn_hidden_size(s)
   std::optional<int> kv_channels;      // default hidden_size / heads
   int seq_length = 1024;
   std::optional<int> max_position_embeddings;  // default seq_length
   int vocab_size = 50257;
   int make_vocab_size_divisible_by = 128;  // padded to a multiple of this · tp
+  // The architecture of today's dense models (Llama, Mistral, Qwen, ...), under Megatron's
+  // names. Megatron's defaults are GPT-2's: learned positions, LayerNorm, GeLU 4h MLP with
+  // biases, tied input and output embeddings, one key/value head per query head.
+  bool group_query_attention = false;
+  int num_query_groups = 1;                 // key/value heads, with group_query_attention
+  bool swiglu = false;                      // gated SiLU MLP (two input projections)
+  std::string normalization = "LayerNorm";  // LayerNorm | RMSNorm
+  double norm_epsilon = 1e-5;
+  std::string position_embedding_type = "learned_absolute";  // learned_absolute | rope | none
+  int rotary_base = 10000;
+  double rotary_percent = 1.0;  // fraction of each head's channels rotated
+  bool untie_embeddings_and_output_weights = false;
+  bool disable_bias_linear = false;  // Megatron's add_bias_linear = false
+  bool use_flash_attn = false;
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -159,7 +173,10 @@ void validate(const Scenario& s);
 int data_parallel_size(const Scenario& s);     // world / (tp · pp · cp)
 int virtual_pipeline_size(const Scenario& s);  // 1 when not interleaved
 int padded_vocab_size(const Scenario& s);      // vocab rounded up to divisible_by · tp
+// Megatron's default: 4 · hidden, or with swiglu 2/3 of that rounded down to a multiple of 64.
 int ffn_hidden_size(const Scenario& s);
+// Key/value heads: num_query_groups with group_query_attention, else one per attention head.
+int num_query_groups(const Scenario& s);
 ParallelSizes parallel_sizes(const Scenario& s);
 // The schedule kind a scenario runs: "none" (pp 1), "1f1b", "interleaved", or as forced.
 std::string effective_pipeline_schedule(const Scenario& s);

@@ -5,9 +5,15 @@
 //  - paper_model_flops: Narayanan et al. 2021 / Korthikanti et al. 2022 eq. 7, the
 //    formula of the published tables: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)), with 96 and
 //    16 in place of 72 and 12 when full recomputation adds a forward pass (hardware FLOPs).
+//  - num_floating_point_operations: Megatron-LM's training.py function of that name for a
+//    dense decoder of any of today's shapes (grouped-query attention, SwiGLU, kv_channels,
+//    untied output), with parameter_count beside it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+
+#include "core/scenario.hpp"
 
 namespace tandem {
 
@@ -28,6 +34,93 @@ inline double paper_model_flops(const FlopsShape& m, bool full_recompute = false
   const double k = full_recompute ? 96.0 : 72.0, v = full_recompute ? 16.0 : 12.0;
   return k * m.global_batch * m.seq * m.layers * m.hidden * m.hidden *
          (1.0 + m.seq / (6.0 * m.hidden) + m.vocab / (v * m.layers * m.hidden));
+}
+
+// The shape of a dense decoder as the FLOP and parameter counts need it.
+struct DenseShape {
+  double layers = 0, hidden = 0, heads = 0;
+  double query_groups = 0;  // key/value heads (= heads without grouped-query attention)
+  double kv_channels = 0;   // per-head width
+  double ffn = 0;           // MLP hidden width
+  double padded_vocab = 0, seq = 0, max_positions = 0;
+  bool swiglu = false, bias = true, rmsnorm = false, learned_positions = true, untied = false;
+};
+
+inline DenseShape dense_shape(const Scenario& s) {
+  const auto& m = s.model;
+  DenseShape d;
+  d.layers = m.num_layers;
+  d.hidden = m.hidden_size;
+  d.heads = m.num_attention_heads;
+  d.query_groups = num_query_groups(s);
+  d.kv_channels = m.kv_channels
+                      ? *m.kv_channels
+                      : static_cast<double>(m.hidden_size / std::max(1, m.num_attention_heads));
+  d.ffn = ffn_hidden_size(s);
+  d.padded_vocab = padded_vocab_size(s);
+  d.seq = m.seq_length;
+  d.max_positions = m.max_position_embeddings.value_or(m.seq_length);
+  d.swiglu = m.swiglu;
+  d.bias = !m.disable_bias_linear;
+  d.rmsnorm = m.normalization == "RMSNorm";
+  d.learned_positions = m.position_embedding_type == "learned_absolute";
+  d.untied = m.untie_embeddings_and_output_weights;
+  return d;
+}
+
+// Megatron-LM's num_floating_point_operations (training.py) for `batch` sequences: every
+// GEMM 3 times (forward, weight and data gradients) at 2 FLOPs per multiply-add; the MLP
+// has 3 GEMMs with SwiGLU, else 2; attention's QKᵀ and ·V over the causal half.
+//   3·2·B·s·[L·h·(ffn·f + q + 2·kv + q) + h·V] + 3·2·B·s²·L·q
+// with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2.
+inline double num_floating_point_operations(const DenseShape& d, double batch) {
+  const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
+  const double f = d.swiglu ? 3.0 : 2.0;
+  const double per_token =
+      6.0 * d.layers * d.hidden * (d.ffn * f + q + 2.0 * kv + q) + 6.0 * d.hidden * d.padded_vocab;
+  return batch * d.seq * per_token + batch * d.seq * d.seq * d.layers * 6.0 * q;
+}
+
+// Parameters, as Megatron-Core's GPT holds them. One layer: QKV h·(q + 2kv) and output
+// q·h projections, the MLP h·ffn·(2 with SwiGLU, else 1) in and ffn·h out, biases of each
+// unless disabled, and two norms (weight, plus bias for LayerNorm). Around the layers: the
+// word embedding V·h, learned positions max_positions·h, the final norm, and an output
+// layer V·h when untied.
+struct ParameterCount {
+  double per_layer = 0;
+  double embedding = 0;  // word (and learned position) embeddings, first stage
+  double output = 0;     // final norm and (untied) output layer, last stage
+  double total = 0;
+};
+inline ParameterCount parameter_count(const DenseShape& d) {
+  const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
+  const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
+  const double fc1 = d.swiglu ? 2.0 * d.ffn : d.ffn;
+  ParameterCount c;
+  c.per_layer = d.hidden * (q + 2.0 * kv) + q * d.hidden + d.hidden * fc1 + d.ffn * d.hidden +
+                2.0 * norm + (d.bias ? (q + 2.0 * kv) + d.hidden + fc1 + d.hidden : 0.0);
+  c.embedding = d.padded_vocab * d.hidden + (d.learned_positions ? d.max_positions * d.hidden : 0);
+  c.output = norm + (d.untied ? d.padded_vocab * d.hidden : 0.0);
+  c.total = d.layers * c.per_layer + c.embedding + c.output;
+  return c;
+}
+
+// Parameters one rank holds, on the busier of the first and last pipeline stages: its
+// num_layers / pp layers and the embedding (first) or final norm and output layer (last;
+// with tied embeddings and pp > 1 Megatron keeps a copy of the word embedding there).
+// Tensor parallelism splits the weights, the column-parallel biases and the vocabulary;
+// norms, learned positions and the row-parallel biases (attention output, fc2) are
+// replicated over tp.
+inline double parameters_per_rank(const DenseShape& d, int tp, int pp) {
+  const ParameterCount c = parameter_count(d);
+  const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
+  const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0);
+  const double layer = (c.per_layer - replicated) / tp + replicated;
+  const double word = d.padded_vocab * d.hidden / tp;
+  const double stage_layers = d.layers / pp * layer;
+  const double first = stage_layers + word + (d.learned_positions ? d.max_positions * d.hidden : 0);
+  const double output = norm + (d.untied || pp > 1 ? word : 0.0);
+  return pp == 1 ? first + output : std::max(first, stage_layers + output);
 }
 
 }  // namespace tandem

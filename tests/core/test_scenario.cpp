@@ -755,5 +755,89 @@ TEST(ScenarioValidate, CollectsEveryViolation) {
   EXPECT_TRUE(Names(vs, "max_position_embeddings", "10"));
 }
 
+// --- today's dense architectures (GQA, SwiGLU, RMSNorm, RoPE, untied, no bias) ----------
+
+TEST(ScenarioModel, SwigluFfnDefaultIsMegatronsTwoThirdsRoundedTo64) {
+  Scenario s = default_scenario();
+  s.model.swiglu = true;
+  // Megatron: int(4h · 2/3 / 64) · 64. h = 1024: 2730.67 / 64 = 42.67 → 42 · 64 = 2688.
+  EXPECT_EQ(ffn_hidden_size(s), 2688);
+  s.model.hidden_size = 4096;  // Llama-2 7B's h: 10922.67 → 170 · 64 = 10880 (it passes 11008)
+  EXPECT_EQ(ffn_hidden_size(s), 10880);
+  s.model.ffn_hidden_size = 11008;
+  EXPECT_EQ(ffn_hidden_size(s), 11008);
+}
+
+TEST(ScenarioModel, QueryGroupsOnlyWithGroupQueryAttention) {
+  Scenario s = default_scenario();
+  s.model.num_query_groups = 4;
+  EXPECT_EQ(num_query_groups(s), 16);  // without GQA every head has its own key/value head
+  s.model.group_query_attention = true;
+  EXPECT_EQ(num_query_groups(s), 4);
+  EXPECT_NO_THROW(validate(s));
+}
+
+TEST(ScenarioModel, LlamaFlagsParseUnderMegatronsNames) {
+  Scenario s = default_scenario();
+  apply_overrides(s, {{"--group-query-attention", "true"},
+                      {"--num-query-groups", "8"},
+                      {"--swiglu", "1"},
+                      {"--normalization", "RMSNorm"},
+                      {"--norm-epsilon", "1e-6"},
+                      {"--position-embedding-type", "rope"},
+                      {"--rotary-base", "500000"},
+                      {"--rotary-percent", "0.5"},
+                      {"--untie-embeddings-and-output-weights", "true"},
+                      {"--disable-bias-linear", "true"},
+                      {"--use-flash-attn", "true"}});
+  EXPECT_TRUE(s.model.group_query_attention && s.model.swiglu && s.model.use_flash_attn);
+  EXPECT_TRUE(s.model.untie_embeddings_and_output_weights && s.model.disable_bias_linear);
+  EXPECT_EQ(s.model.num_query_groups, 8);
+  EXPECT_EQ(s.model.normalization, "RMSNorm");
+  EXPECT_DOUBLE_EQ(s.model.norm_epsilon, 1e-6);
+  EXPECT_EQ(s.model.position_embedding_type, "rope");
+  EXPECT_EQ(s.model.rotary_base, 500000);
+  EXPECT_DOUBLE_EQ(s.model.rotary_percent, 0.5);
+  EXPECT_EQ(parse_scenario(to_json(s)), s);  // and they round-trip through JSON
+}
+
+TEST(ScenarioModel, ChoicesAndRangesOfTheNewFields) {
+  auto vs = unparsable(R"({"model": {"normalization": "rmsnorm", "position_embedding_type": "alibi",
+                           "rotary_percent": 0, "norm_epsilon": 0, "num_query_groups": 0}})");
+  EXPECT_TRUE(Names(vs, "model.normalization", "rmsnorm", "LayerNorm | RMSNorm"));
+  EXPECT_TRUE(Names(vs, "model.position_embedding_type", "alibi", "learned_absolute | rope"));
+  EXPECT_TRUE(Names(vs, "model.rotary_percent", "0", "must lie in (0, 1]"));
+  EXPECT_TRUE(Names(vs, "model.norm_epsilon", "0", "> 0"));
+  EXPECT_TRUE(Names(vs, "model.num_query_groups", "0", "≥ 1"));
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--rotary-percent", "1.5"}}), "--rotary-percent",
+                    "1.5", "(0, 1]"));
+  Scenario s = default_scenario();
+  apply_overrides(s, {{"--rotary-percent", "1"}});  // the closed end is allowed
+  EXPECT_DOUBLE_EQ(s.model.rotary_percent, 1.0);
+}
+
+TEST(ScenarioValidate, QueryGroupsDivideHeads) {
+  Scenario s = default_scenario();  // 16 heads, tp 2
+  s.model.group_query_attention = true;
+  s.model.num_query_groups = 6;
+  EXPECT_TRUE(Names(invalid(s), "num_query_groups", "6", "divide num_attention_heads = 16"));
+}
+
+TEST(ScenarioValidate, QueryGroupsMultipleOrDivisorOfTp) {
+  Scenario s = default_scenario();
+  s.model.num_attention_heads = 24;
+  s.model.hidden_size = 1536;
+  s.model.group_query_attention = true;
+  s.model.num_query_groups = 3;  // divides 24, but neither a multiple nor a divisor of tp 2
+  EXPECT_TRUE(Names(invalid(s), "num_query_groups", "3",
+                    "multiple or a divisor of "
+                    "tensor_model_parallel_size = 2"));
+  s.model.num_query_groups = 1;  // tp 2 replicates the single key/value head: allowed
+  EXPECT_NO_THROW(validate(s));
+  s.model.group_query_attention = false;  // without GQA the field is not read
+  s.model.num_query_groups = 3;
+  EXPECT_NO_THROW(validate(s));
+}
+
 }  // namespace
 }  // namespace tandem

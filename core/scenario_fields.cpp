@@ -1,0 +1,429 @@
+// The scenario's field registry: one descriptor per field (name, section, flag, type, help,
+// its own range, and the member it reads and writes), built from pointers to the member so
+// JSON parsing, flag overrides, help text and unknown-key suggestions cannot disagree.
+// The defaults are the member initializers in scenario.hpp; default_scenario() is here.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/scenario_detail.hpp"
+#include "core/scenario_values.hpp"
+
+namespace tandem {
+namespace scenario_detail {
+namespace {
+
+std::string number_text(double x) {
+  if (x == std::trunc(x) && std::abs(x) < 1e15) return std::to_string(std::llround(x));
+  return cat(x);
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : std::string(sep)) + item;
+  return out;
+}
+
+std::string broken_number_rule(const Rule& r, double x) {
+  const bool low = r.min && (r.min_open ? x <= *r.min : x < *r.min);
+  const bool high = (r.max_open && x >= *r.max_open) || (r.max && x > *r.max);
+  if (!low && !high) return "";
+  if (r.min && (r.max_open || r.max))
+    return cat("must lie in ", r.min_open ? "(" : "[", number_text(*r.min), ", ",
+               number_text(r.max ? *r.max : *r.max_open), r.max ? "]" : ")");
+  if (r.min) return cat("must be ", r.min_open ? "> " : "≥ ", number_text(*r.min));
+  return cat("must be < ", number_text(*r.max_open));
+}
+
+Rule at_least(double min) {
+  return Rule{.min = min};
+}
+Rule positive() {
+  return at_least(1);
+}
+Rule non_negative() {
+  return at_least(0);
+}
+Rule above(double min) {
+  return Rule{.min = min, .min_open = true};
+}
+Rule unit_interval() {
+  return Rule{.min = 0.0, .max_open = 1.0};
+}
+Rule choices(std::vector<std::string> allowed) {
+  return Rule{.one_of = std::move(allowed)};
+}
+
+// Megatron's --rampup-batch-size <start> <increment> <samples>.
+std::string broken_rampup(const json& v) {
+  if (v.empty()) return "";
+  if (v.size() != 3) return "must be empty or exactly 3 integers: start increment samples";
+  if (v[0].get<std::int64_t>() < 1) return "start batch size must be ≥ 1";
+  if (v[1].get<std::int64_t>() < 1) return "batch size increment must be ≥ 1";
+  // Megatron divides by the samples per increment: a zero-sample ramp crashes it.
+  if (v[2].get<std::int64_t>() < 1) return "ramp-up samples must be ≥ 1";
+  return "";
+}
+
+template <class Sec>
+constexpr const char* section_name();
+template <>
+constexpr const char* section_name<ModelConfig>() {
+  return "model";
+}
+template <>
+constexpr const char* section_name<ParallelismConfig>() {
+  return "parallelism";
+}
+template <>
+constexpr const char* section_name<TrainingConfig>() {
+  return "training";
+}
+template <>
+constexpr const char* section_name<ClusterConfig>() {
+  return "cluster";
+}
+
+struct FieldSpec {
+  std::string name;
+  std::string help;
+  Rule rule{};
+  std::vector<std::string> aliases{};
+  std::string flag{};  // Megatron's flag when it is not the kebab-case name
+};
+
+// One descriptor from pointers to the section and the member: the type, section name and
+// both directions of conversion all follow from the two pointers.
+template <class Sec, class T>
+FieldDef make_field(Sec Scenario::*section, T Sec::*member, FieldSpec spec) {
+  FieldDef f;
+  f.meta = {section_name<Sec>(),
+            spec.name,
+            spec.flag.empty() ? kebab_flag(spec.name) : spec.flag,
+            type_name<typename Unoptional<T>::type>(),
+            spec.help,
+            spec.aliases};
+  f.rule = spec.rule;
+  f.get = [=](const Scenario& s) { return encode(s.*section.*member); };
+  f.set = [=, rule = spec.rule](Scenario& s, const json& j) {
+    T value{};
+    if (auto err = decode(j, value); !err.empty()) return err;
+    if (auto err = broken_rule(rule, encode(value)); !err.empty()) return err;
+    s.*section.*member = std::move(value);
+    return std::string();
+  };
+  f.set_text = [set = f.set](Scenario& s, std::string_view text) {
+    auto j = text_to_json(text, static_cast<const T*>(nullptr));
+    if (!j) return std::string(text_rule(static_cast<const T*>(nullptr)));
+    return set(s, *j);
+  };
+  return f;
+}
+
+std::vector<FieldDef> model_fields() {
+  using M = ModelConfig;
+  constexpr auto m = &Scenario::model;
+  return {
+      make_field(m, &M::num_layers, {"num_layers", "number of transformer layers", positive()}),
+      make_field(m, &M::hidden_size, {"hidden_size", "hidden size h", positive()}),
+      make_field(m, &M::num_attention_heads,
+                 {"num_attention_heads", "number of attention heads", positive()}),
+      make_field(
+          m, &M::ffn_hidden_size,
+          {"ffn_hidden_size",
+           "MLP hidden width (default 4 × hidden_size; swiglu: 2/3 of it, to 64)", positive()}),
+      make_field(
+          m, &M::kv_channels,
+          {"kv_channels", "per-head projection width (default hidden_size / heads)", positive()}),
+      make_field(m, &M::seq_length, {"seq_length", "sequence length in tokens", positive()}),
+      make_field(
+          m, &M::max_position_embeddings,
+          {"max_position_embeddings", "position table size (default seq_length)", positive()}),
+      make_field(m, &M::vocab_size, {"vocab_size", "tokenizer vocabulary size", positive()}),
+      make_field(
+          m, &M::make_vocab_size_divisible_by,
+          {"make_vocab_size_divisible_by",
+           "pad the vocabulary to a multiple of this × tensor_model_parallel_size", positive()}),
+      make_field(
+          m, &M::group_query_attention,
+          {"group_query_attention", "grouped-query attention: num_query_groups key/value heads"}),
+      make_field(m, &M::num_query_groups,
+                 {"num_query_groups", "key/value heads with group_query_attention", positive()}),
+      make_field(m, &M::swiglu,
+                 {"swiglu", "gated SiLU MLP (default ffn 2/3 · 4h, rounded down to 64)"}),
+      make_field(m, &M::normalization,
+                 {"normalization", "LayerNorm | RMSNorm", choices({"LayerNorm", "RMSNorm"})}),
+      make_field(m, &M::norm_epsilon, {"norm_epsilon", "normalization epsilon", above(0)}),
+      make_field(m, &M::position_embedding_type,
+                 {"position_embedding_type", "learned_absolute | rope | none",
+                  choices({"learned_absolute", "rope", "none"})}),
+      make_field(m, &M::rotary_base, {"rotary_base", "RoPE base (theta)", positive()}),
+      make_field(m, &M::rotary_percent,
+                 {"rotary_percent", "fraction of each head's channels RoPE rotates",
+                  Rule{.min = 0.0, .min_open = true, .max = 1.0}}),
+      make_field(m, &M::untie_embeddings_and_output_weights,
+                 {"untie_embeddings_and_output_weights",
+                  "separate output layer instead of the input embedding's transpose"}),
+      make_field(m, &M::disable_bias_linear,
+                 {"disable_bias_linear", "no biases in the linear layers (add_bias_linear false)"}),
+      make_field(m, &M::use_flash_attn, {"use_flash_attn", "fused flash attention kernel"}),
+  };
+}
+
+std::vector<FieldDef> parallelism_fields() {
+  using P = ParallelismConfig;
+  constexpr auto p = &Scenario::parallelism;
+  return {
+      make_field(p, &P::tensor_model_parallel_size,
+                 {"tensor_model_parallel_size", "tensor-parallel size tp", positive()}),
+      make_field(p, &P::pipeline_model_parallel_size,
+                 {"pipeline_model_parallel_size", "pipeline-parallel size pp", positive()}),
+      make_field(p, &P::context_parallel_size,
+                 {"context_parallel_size", "context-parallel size cp", positive()}),
+      make_field(
+          p, &P::expert_model_parallel_size,
+          {"expert_model_parallel_size", "expert-parallel size ep (divides dp)", positive()}),
+      make_field(p, &P::num_layers_per_virtual_pipeline_stage,
+                 {"num_layers_per_virtual_pipeline_stage",
+                  "layers per virtual pipeline stage (interleaved schedule)", positive()}),
+      make_field(p, &P::virtual_pipeline_model_parallel_size,
+                 {"virtual_pipeline_model_parallel_size",
+                  "model chunks per pipeline stage vpp (interleaved schedule)",
+                  positive(),
+                  {"num_virtual_stages_per_pipeline_rank"},
+                  "--num-virtual-stages-per-pipeline-rank"}),
+      make_field(p, &P::microbatch_group_size_per_vp_stage,
+                 {"microbatch_group_size_per_vp_stage",
+                  "contiguous microbatches per virtual stage (default pp)",
+                  positive(),
+                  {"microbatch_group_size_per_virtual_pipeline_stage"},
+                  "--microbatch-group-size-per-virtual-pipeline-stage"}),
+      make_field(p, &P::pipeline_schedule,
+                 {"pipeline_schedule", "auto | none | gpipe | 1f1b | interleaved",
+                  choices({"auto", "none", "gpipe", "1f1b", "interleaved"})}),
+      make_field(p, &P::order,
+                 {"order", "rank-generator order, tp fastest varying (e.g. tp-cp-ep-dp-pp)"}),
+      make_field(p, &P::sequence_parallel,
+                 {"sequence_parallel", "shard layer norm and dropout along the sequence"}),
+      make_field(p, &P::use_distributed_optimizer,
+                 {"use_distributed_optimizer", "shard optimizer state across dp"}),
+      make_field(p, &P::overlap_grad_reduce,
+                 {"overlap_grad_reduce", "overlap dp gradient reduction with backward"}),
+      make_field(p, &P::overlap_param_gather,
+                 {"overlap_param_gather", "overlap parameter all-gather with forward"}),
+      make_field(p, &P::ddp_bucket_size,
+                 {"ddp_bucket_size", "elements per dp gradient bucket", positive()}),
+      make_field(p, &P::variable_seq_lengths,
+                 {"variable_seq_lengths",
+                  "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),
+      make_field(p, &P::scatter_gather_tensors_in_pipeline,
+                 {"scatter_gather_tensors_in_pipeline",
+                  "without sequence parallelism, send 1/tp of each pipeline tensor per tp rank "
+                  "and all-gather it over tp on arrival"}),
+  };
+}
+
+std::vector<FieldDef> training_fields_batch() {
+  using T = TrainingConfig;
+  constexpr auto t = &Scenario::training;
+  return {
+      make_field(t, &T::micro_batch_size,
+                 {"micro_batch_size", "samples per microbatch per dp rank", positive()}),
+      make_field(t, &T::global_batch_size,
+                 {"global_batch_size", "samples per iteration over all dp ranks", positive()}),
+      make_field(t, &T::rampup_batch_size,
+                 {"rampup_batch_size", "start increment samples: batch-size ramp-up",
+                  Rule{.custom = broken_rampup}}),
+      make_field(t, &T::train_iters, {"train_iters", "iterations to train", positive()}),
+      make_field(t, &T::lr, {"lr", "peak learning rate", non_negative()}),
+      make_field(t, &T::min_lr, {"min_lr", "learning rate floor of the decay", non_negative()}),
+      make_field(t, &T::lr_warmup_iters,
+                 {"lr_warmup_iters", "iterations of linear warmup", non_negative()}),
+      make_field(t, &T::lr_decay_iters,
+                 {"lr_decay_iters", "iterations to decay over (default train_iters)", positive()}),
+      make_field(t, &T::lr_decay_style,
+                 {"lr_decay_style", "constant | linear | cosine",
+                  choices({"constant", "linear", "cosine"})}),
+  };
+}
+
+std::vector<FieldDef> training_fields_rest() {
+  using T = TrainingConfig;
+  constexpr auto t = &Scenario::training;
+  return {
+      make_field(t, &T::weight_decay,
+                 {"weight_decay", "decoupled (AdamW) weight decay", non_negative()}),
+      make_field(t, &T::clip_grad,
+                 {"clip_grad", "gradient clipping by global norm (0: off)", non_negative()}),
+      make_field(t, &T::adam_beta1, {"adam_beta1", "Adam beta1", unit_interval()}),
+      make_field(t, &T::adam_beta2, {"adam_beta2", "Adam beta2", unit_interval()}),
+      make_field(t, &T::adam_eps, {"adam_eps", "Adam epsilon", above(0)}),
+      make_field(t, &T::seed, {"seed", "random seed", non_negative()}),
+      make_field(t, &T::recompute_granularity,
+                 {"recompute_granularity", "activation recomputation: none | selective | full",
+                  choices({"none", "selective", "full"})}),
+      make_field(t, &T::recompute_method,
+                 {"recompute_method", "uniform | block (with full recomputation)",
+                  choices({"uniform", "block"})}),
+      make_field(t, &T::recompute_num_layers,
+                 {"recompute_num_layers",
+                  "full: layers per checkpointed group (uniform) or recomputed per stage (block)",
+                  positive()}),
+      make_field(t, &T::log_interval, {"log_interval", "iterations per log line", positive()}),
+      make_field(t, &T::eval_interval,
+                 {"eval_interval", "iterations between evaluations", positive()}),
+      make_field(t, &T::eval_iters, {"eval_iters", "iterations per evaluation", non_negative()}),
+      make_field(t, &T::save_interval,
+                 {"save_interval", "iterations between checkpoints (0: none)", non_negative()}),
+      make_field(t, &T::bf16, {"bf16", "bf16 mixed precision"}),
+      make_field(t, &T::fp16, {"fp16", "fp16 mixed precision"}),
+  };
+}
+
+std::vector<FieldDef> cluster_fields() {
+  using C = ClusterConfig;
+  constexpr auto c = &Scenario::cluster;
+  return {
+      make_field(c, &C::world_size, {"world_size", "number of ranks (GPUs)", positive()}),
+      make_field(c, &C::gpus_per_node, {"gpus_per_node", "ranks per node", positive()}),
+      make_field(c, &C::topology,
+                 {"topology", "topology preset for the simulator, e.g. dgx-a100-80g"}),
+  };
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), the usual
+// typo distance: "paralel" and "parallle" are each one edit from "parallel".
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), the usual
+// typo distance: "paralel" and "parallle" are each one edit from "parallel".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t k = 0; k <= b.size(); ++k) d[0][k] = k;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t k = 1; k <= b.size(); ++k) {
+      const std::size_t cost = a[i - 1] == b[k - 1] ? 0 : 1;
+      d[i][k] = std::min({d[i - 1][k] + 1, d[i][k - 1] + 1, d[i - 1][k - 1] + cost});
+      if (i > 1 && k > 1 && a[i - 1] == b[k - 2] && a[i - 2] == b[k - 1])
+        d[i][k] = std::min(d[i][k], d[i - 2][k - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+const std::vector<FieldDef>& registry() {
+  static const std::vector<FieldDef> fields = [] {
+    std::vector<FieldDef> all;
+    for (auto part : {model_fields(), parallelism_fields(), training_fields_batch(),
+                      training_fields_rest(), cluster_fields()})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  }();
+  return fields;
+}
+
+const FieldDef* find_field(std::string_view name) {
+  for (const auto& f : registry()) {
+    if (f.meta.name == name) return &f;
+    for (const auto& alias : f.meta.aliases)
+      if (alias == name) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> all_field_names() {
+  std::vector<std::string> names;
+  for (const auto& f : registry()) {
+    names.push_back(f.meta.name);
+    names.insert(names.end(), f.meta.aliases.begin(), f.meta.aliases.end());
+  }
+  return names;
+}
+
+std::string broken_rule(const Rule& r, const json& v) {
+  if (v.is_null()) return "";
+  if (r.custom) return r.custom(v);
+  if (v.is_number()) return broken_number_rule(r, v.get<double>());
+  if (v.is_string() && !r.one_of.empty() &&
+      std::find(r.one_of.begin(), r.one_of.end(), v.get<std::string>()) == r.one_of.end())
+    return "must be one of " + join(r.one_of, " | ");
+  return "";
+}
+
+std::string kebab_flag(std::string_view name) {
+  std::string flag = "--" + std::string(name);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// "--tensor-model-parallel-size", "tensor-model-parallel-size" → "tensor_model_parallel_size".
+std::string snake_key(std::string_view key) {
+  while (!key.empty() && key.front() == '-') key.remove_prefix(1);
+  std::string name(key);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+std::string lower(std::string_view t) {
+  std::string out(t);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace scenario_detail
+
+using namespace scenario_detail;
+
+const std::vector<ScenarioField>& scenario_fields() {
+  static const std::vector<ScenarioField> fields = [] {
+    std::vector<ScenarioField> out;
+    for (const auto& f : registry()) out.push_back(f.meta);
+    return out;
+  }();
+  return fields;
+}
+
+Scenario default_scenario() {
+  Scenario s;
+  s.name = "default";
+  s.description = "GPT-2 medium shape on one 8-GPU node: TP 2 x PP 2 x DP 2";
+  s.model.num_layers = 24;
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.model.vocab_size = 50257;
+  s.parallelism.tensor_model_parallel_size = 2;
+  s.parallelism.pipeline_model_parallel_size = 2;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 16;
+  s.cluster.world_size = 8;
+  s.cluster.gpus_per_node = 8;
+  return s;
+}
+
+std::string closest_match(std::string_view word, const std::vector<std::string>& known) {
+  const std::string w = snake_key(lower(word));
+  std::string best;
+  std::size_t best_distance = std::numeric_limits<std::size_t>::max();
+  for (const auto& candidate : known) {
+    const std::size_t d = edit_distance(w, snake_key(lower(candidate)));
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  // Beyond about a third of the word, a "suggestion" is a different word, not a typo...
+  const std::size_t limit = std::max<std::size_t>(1, (w.size() + 1) / 3);
+  if (best_distance <= limit) return best;
+  // ...unless the word is a truncation ("seq_len" for "seq_length"): take the shortest
+  // known word it begins.
+  best.clear();
+  for (const auto& candidate : known)
+    if (w.size() >= 3 && snake_key(lower(candidate)).starts_with(w) &&
+        (best.empty() || candidate.size() < best.size()))
+      best = candidate;
+  return best;
+}
+
+}  // namespace tandem

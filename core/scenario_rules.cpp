@@ -1,0 +1,423 @@
+// Megatron-LM's cross-field argument checks (arguments.py, the microbatch calculator, the
+// interleaved schedule, the rank generator, TransformerConfig) and the sizes they derive
+// (data-parallel size, padded vocabulary, default ffn width, ...).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "core/scenario_detail.hpp"
+
+namespace tandem {
+using namespace scenario_detail;
+
+// ---------------------------------------------------------------------------------------
+// Derived quantities. They tolerate an unvalidated scenario (returning 0 or 1 rather than
+// dividing by zero) because validate() itself uses them.
+
+int data_parallel_size(const Scenario& s) {
+  const auto& p = s.parallelism;
+  const std::int64_t model = std::int64_t{p.tensor_model_parallel_size} *
+                             p.pipeline_model_parallel_size * p.context_parallel_size;
+  return model > 0 ? static_cast<int>(s.cluster.world_size / model) : 0;
+}
+
+int virtual_pipeline_size(const Scenario& s) {
+  const auto& p = s.parallelism;
+  if (p.virtual_pipeline_model_parallel_size) return *p.virtual_pipeline_model_parallel_size;
+  if (!p.num_layers_per_virtual_pipeline_stage || *p.num_layers_per_virtual_pipeline_stage < 1 ||
+      p.pipeline_model_parallel_size < 1)
+    return 1;
+  const int per_stage = s.model.num_layers / p.pipeline_model_parallel_size;
+  return std::max(1, per_stage / *p.num_layers_per_virtual_pipeline_stage);
+}
+
+// Megatron's _vocab_size_with_padding: round up to a multiple of divisible_by · tp so the
+// vocab-parallel embedding splits evenly and each shard keeps GEMM-friendly widths.
+int padded_vocab_size(const Scenario& s) {
+  const std::int64_t multiple =
+      std::int64_t{s.model.make_vocab_size_divisible_by} * s.parallelism.tensor_model_parallel_size;
+  if (multiple <= 0) return s.model.vocab_size;
+  return static_cast<int>((s.model.vocab_size + multiple - 1) / multiple * multiple);
+}
+
+// Megatron's arguments.py: 4h, or with swiglu int(4h · 2/3 / 64) · 64, which keeps the
+// parameter count of the two input projections near that of one 4h projection.
+int ffn_hidden_size(const Scenario& s) {
+  if (s.model.ffn_hidden_size) return *s.model.ffn_hidden_size;
+  // In 64 bits and clamped: an absurd --hidden-size must be reported, not overflow.
+  const std::int64_t four_h = std::int64_t{4} * s.model.hidden_size;
+  const std::int64_t ffn = s.model.swiglu ? four_h * 2 / 3 / 64 * 64 : four_h;
+  return static_cast<int>(std::min<std::int64_t>(ffn, std::numeric_limits<int>::max()));
+}
+
+int num_query_groups(const Scenario& s) {
+  return s.model.group_query_attention ? s.model.num_query_groups : s.model.num_attention_heads;
+}
+
+ParallelSizes parallel_sizes(const Scenario& s) {
+  const auto& p = s.parallelism;
+  return {.tp = p.tensor_model_parallel_size,
+          .pp = p.pipeline_model_parallel_size,
+          .dp = data_parallel_size(s),
+          .cp = p.context_parallel_size,
+          .ep = p.expert_model_parallel_size,
+          .vpp = virtual_pipeline_size(s)};
+}
+
+std::string effective_pipeline_schedule(const Scenario& s) {
+  const auto& p = s.parallelism;
+  if (p.pipeline_schedule != "auto") return p.pipeline_schedule;
+  if (p.pipeline_model_parallel_size == 1) return "none";
+  return virtual_pipeline_size(s) > 1 ? "interleaved" : "1f1b";
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation: Megatron-LM's argument checks (arguments.py, the microbatch calculator,
+// the interleaved schedule and the rank generator), each a function that appends what it
+// finds. A check returns early when a size it divides by is not positive: check_fields
+// has already reported that size.
+
+namespace {
+
+using I64 = std::int64_t;
+
+bool all_positive(std::initializer_list<I64> values) {
+  return std::all_of(values.begin(), values.end(), [](I64 v) { return v >= 1; });
+}
+
+// world / (tp · pp · cp), or 0 when the sizes are not positive or do not divide.
+I64 valid_dp(const Scenario& s) {
+  const auto& p = s.parallelism;
+  const I64 model =
+      I64{p.tensor_model_parallel_size} * p.pipeline_model_parallel_size * p.context_parallel_size;
+  if (model < 1 || s.cluster.world_size < 1 || s.cluster.world_size % model != 0) return 0;
+  return s.cluster.world_size / model;
+}
+
+// Per-field ranges again: a Scenario built in code never went through the decoders.
+void check_fields(const Scenario& s, Violations& out) {
+  for (const auto& f : registry()) {
+    const json v = f.get(s);
+    if (auto rule = broken_rule(f.rule, v); !rule.empty())
+      out.push_back({f.meta.name, shown(v), rule});
+  }
+}
+
+void check_world(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const I64 tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size,
+            cp = p.context_parallel_size, ep = p.expert_model_parallel_size,
+            world = s.cluster.world_size;
+  if (!all_positive({tp, pp, cp, ep, world})) return;
+  const I64 model = tp * pp * cp;
+  if (world % model != 0) {
+    out.push_back({"world_size", cat(world),
+                   cat("must be divisible by tensor_model_parallel_size × "
+                       "pipeline_model_parallel_size × context_parallel_size = ",
+                       tp, " × ", pp, " × ", cp, " = ", model)});
+    return;
+  }
+  const I64 dp = world / model;
+  if (dp % ep != 0)
+    out.push_back({"expert_model_parallel_size", cat(ep),
+                   cat("must divide the data-parallel size world_size / (tp × pp × cp) = ", world,
+                       " / ", model, " = ", dp)});
+}
+
+void check_model_split(const Scenario& s, Violations& out) {
+  const auto& m = s.model;
+  const I64 tp = s.parallelism.tensor_model_parallel_size;
+  const I64 pp = s.parallelism.pipeline_model_parallel_size;
+  if (!all_positive({tp, pp, m.num_attention_heads, m.hidden_size, m.num_layers})) return;
+  if (m.num_attention_heads % tp != 0)
+    out.push_back({"num_attention_heads", cat(m.num_attention_heads),
+                   cat("must be divisible by tensor_model_parallel_size = ", tp)});
+  const I64 ffn = ffn_hidden_size(s);
+  if (ffn >= 1 && ffn % tp != 0)
+    out.push_back({"ffn_hidden_size", cat(ffn),
+                   cat("must be divisible by tensor_model_parallel_size = ", tp,
+                       m.ffn_hidden_size ? "" : " (ffn_hidden_size defaults to 4 × hidden_size)")});
+  if (!m.kv_channels && m.hidden_size % m.num_attention_heads != 0)
+    out.push_back({"hidden_size", cat(m.hidden_size),
+                   cat("must be divisible by num_attention_heads = ", m.num_attention_heads,
+                       " (or set kv_channels)")});
+  if (m.num_layers % pp != 0)
+    out.push_back({"num_layers", cat(m.num_layers),
+                   cat("must be divisible by pipeline_model_parallel_size = ", pp)});
+}
+
+// Grouped-query attention (Megatron-Core's TransformerConfig and attention): every key/value
+// head serves the same number of query heads, and tensor parallelism either splits the
+// groups evenly or (tp a multiple of them) replicates each group over tp / groups ranks.
+void check_attention(const Scenario& s, Violations& out) {
+  const auto& m = s.model;
+  const I64 tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
+  const I64 groups = m.num_query_groups;
+  if (!m.group_query_attention || !all_positive({tp, heads, groups})) return;
+  if (heads % groups != 0)
+    out.push_back({"num_query_groups", cat(groups),
+                   cat("must divide num_attention_heads = ", heads,
+                       " (each key/value head serves the same number of query heads)")});
+  if (groups % tp != 0 && tp % groups != 0)
+    out.push_back({"num_query_groups", cat(groups),
+                   cat("must be a multiple or a divisor of tensor_model_parallel_size = ", tp)});
+}
+
+// Megatron accepts the interleaving as layers per virtual stage or as virtual stages per
+// rank (vpp), never both; either way every stage holds vpp chunks of equal depth. (Megatron
+// also asks for pp > 2 unless p2p communication is overlapped, a limit of torch's batched
+// p2p between the same two ranks; we keep only pp > 1, which the schedule itself needs.)
+void check_interleaving(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const auto& per_vstage = p.num_layers_per_virtual_pipeline_stage;
+  const auto& vstages = p.virtual_pipeline_model_parallel_size;
+  const I64 pp = p.pipeline_model_parallel_size, layers = s.model.num_layers;
+  if (!per_vstage && !vstages) return;
+  if (!all_positive({pp, layers, per_vstage.value_or(1), vstages.value_or(1)})) return;
+  if (per_vstage && vstages) {
+    out.push_back(
+        {"num_layers_per_virtual_pipeline_stage", cat(*per_vstage),
+         cat("give it or virtual_pipeline_model_parallel_size (", *vstages, "), not both")});
+    return;
+  }
+  const std::string field =
+      per_vstage ? "num_layers_per_virtual_pipeline_stage" : "virtual_pipeline_model_parallel_size";
+  const I64 given = per_vstage ? *per_vstage : *vstages;
+  const I64 vpp = virtual_pipeline_size(s);
+  if (per_vstage && layers % pp == 0 && (layers / pp) % *per_vstage != 0)
+    out.push_back({field, cat(given),
+                   cat("must divide the layers per pipeline stage num_layers / "
+                       "pipeline_model_parallel_size = ",
+                       layers, " / ", pp, " = ", layers / pp)});
+  if (vpp > 1 && pp == 1)
+    out.push_back({field, cat(given),
+                   cat("interleaving (", vpp,
+                       " model chunks per stage) requires pipeline_model_parallel_size > 1")});
+  if (vstages && vpp > 1 && layers % (pp * vpp) != 0)
+    out.push_back({"num_layers", cat(layers),
+                   cat("must be divisible by pipeline_model_parallel_size × "
+                       "virtual_pipeline_model_parallel_size = ",
+                       pp, " × ", vpp, " = ", pp * vpp)});
+}
+
+// Megatron's microbatch calculator: with a ramp-up every intermediate batch size must
+// split into whole microbatches on every dp rank, and the ramp must end on the global batch.
+void check_rampup(const Scenario& s, I64 dp, Violations& out) {
+  const auto& t = s.training;
+  const auto& r = t.rampup_batch_size;
+  if (r.size() != 3 || r[0] < 1 || r[1] < 1) return;  // its shape is check_fields' business
+  const std::string value = shown(encode(r));
+  const I64 start = r[0], increment = r[1], global = t.global_batch_size;
+  const I64 unit = t.micro_batch_size * dp;
+  const std::string unit_text =
+      cat("micro_batch_size × data-parallel size = ", t.micro_batch_size, " × ", dp, " = ", unit);
+  if (start >= global)
+    out.push_back({"rampup_batch_size", value,
+                   cat("start batch size ", start, " must be < global_batch_size = ", global)});
+  else if ((global - start) % increment != 0)
+    out.push_back({"rampup_batch_size", value,
+                   cat("global_batch_size − start = ", global, " − ", start, " = ", global - start,
+                       " must be divisible by the increment ", increment)});
+  if (start % unit != 0)
+    out.push_back({"rampup_batch_size", value,
+                   cat("start batch size ", start, " must be divisible by ", unit_text)});
+  if (increment % unit != 0)
+    out.push_back({"rampup_batch_size", value,
+                   cat("increment ", increment, " must be divisible by ", unit_text)});
+}
+
+void check_batch(const Scenario& s, Violations& out) {
+  const auto& t = s.training;
+  const I64 dp = valid_dp(s);
+  if (dp == 0 || !all_positive({t.micro_batch_size, t.global_batch_size})) return;
+  const I64 unit = t.micro_batch_size * dp;
+  if (t.global_batch_size % unit != 0)
+    out.push_back({"global_batch_size", cat(t.global_batch_size),
+                   cat("must be divisible by micro_batch_size × data-parallel size = ",
+                       t.micro_batch_size, " × ", dp, " = ", unit)});
+  check_rampup(s, dp, out);
+}
+
+// Every global batch size a run goes through: the ramp-up's steps, then the target.
+std::vector<I64> batch_sizes(const Scenario& s) {
+  const auto& r = s.training.rampup_batch_size;
+  const I64 global = s.training.global_batch_size;
+  std::vector<I64> sizes;
+  if (r.size() == 3 && r[0] >= 1 && r[1] >= 1 && r[0] < global)
+    for (I64 b = r[0]; b < global; b += r[1]) sizes.push_back(b);
+  sizes.push_back(global);
+  return sizes;
+}
+
+// Megatron-Core's interleaved schedule walks microbatches in groups of
+// microbatch_group_size_per_vp_stage (default pp) per model chunk: a group smaller than pp
+// or larger than m cannot fill the pipeline, and a short last group would deadlock the
+// p2p pairing, so m mod group must be 0 or at least pp.
+std::string broken_group_rule(I64 pp, I64 group, I64 m) {
+  if (group < pp || group > m)
+    return cat("the interleaved schedule needs pipeline_model_parallel_size ≤ microbatch group ",
+               "size ≤ number of microbatches, i.e. ", pp, " ≤ ", group, " ≤ ", m);
+  if (m % group != 0 && m % group < pp)
+    return cat("the last microbatch group, m mod group = ", m, " mod ", group, " = ", m % group,
+               ", must be 0 or ≥ pipeline_model_parallel_size = ", pp);
+  return "";
+}
+
+void check_microbatch_groups(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const I64 pp = p.pipeline_model_parallel_size, dp = valid_dp(s);
+  const I64 micro = s.training.micro_batch_size;
+  if (virtual_pipeline_size(s) <= 1 || pp <= 1 || dp == 0 || micro < 1) return;
+  const I64 group = p.microbatch_group_size_per_vp_stage.value_or(static_cast<int>(pp));
+  for (const I64 batch : batch_sizes(s)) {
+    if (batch % (micro * dp) != 0) continue;  // check_batch / check_rampup report it
+    const I64 m = batch / (micro * dp);
+    std::string rule = broken_group_rule(pp, group, m);
+    if (rule.empty()) continue;
+    const bool ramp = batch != s.training.global_batch_size;
+    rule += cat(" (m = ", batch, " / (micro_batch_size × dp) = ", m,
+                ramp ? " during the batch-size ramp-up" : "", ")");
+    if (p.microbatch_group_size_per_vp_stage)
+      out.push_back({"microbatch_group_size_per_vp_stage", cat(group), rule});
+    else
+      out.push_back({ramp ? "rampup_batch_size" : "global_batch_size",
+                     ramp ? shown(encode(s.training.rampup_batch_size)) : cat(batch),
+                     rule + "; microbatch_group_size_per_vp_stage defaults to pp"});
+    return;
+  }
+}
+
+void check_sequence(const Scenario& s, Violations& out) {
+  const I64 seq = s.model.seq_length, tp = s.parallelism.tensor_model_parallel_size,
+            cp = s.parallelism.context_parallel_size;
+  if (!all_positive({seq, tp, cp})) return;
+  if (cp > 1 && seq % (2 * cp) != 0)
+    out.push_back({"seq_length", cat(seq),
+                   cat("must be divisible by 2 × context_parallel_size = 2 × ", cp, " = ", 2 * cp,
+                       " (context parallelism cuts the sequence into 2·cp chunks to balance "
+                       "the causal mask)")});
+  // At tp 1 Megatron switches sequence parallelism off with a warning rather than failing;
+  // we accept it the same way (it has nothing to shard) and check only where it acts.
+  if (s.parallelism.sequence_parallel && tp > 1 && seq % (tp * cp) != 0)
+    out.push_back(
+        {"seq_length", cat(seq),
+         cp > 1 ? cat("must be divisible by tensor_model_parallel_size × context_parallel_size = ",
+                      tp, " × ", cp, " = ", tp * cp, " with sequence_parallel")
+                : cat("must be divisible by tensor_model_parallel_size = ", tp,
+                      " with sequence_parallel")});
+  const I64 max_positions = s.model.max_position_embeddings.value_or(s.model.seq_length);
+  if (max_positions < seq)
+    out.push_back(
+        {"max_position_embeddings", cat(max_positions), cat("must be ≥ seq_length = ", seq)});
+}
+
+void check_optimizer(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const auto& t = s.training;
+  if (t.fp16 && t.bf16)
+    out.push_back({"fp16", "true", "fp16 and bf16 exclude each other, and bf16 is true too"});
+  if (p.overlap_param_gather && !p.use_distributed_optimizer)
+    out.push_back({"overlap_param_gather", "true",
+                   "requires use_distributed_optimizer (it gathers the optimizer's shards)"});
+  if (p.overlap_param_gather && !p.overlap_grad_reduce)
+    out.push_back({"overlap_param_gather", "true", "requires overlap_grad_reduce"});
+  if (t.min_lr > t.lr) out.push_back({"min_lr", cat(t.min_lr), cat("must be ≤ lr = ", t.lr)});
+  const I64 decay = t.lr_decay_iters.value_or(t.train_iters);
+  if (t.lr_warmup_iters > decay)
+    out.push_back({"lr_warmup_iters", cat(t.lr_warmup_iters),
+                   cat("must be ≤ lr_decay_iters = ", decay,
+                       t.lr_decay_iters ? "" : " (lr_decay_iters defaults to train_iters)")});
+}
+
+// Full recomputation checkpoints groups of layers inside one model chunk (a stage, or a
+// virtual stage when interleaved), so a group cannot be deeper than the chunk.
+void check_recompute(const Scenario& s, Violations& out) {
+  const auto& t = s.training;
+  const I64 pp = s.parallelism.pipeline_model_parallel_size, layers = s.model.num_layers;
+  const I64 vpp = virtual_pipeline_size(s);
+  if (t.recompute_granularity != "full" || !all_positive({pp, layers, vpp})) return;
+  if (layers % (pp * vpp) != 0) return;
+  const I64 per_chunk = layers / (pp * vpp);
+  if (t.recompute_num_layers <= per_chunk) return;
+  out.push_back({"recompute_num_layers", cat(t.recompute_num_layers),
+                 vpp > 1 ? cat("must be ≤ the layers of one model chunk num_layers / (pp × vpp) = ",
+                               layers, " / (", pp, " × ", vpp, ") = ", per_chunk)
+                         : cat("must be ≤ the layers per pipeline stage num_layers / "
+                               "pipeline_model_parallel_size = ",
+                               layers, " / ", pp, " = ", per_chunk)});
+}
+
+void check_schedule(const Scenario& s, Violations& out) {
+  const std::string& kind = s.parallelism.pipeline_schedule;
+  const I64 pp = s.parallelism.pipeline_model_parallel_size;
+  const I64 vpp = virtual_pipeline_size(s);
+  if (kind == "none" && pp != 1)
+    out.push_back({"pipeline_schedule", kind,
+                   cat("\"none\" runs without pipelining and needs pipeline_model_parallel_size "
+                       "= 1, not ",
+                       pp)});
+  if (kind == "interleaved" && vpp <= 1)
+    out.push_back({"pipeline_schedule", kind,
+                   "needs more than one model chunk per stage: set "
+                   "num_layers_per_virtual_pipeline_stage or "
+                   "virtual_pipeline_model_parallel_size"});
+  if ((kind == "1f1b" || kind == "gpipe") && vpp > 1)
+    out.push_back({"pipeline_schedule", kind,
+                   cat("runs one model chunk per stage, but there are ", vpp,
+                       " (virtual pipeline); use \"interleaved\" or \"auto\"")});
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::istringstream in(text);
+  for (std::string part; std::getline(in, part, sep);) parts.push_back(part);
+  if (!text.empty() && text.back() == sep) parts.emplace_back();
+  return parts;
+}
+
+// Megatron-Core's RankGenerator: a '-'-joined permutation of tp, cp, ep, dp, pp; a
+// dimension of size 1 may be left out (it is appended), and ep splits dp, so the two must
+// be neighbours when ep > 1.
+void check_order(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const auto tokens = split(p.order, '-');
+  auto add = [&](std::string rule) { out.push_back({"order", p.order, std::move(rule)}); };
+  auto index_of = [&](std::string_view t) {
+    return std::find(tokens.begin(), tokens.end(), t) - tokens.begin();
+  };
+  const auto absent = static_cast<std::ptrdiff_t>(tokens.size());
+  constexpr std::array<std::string_view, 5> kDims = {"tp", "cp", "ep", "dp", "pp"};
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (std::find(kDims.begin(), kDims.end(), tokens[i]) == kDims.end())
+      add(cat("has unknown dimension \"", tokens[i],
+              "\"; the dimensions are tp, cp, ep, dp, pp joined by '-'"));
+    else if (index_of(tokens[i]) != static_cast<std::ptrdiff_t>(i))
+      add(cat("names \"", tokens[i], "\" more than once"));
+  }
+  for (std::string_view need : {"tp", "dp", "pp"})
+    if (index_of(need) == absent) add(cat("must contain \"", need, "\""));
+  const std::pair<std::string_view, I64> optional_dims[] = {{"cp", p.context_parallel_size},
+                                                            {"ep", p.expert_model_parallel_size}};
+  for (const auto& [dim, size] : optional_dims)
+    if (size > 1 && index_of(dim) == absent)
+      add(cat("must contain \"", dim, "\" when its size is ", size, " (only size-1 dimensions ",
+              "may be left out)"));
+  const auto ep = index_of("ep"), dp = index_of("dp");
+  if (p.expert_model_parallel_size > 1 && ep != absent && dp != absent && std::abs(ep - dp) != 1)
+    add("must put \"ep\" next to \"dp\" when expert_model_parallel_size > 1 (expert "
+        "parallelism splits the data-parallel dimension)");
+}
+
+}  // namespace
+
+void validate(const Scenario& s) {
+  Violations out;
+  for (auto check : {check_fields, check_world, check_model_split, check_attention,
+                     check_interleaving, check_batch, check_microbatch_groups, check_sequence,
+                     check_optimizer, check_recompute, check_schedule, check_order})
+    check(s, out);
+  if (!out.empty()) throw ConfigError(std::move(out), cat("scenario \"", s.name, "\""));
+}
+
+}  // namespace tandem

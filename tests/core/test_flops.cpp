@@ -1,0 +1,113 @@
+// Megatron's FLOPs per iteration and the parameter count (model/flops.hpp) against hand
+// derivations and published model sizes.
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "model/flops.hpp"
+
+namespace tandem {
+namespace {
+
+// Llama-2 7B (Touvron et al. 2023; the Hugging Face config): 32 layers, h 4096, 32 heads,
+// SwiGLU ffn 11008, RMSNorm, RoPE, no biases, untied output, vocab 32000.
+Scenario llama2_7b() {
+  Scenario s;
+  s.model.num_layers = 32;
+  s.model.hidden_size = 4096;
+  s.model.num_attention_heads = 32;
+  s.model.ffn_hidden_size = 11008;
+  s.model.swiglu = true;
+  s.model.normalization = "RMSNorm";
+  s.model.position_embedding_type = "rope";
+  s.model.disable_bias_linear = true;
+  s.model.untie_embeddings_and_output_weights = true;
+  s.model.vocab_size = 32000;
+  s.model.seq_length = 4096;
+  return s;
+}
+
+// Llama-3 8B: as above with 8 key/value heads, ffn 14336 and vocab 128256.
+Scenario llama3_8b() {
+  Scenario s = llama2_7b();
+  s.model.group_query_attention = true;
+  s.model.num_query_groups = 8;
+  s.model.ffn_hidden_size = 14336;
+  s.model.vocab_size = 128256;
+  s.model.seq_length = 8192;
+  return s;
+}
+
+TEST(ParameterCount, Llama2_7bIsThePublished6_74B) {
+  const double n = parameter_count(dense_shape(llama2_7b())).total;
+  EXPECT_NEAR(n, 6.74e9, 0.005 * 6.74e9);
+  // By hand: 32 · (4·4096² + 3·4096·11008 + 2·4096) + 2·32000·4096 + 4096.
+  EXPECT_DOUBLE_EQ(n, 6738415616.0);
+}
+
+TEST(ParameterCount, Llama3_8bIsThePublished8_03B) {
+  const double n = parameter_count(dense_shape(llama3_8b())).total;
+  EXPECT_NEAR(n, 8.03e9, 0.005 * 8.03e9);
+  // 32 · (4096·(4096 + 2·1024) + 4096² + 3·4096·14336 + 2·4096) + 2·128256·4096 + 4096.
+  EXPECT_DOUBLE_EQ(n, 8030261248.0);
+}
+
+TEST(ParameterCount, Gpt2SmallWithBiasesLayerNormAndTiedEmbeddings) {
+  // GPT-2 small (124M): 12 layers, h 768, vocab 50257, 1024 positions. Per layer
+  // 12h² + 13h (weights, biases and two LayerNorms); embeddings (V + 1024)·h; final norm 2h.
+  Scenario s;
+  s.model.num_layers = 12;
+  s.model.hidden_size = 768;
+  s.model.num_attention_heads = 12;
+  s.model.seq_length = 1024;
+  s.model.vocab_size = 50257;
+  s.model.make_vocab_size_divisible_by = 1;  // GPT-2's own, unpadded vocabulary
+  const double h = 768;
+  const double expected = 12 * (12 * h * h + 13 * h) + (50257 + 1024) * h + 2 * h;
+  EXPECT_DOUBLE_EQ(parameter_count(dense_shape(s)).total, expected);
+  EXPECT_NEAR(expected, 124.44e6, 0.01e6);  // the published 124M
+}
+
+TEST(ParametersPerRank, SplitOverTensorAndPipeline) {
+  Scenario s = llama2_7b();  // 32 layers, untied, no biases, RMSNorm
+  const DenseShape d = dense_shape(s);
+  const double h = 4096, layer = 4 * h * h + 3 * h * 11008, norms = 2 * h;
+  const double word = 32000 * h;
+  // tp 4, pp 2: each stage 16 layers; the first adds the embedding, the last the norm and
+  // output layer — the same size here, since both are V·h / tp.
+  const double stage = 16 * (layer / 4 + norms);
+  EXPECT_DOUBLE_EQ(parameters_per_rank(d, 4, 2), std::max(stage + word / 4, stage + h + word / 4));
+  // pp 1: everything on each rank, split by tp.
+  EXPECT_DOUBLE_EQ(parameters_per_rank(d, 1, 1), parameter_count(d).total);
+}
+
+TEST(MegatronFlops, DenseGptMatchesTheLogFormula) {
+  // Without GQA/SwiGLU, with kv_channels = h / heads and ffn = 4h, Megatron's general
+  // function reduces to 72·B·s·L·h²·(1 + s/(12h) + V/(12·L·h)).
+  Scenario s;
+  s.model.num_layers = 96;
+  s.model.hidden_size = 12288;
+  s.model.num_attention_heads = 96;
+  s.model.seq_length = 2048;
+  s.model.vocab_size = 51200;
+  const DenseShape d = dense_shape(s);
+  const double expected =
+      megatron_log_flops({1536, 2048, 96, 12288, static_cast<double>(padded_vocab_size(s))});
+  EXPECT_NEAR(num_floating_point_operations(d, 1536), expected, 1e-9 * expected);
+}
+
+TEST(MegatronFlops, Llama3_8bByHand) {
+  // Per token: 6·L·h·(3·ffn + 2q + 2kv) + 6·h·V with q = 4096, kv = 1024, plus the attention
+  // scores 6·s·L·q per token.
+  const double L = 32, h = 4096, ffn = 14336, q = 4096, kv = 1024, V = 128256, s = 8192;
+  const double per_token = 6 * L * h * (3 * ffn + 2 * q + 2 * kv) + 6 * h * V + 6 * s * L * q;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(dense_shape(llama3_8b()), 128),
+                   128 * s * per_token);
+  // Close to 6·N per token (N = 8.03e9, of which the input embedding costs no FLOPs) plus
+  // attention at s = 8192: a sanity bound, 1.0–1.2 × 6N.
+  const double six_n = 6 * 8.03e9;
+  EXPECT_GT(per_token, 1.0 * six_n);
+  EXPECT_LT(per_token, 1.2 * six_n);
+}
+
+}  // namespace
+}  // namespace tandem

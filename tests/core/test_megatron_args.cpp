@@ -1,0 +1,199 @@
+// Megatron command lines (core/megatron_args.hpp): the argument table against
+// pretrain_gpt.py's argparse rules, modelled and not-modelled arguments, refusals with the
+// closest flag, and the launch-script reader on the bash that Megatron's examples use.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/megatron_args.hpp"
+
+namespace tandem {
+namespace {
+
+const std::filesystem::path kFixtures =
+    std::filesystem::path(TANDEM_SOURCE_DIR) / "tests" / "tools" / "megatron";
+
+std::vector<Violation> violations_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.violations();
+  }
+  return {};
+}
+
+std::string value_of(const MegatronCommandLine& cl, const std::string& field) {
+  std::string v = "(absent)";
+  for (const auto& [k, text] : cl.overrides)
+    if (k == field) v = text;
+  return v;
+}
+
+bool not_modelled(const MegatronCommandLine& cl, const std::string& flag) {
+  return std::any_of(cl.not_modelled.begin(), cl.not_modelled.end(),
+                     [&](const auto& a) { return a.first == flag; });
+}
+
+TEST(MegatronTable, SortedUniqueAndComplete) {
+  const auto table = megatron_arguments();
+  EXPECT_GT(table.size(), 800u);  // pretrain_gpt.py has some 850 arguments
+  for (std::size_t i = 1; i < table.size(); ++i)
+    EXPECT_LT(table[i - 1].flag, table[i].flag) << "sorted and unique at " << table[i].flag;
+  // Every scenario field that is a Megatron argument is found by modelled_argument, and
+  // the fields Megatron has no flag for are tandem's own (cluster, schedule choice, order).
+  int modelled = 0;
+  for (const auto& a : table) modelled += modelled_argument(a).has_value();
+  EXPECT_GE(modelled, 45);
+  EXPECT_LT(modelled, static_cast<int>(table.size()) / 4);
+}
+
+TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
+  const auto cl = parse_megatron_args(
+      {"--num-layers", "96", "--hidden-size=12288", "--fp16", "--disable-bias-linear",
+       "--recompute-activations", "--rampup-batch-size", "16", "16", "5859375",
+       "--num-virtual-stages-per-pipeline-rank", "2", "--norm-epsilon", "1e-5"});
+  EXPECT_EQ(value_of(cl, "num_layers"), "96");
+  EXPECT_EQ(value_of(cl, "hidden_size"), "12288");
+  EXPECT_EQ(value_of(cl, "fp16"), "true");
+  EXPECT_EQ(value_of(cl, "disable_bias_linear"), "true");  // Megatron: add_bias_linear false
+  EXPECT_EQ(value_of(cl, "recompute_granularity"), "selective");
+  EXPECT_EQ(value_of(cl, "rampup_batch_size"), "16 16 5859375");
+  EXPECT_EQ(value_of(cl, "virtual_pipeline_model_parallel_size"), "2");
+  EXPECT_EQ(value_of(cl, "norm_epsilon"), "1e-5");
+  EXPECT_TRUE(cl.not_modelled.empty());
+  Scenario s;
+  apply_overrides(s, cl.overrides);  // and the scenario takes them
+  EXPECT_EQ(s.model.hidden_size, 12288);
+  EXPECT_EQ(s.training.rampup_batch_size, (std::vector<std::int64_t>{16, 16, 5859375}));
+}
+
+TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
+  const auto cl = parse_megatron_args({"--attention-backend", "auto", "--init-method-std", "0.006",
+                                       "--data-path", "a", "0.3", "b", "--no-mmap-bin-files",
+                                       "--attention-backend", "flash"});
+  EXPECT_TRUE(cl.overrides.empty());
+  EXPECT_TRUE(not_modelled(cl, "--init-method-std"));
+  ASSERT_EQ(cl.not_modelled[2].first, "--data-path");
+  EXPECT_EQ(cl.not_modelled[2].second, (std::vector<std::string>{"a", "0.3", "b"}));
+  EXPECT_EQ(not_modelled_line(cl),
+            "not modelled: --attention-backend, --init-method-std, --data-path, "
+            "--no-mmap-bin-files");
+}
+
+TEST(MegatronArgs, UnknownFlagsAreRefusedWithTheClosestMegatronFlag) {
+  const auto vs = violations_of([] {
+    parse_megatron_args({"--num-layer", "2", "--tensor-model-paralel-size", "8", "--foo-bar-baz"});
+  });
+  ASSERT_EQ(vs.size(), 3u);
+  EXPECT_EQ(vs[0].field, "--num-layer");
+  EXPECT_NE(vs[0].rule.find("did you mean --num-layers?"), std::string::npos) << vs[0].rule;
+  EXPECT_NE(vs[1].rule.find("--tensor-model-parallel-size"), std::string::npos) << vs[1].rule;
+  EXPECT_EQ(vs[2].rule.find("did you mean"), std::string::npos) << vs[2].rule;
+}
+
+TEST(MegatronArgs, ArgparseValueRules) {
+  const auto vs = violations_of([] {
+    parse_megatron_args(
+        {"stray", "--num-layers", "--fp16=1", "--rampup-batch-size", "16", "16", "--lr", "-1e-3"});
+  });
+  auto has = [&](const std::string& field, const std::string& rule) {
+    return std::any_of(vs.begin(), vs.end(), [&](const Violation& v) {
+      return v.field == field && v.rule.find(rule) != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(has("stray", "no flag before it"));
+  EXPECT_TRUE(has("--num-layers", "expects 1 value"));
+  EXPECT_TRUE(has("--fp16", "is a switch"));
+  EXPECT_TRUE(has("--rampup-batch-size", "expects 3 values"));
+  EXPECT_FALSE(has("--lr", ""));  // "-1e-3" is a value, as argparse reads it
+}
+
+TEST(MegatronArgs, RequiredArgumentsWithoutAScenarioFile) {
+  const auto cl = parse_megatron_args({"--num-layers", "2", "--hidden-size", "64"});
+  const auto vs = violations_of([&] { check_megatron_required(cl); });
+  ASSERT_EQ(vs.size(), 2u);
+  EXPECT_EQ(vs[0].field, "--num-attention-heads");
+  EXPECT_EQ(vs[1].field, "--max-position-embeddings");
+}
+
+TEST(LaunchScript, ArraysVariablesContinuationsAndTorchrun) {
+  const char* script = R"sh(#!/bin/bash
+GPUS_PER_NODE=4
+NNODES=2   # two nodes
+WORLD=$(( $GPUS_PER_NODE * NNODES ))
+CKPT=${1:-"/ckpt/x"}
+LAYERS=${LAYERS:-12}
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+mkdir -p "$(dirname "$CKPT")"
+MODEL=(
+    --num-layers $LAYERS   # a comment inside the array
+    --hidden-size 768
+)
+MODEL+=(--seq-length 1024)
+EXTRA=("--split 99,1,0" --save "$CKPT")
+DIST="--nproc_per_node $GPUS_PER_NODE --nnodes=$NNODES"
+torchrun $DIST \
+  pretrain_gpt.py "${MODEL[@]}" ${EXTRA[@]} --world-note "$WORLD ranks"; echo done
+)sh";
+  const auto l = parse_launch_script(script, "test.sh");
+  EXPECT_EQ(l.nproc_per_node, 4);
+  EXPECT_EQ(l.nnodes, 2);
+  EXPECT_EQ(l.args, (std::vector<std::string>{"--num-layers", "12", "--hidden-size", "768",
+                                              "--seq-length", "1024", "--split", "99,1,0", "--save",
+                                              "/ckpt/x", "--world-note", "8 ranks"}));
+}
+
+TEST(LaunchScript, RefusesControlFlowAndMissingLaunchNamingTheLine) {
+  auto vs = violations_of([] {
+    parse_launch_script("A=1\nif [[ $A == 1 ]]; then\n  B=2\nfi\npython pretrain_gpt.py\n", "s.sh");
+  });
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].field, "s.sh");
+  EXPECT_EQ(vs[0].value, "line 2");
+  EXPECT_NE(vs[0].rule.find("`if`"), std::string::npos);
+  vs = violations_of([] { parse_launch_script("A=(1 2\n", "t.sh"); });
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_NE(vs[0].rule.find("no closing ')'"), std::string::npos) << vs[0].rule;
+  vs = violations_of([] { parse_launch_script("echo hi\n", "u.sh"); });
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_NE(vs[0].rule.find("no pretrain_gpt.py"), std::string::npos);
+}
+
+// Megatron's examples/gpt3/train_gpt3_175b_distributed.sh, read from the fixture.
+TEST(LaunchScript, Gpt3_175bExampleReadsAsMegatronWouldParseIt) {
+  const auto l = read_launch_script(kFixtures / "gpt3_175b.sh");
+  EXPECT_EQ(l.nproc_per_node, 8);
+  EXPECT_EQ(l.nnodes, 1);
+  const auto cl = parse_megatron_args(l.args);
+  EXPECT_EQ(value_of(cl, "num_layers"), "96");
+  EXPECT_EQ(value_of(cl, "tensor_model_parallel_size"), "8");
+  EXPECT_EQ(value_of(cl, "pipeline_model_parallel_size"), "16");
+  EXPECT_EQ(value_of(cl, "global_batch_size"), "1536");
+  EXPECT_EQ(value_of(cl, "lr"), "6.0e-5");
+  EXPECT_EQ(value_of(cl, "fp16"), "true");
+  EXPECT_TRUE(not_modelled(cl, "--step-batch-size-schedule"));
+  EXPECT_TRUE(not_modelled(cl, "--vocab-file"));
+  const auto it = std::find(l.args.begin(), l.args.end(), "--step-batch-size-schedule");
+  ASSERT_NE(it, l.args.end());
+  EXPECT_EQ(*(it + 1), "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536");
+}
+
+TEST(LaunchScript, Llama3_8bExampleSplitsItsFlagValueStrings) {
+  const auto l = read_launch_script(kFixtures / "llama3_8b.sh");
+  const auto cl = parse_megatron_args(l.args);
+  EXPECT_EQ(value_of(cl, "group_query_attention"), "true");
+  EXPECT_EQ(value_of(cl, "num_query_groups"), "8");
+  EXPECT_EQ(value_of(cl, "normalization"), "RMSNorm");
+  EXPECT_EQ(value_of(cl, "rotary_base"), "1000000");
+  EXPECT_EQ(value_of(cl, "vocab_size"), "128256");          // from the string "--vocab-size 128256"
+  EXPECT_EQ(value_of(cl, "overlap_param_gather"), "true");  // appended with +=
+  EXPECT_TRUE(not_modelled(cl, "--fp8-format"));
+  EXPECT_TRUE(not_modelled(cl, "--mock-data"));
+}
+
+}  // namespace
+}  // namespace tandem
