@@ -27,7 +27,7 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
     word_ = params.add({"embedding.word_embeddings.weight", Shape{dims.padded_vocab, C},
                         ShardKind::rows, 0.02f, 0, true, !plan.pre_process});
   const bool sp = dims.sequence_parallel;
-  if (plan.pre_process && !o.rope)
+  if (plan.pre_process && o.learned_position_embedding && !o.rope)
     // Under sequence parallelism each rank adds the positions of its shard only.
     position_ = params.add({"embedding.position_embeddings.weight", Shape{dims.max_positions, C},
                             ShardKind::replicated, 0.02f, 0, true, false, sp});

@@ -39,7 +39,10 @@ struct LayerOptions {
   float rotary_percent = 1.0f;  // fraction of head_dim rotated
   bool add_bias_linear = true;
   bool flash_attn = false;
-  bool untie_embeddings_and_output_weights = false;  // the model's, not the layer's
+  // The model's, not the layer's: an output layer of its own; a learned absolute position
+  // embedding (false with rope, or Megatron's position_embedding_type none).
+  bool untie_embeddings_and_output_weights = false;
+  bool learned_position_embedding = true;
 };
 
 struct LayerDims {
