@@ -44,8 +44,8 @@ TEST(OpCostLlama, FusedAttentionCountsRealWorkWithoutTheScoreMatrix) {
   // Q and O: 32 heads; K and V: 8 groups; 2 bytes each; the lse in fp32.
   const double q = 32 * 4096 * 128.0, kv = 2 * 8 * 4096 * 128.0, lse = 32 * 4096 * 4.0;
   EXPECT_DOUBLE_EQ(f.bytes, 2 * (2 * q + kv) + lse);
-  const OpDesc b = flash_attention_backward_desc(
-      DType::bf16, {l.out, l.qkv, l.qkv, l.out, l.lse, l.qkv, l.qkv});
+  const OpDesc b =
+      flash_attention_backward_desc(DType::bf16, {l.out, l.qkv, l.qkv, l.out, l.lse, l.qkv, l.qkv});
   EXPECT_DOUBLE_EQ(b.flops, 2.5 * f.flops);
   // Reads Q O dO, K V and the lse; writes dQ, dK dV.
   EXPECT_DOUBLE_EQ(b.bytes, 2 * (4 * q + 2 * kv) + lse);
