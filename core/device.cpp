@@ -24,6 +24,13 @@ const std::vector<std::string>& device_op_names() {
                                                  "copy",
                                                  "sum_squares",
                                                  "adam",
+                                                 "rms_norm",
+                                                 "rms_norm_backward",
+                                                 "swiglu",
+                                                 "swiglu_backward",
+                                                 "rope",
+                                                 "flash_attention",
+                                                 "flash_attention_backward",
                                                  "upload",
                                                  "download"};
   return names;

@@ -87,6 +87,75 @@ struct AttentionBackwardArgs {
   Tensor& grad_qkv;           // (T, B, 3, heads, head_dim), written
 };
 
+// Llama-style layers (Megatron's --normalization RMSNorm): y = x·rstd·γ, no β.
+struct RmsNormArgs {
+  const Tensor& input;  // (rows, C)
+  const Tensor& gamma;  // (C)
+  Tensor& output;       // (rows, C)
+  Tensor& rstd;         // (rows) fp32, saved for backward
+  float epsilon = 1e-5f;
+};
+
+struct RmsNormBackwardArgs {
+  const Tensor& grad_output;  // (rows, C)
+  const Tensor& input;        // (rows, C)
+  const Tensor& gamma;        // (C)
+  const Tensor& rstd;         // (rows)
+  Tensor& grad_input;         // (rows, C), written
+  Tensor& grad_gamma;         // (C), accumulated into
+};
+
+// Rotary position embedding (Megatron's --position-embedding-type rope, "rotate half"),
+// in place on the fused QKV activation in Megatron's grouped layout
+// (T, B, groups, heads_per_group + 2, head_dim): the first `rotate_per_group` heads of
+// each group (its queries and its key) are rotated, the value passes. Backward is the same
+// op with inverse = true on the gradient (the rotation is orthogonal).
+struct RopeArgs {
+  Tensor& x;                          // (T, B, groups, per_group, head_dim)
+  std::int64_t rotate_per_group = 0;  // heads rotated at the front of each group
+  std::int64_t rotary_dim = 0;        // head_dim · rotary_percent, even
+  float base = 10000.0f;              // Megatron's rotary_base
+  std::int64_t position_offset = 0;   // row t is position position_offset + t
+  bool inverse = false;
+};
+
+// Which (query, key) pairs a fused attention call lets through, by absolute positions.
+enum class AttentionMaskKind {
+  causal,  // key position ≤ query position
+  none,    // all (a key block wholly in the past, as ring attention meets them)
+};
+
+// Fused (flash) grouped-query attention, Megatron's --use-flash-attn: no (T, T) matrix is
+// kept; forward saves the per-row log-sum-exp and backward recomputes the probabilities.
+// Both sources are in the grouped QKV layout (T, B, groups, heads_per_group + 2, head_dim);
+// queries come from q_source, keys and values from kv_source (the same tensor for
+// self-attention, another block of the sequence for ring attention), at positions
+// q_offset + i and k_offset + j.
+struct FlashAttentionArgs {
+  const Tensor& q_source;   // (Tq, B, G, P + 2, head_dim)
+  const Tensor& kv_source;  // (Tk, B, G, P + 2, head_dim)
+  Tensor& output;           // (Tq, B, G·P, head_dim)
+  Tensor& lse;              // (B, G·P, Tq) fp32 log-sum-exp, saved for backward
+  AttentionMaskKind mask = AttentionMaskKind::causal;
+  std::int64_t q_offset = 0;
+  std::int64_t k_offset = 0;
+};
+
+// Writes the query slots of grad_q_source and the key/value slots of grad_kv_source and
+// leaves their other slots alone, so for self-attention both are one tensor.
+struct FlashAttentionBackwardArgs {
+  const Tensor& grad_output;  // (Tq, B, G·P, head_dim)
+  const Tensor& q_source;
+  const Tensor& kv_source;
+  const Tensor& output;  // the forward's
+  const Tensor& lse;     // the forward's
+  Tensor& grad_q_source;
+  Tensor& grad_kv_source;
+  AttentionMaskKind mask = AttentionMaskKind::causal;
+  std::int64_t q_offset = 0;
+  std::int64_t k_offset = 0;
+};
+
 // Megatron's vocab-parallel pieces: each tp rank holds vocabulary rows
 // [vocab_begin, vocab_begin + local vocab); tokens outside the shard contribute nothing,
 // and the step program all-reduces across the tp group where Megatron does.
@@ -172,6 +241,17 @@ class Device {
   // grad_input = grad_output · gelu'(input)
   virtual void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                              Tensor& grad_input) = 0;
+  // Llama-style layers: RMSNorm, SwiGLU over the fused gate+up output (rows, 2F) → (rows, F),
+  // RoPE and fused grouped-query attention.
+  virtual void rms_norm(Stream& s, const RmsNormArgs& args) = 0;
+  virtual void rms_norm_backward(Stream& s, const RmsNormBackwardArgs& args) = 0;
+  virtual void swiglu(Stream& s, const Tensor& input, Tensor& output) = 0;
+  // grad_input (rows, 2F) written from grad_output (rows, F) and the forward's input.
+  virtual void swiglu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                               Tensor& grad_input) = 0;
+  virtual void rope(Stream& s, const RopeArgs& args) = 0;
+  virtual void flash_attention(Stream& s, const FlashAttentionArgs& args) = 0;
+  virtual void flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& args) = 0;
   virtual void embedding(Stream& s, const EmbeddingArgs& args) = 0;
   virtual void embedding_backward(Stream& s, const EmbeddingBackwardArgs& args) = 0;
   // Phase 1: per-row max of the local logits, (rows).

@@ -10,6 +10,8 @@
 #include "core/device.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/flash_attention.hpp"
+#include "kernels/cpu/rope.hpp"
 
 namespace tandem::op_arguments {
 
@@ -29,6 +31,72 @@ inline kernels::cpu::AttentionShape attention_shape(const Tensor& qkv) {
     throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
                                 qkv.shape.to_string());
   return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
+}
+
+// The grouped QKV layout (T, B, G, P + 2, head_dim) of fused attention and RoPE.
+inline void check_grouped_qkv(const char* op, const Tensor& t) {
+  if (t.shape.rank() != 5 || t.shape[3] < 3)
+    throw std::invalid_argument(std::string(op) +
+                                ": expected (T, B, groups, heads_per_group + 2, head_dim), got " +
+                                t.shape.to_string());
+}
+
+inline kernels::math::AttentionMask mask_of(AttentionMaskKind m) {
+  return m == AttentionMaskKind::causal ? kernels::math::AttentionMask::causal
+                                        : kernels::math::AttentionMask::none;
+}
+
+template <typename Args>
+kernels::cpu::FlashShape flash_shape(const char* op, const Args& a) {
+  check_grouped_qkv(op, a.q_source);
+  check_grouped_qkv(op, a.kv_source);
+  const Shape& q = a.q_source.shape;
+  const Shape& k = a.kv_source.shape;
+  if (q[1] != k[1] || q[2] != k[2] || q[3] != k[3] || q[4] != k[4])
+    throw std::invalid_argument(std::string(op) + ": q_source " + q.to_string() +
+                                " and kv_source " + k.to_string() + " differ past the sequence");
+  const kernels::cpu::FlashShape s{.B = q[1],
+                                   .Tq = q[0],
+                                   .Tk = k[0],
+                                   .G = q[2],
+                                   .P = q[3] - 2,
+                                   .HD = q[4],
+                                   .q_offset = a.q_offset,
+                                   .k_offset = a.k_offset,
+                                   .mask = mask_of(a.mask)};
+  if (a.output.numel() != s.Tq * s.B * s.G * s.P * s.HD || a.lse.numel() != s.B * s.G * s.P * s.Tq)
+    throw std::invalid_argument(std::string(op) + ": output or lse does not match q_source " +
+                                q.to_string());
+  return s;
+}
+
+inline kernels::cpu::RopeShape rope_shape(const RopeArgs& a) {
+  check_grouped_qkv("rope", a.x);
+  const Shape& x = a.x.shape;
+  if (a.rotary_dim <= 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > x[4] || a.rotate_per_group < 0 ||
+      a.rotate_per_group > x[3])
+    throw std::invalid_argument("rope: rotary_dim " + std::to_string(a.rotary_dim) +
+                                " must be even and within head_dim " + std::to_string(x[4]) +
+                                ", rotate_per_group within the group");
+  return {.T = x[0],
+          .B = x[1],
+          .groups = x[2],
+          .per_group = x[3],
+          .rotate_per_group = a.rotate_per_group,
+          .head_dim = x[4],
+          .rotary_dim = a.rotary_dim,
+          .position_offset = a.position_offset,
+          .base = a.base};
+}
+
+// SwiGLU: input (rows, 2F), output (rows, F).
+inline std::int64_t swiglu_width(const char* op, const Tensor& input, const Tensor& output) {
+  const std::int64_t two_f = last_dim(input);
+  if (two_f % 2 != 0 || output.numel() * 2 != input.numel())
+    throw std::invalid_argument(std::string(op) + ": input " + input.shape.to_string() +
+                                " must be (rows, 2F) for an output of (rows, F), got " +
+                                output.shape.to_string());
+  return two_f / 2;
 }
 
 inline kernels::cpu::CrossEntropyShape ce_shape(const CrossEntropyArgs& a) {

@@ -18,28 +18,41 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
                    Recompute recompute)
     : params_(params), dims_(dims), plan_(plan) {
   const std::int64_t C = dims.hidden;
-  if (plan.pre_process || plan.post_process)
+  const LayerOptions& o = dims.options;
+  const bool untie = o.untie_embeddings_and_output_weights;
+  if (plan.pre_process || (plan.post_process && !untie))
     // The output layer on the last stage is the word embedding (tied); with pipelining it
     // is a second copy, initialised identically because the seed derives from the name,
     // whose gradient the embedding group all-reduces.
     word_ = params.add({"embedding.word_embeddings.weight", Shape{dims.padded_vocab, C},
                         ShardKind::rows, 0.02f, 0, true, !plan.pre_process});
   const bool sp = dims.sequence_parallel;
-  if (plan.pre_process)
+  if (plan.pre_process && o.learned_position_embedding && !o.rope)
     // Under sequence parallelism each rank adds the positions of its shard only.
     position_ = params.add({"embedding.position_embeddings.weight", Shape{dims.max_positions, C},
                             ShardKind::replicated, 0.02f, 0, true, false, sp});
   const LayerDims ld{dims.hidden,      dims.heads,      dims.ffn, dims.seq,
-                     dims.micro_batch, dims.num_layers, sp};
+                     dims.micro_batch, dims.num_layers, sp,       o};
   layers_.reserve(static_cast<std::size_t>(plan.num_layers));
   for (int i = 0; i < plan.num_layers; ++i)
     layers_.emplace_back(params, plan.first_layer + i, ld, recompute);
   if (plan.post_process) {
     final_ln_w_ = params.add(
         {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false, sp});
-    final_ln_b_ = params.add(
-        {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false, sp});
+    if (o.normalization == Normalization::layer_norm)
+      final_ln_b_ = params.add(
+          {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false, sp});
+    output_ = untie ? params.add({"output_layer.weight", Shape{dims.padded_vocab, C},
+                                  ShardKind::rows, 0.02f, 0, true, false})
+                    : word_;
   }
+}
+
+std::vector<int> GptChunk::present(std::initializer_list<int> indices) const {
+  std::vector<int> out;
+  for (int i : indices)
+    if (i >= 0) out.push_back(i);
+  return out;
 }
 
 namespace {
@@ -66,6 +79,7 @@ Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
     words = reduce_scatter_to_sequence_parallel_region(env, words);
   else
     env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
+  if (position_ < 0) return words;  // rotary embeddings act inside attention
   const Tensor positions = local_positions(env, mb.positions);
   Tensor pos = allocate_like(env, words.shape);
   d.embedding(env.stream, {positions, params_[position_].compute, pos, 0});
@@ -79,14 +93,20 @@ void GptChunk::head_forward(ModelEnv& env, const Tensor& x, Saved& s) {
   const std::int64_t rows = x.shape[0];
   s.final_input = x;
   s.final_ln_out = allocate_like(env, x.shape);
-  s.final_mean = allocate_fp32(d, Shape{rows});
-  s.final_rstd = allocate_fp32(d, Shape{rows});
-  d.layer_norm(st, {x, params_[final_ln_w_].compute, params_[final_ln_b_].compute, s.final_ln_out,
-                    s.final_mean, s.final_rstd});
+  const float eps = dims_.options.norm_epsilon;
+  if (final_ln_b_ < 0) {  // RMSNorm
+    s.final_rstd = allocate_fp32(d, Shape{rows});
+    d.rms_norm(st, {x, params_[final_ln_w_].compute, s.final_ln_out, s.final_rstd, eps});
+  } else {
+    s.final_mean = allocate_fp32(d, Shape{rows});
+    s.final_rstd = allocate_fp32(d, Shape{rows});
+    d.layer_norm(st, {x, params_[final_ln_w_].compute, params_[final_ln_b_].compute, s.final_ln_out,
+                      s.final_mean, s.final_rstd, eps});
+  }
   // (T·B, local vocab): the output layer sees whole sequences also under sequence parallelism.
-  s.logits = column_parallel_forward(env, s.final_ln_out, params_[word_], nullptr);
+  s.logits = column_parallel_forward(env, s.final_ln_out, params_[output_], nullptr);
   const std::int64_t tokens = s.logits.shape[0];
-  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
+  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[output_])};
   s.row_max = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_max(st, ce, s.row_max);
   env.tp.all_reduce(st, s.row_max, ReduceOp::max)->wait();
@@ -105,14 +125,18 @@ Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
   const std::int64_t rows = s.logits.shape[0];
   Tensor grad_loss = allocate_fp32(d, Shape{rows});
   d.fill(st, grad_loss, loss_scale / static_cast<float>(rows));  // mean over tokens
-  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[word_])};
+  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[output_])};
   d.cross_entropy_backward(st, ce, s.row_max, s.sum_exp, grad_loss, s.logits);  // in place
-  Tensor d_ln = column_parallel_backward(env, s.final_ln_out, s.logits, params_[word_], nullptr);
+  Tensor d_ln = column_parallel_backward(env, s.final_ln_out, s.logits, params_[output_], nullptr);
   s.logits = s.final_ln_out = Tensor{};
   Tensor dx = allocate_like(env, d_ln.shape);
-  d.layer_norm_backward(
-      st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_mean, s.final_rstd, dx,
-           params_[final_ln_w_].grad, params_[final_ln_b_].grad});
+  if (final_ln_b_ < 0)
+    d.rms_norm_backward(st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_rstd, dx,
+                             params_[final_ln_w_].grad});
+  else
+    d.layer_norm_backward(
+        st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_mean, s.final_rstd, dx,
+             params_[final_ln_w_].grad, params_[final_ln_b_].grad});
   return dx;
 }
 
@@ -123,8 +147,9 @@ void GptChunk::embed_backward(ModelEnv& env, const Tensor& grad, const Microbatc
       env.sequence_parallel ? gather_from_sequence_parallel_region(env, grad) : grad;
   env.device.embedding_backward(env.stream,
                                 {mb.tokens, all_rows, word.grad, vocab_begin(params_, word)});
-  env.device.embedding_backward(
-      env.stream, {local_positions(env, mb.positions), grad, params_[position_].grad, 0});
+  if (position_ >= 0)
+    env.device.embedding_backward(
+        env.stream, {local_positions(env, mb.positions), grad, params_[position_].grad, 0});
 }
 
 Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
@@ -155,8 +180,9 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
   if (plan_.post_process) {
     // The tied word embedding is final only after the embedding's backward, when this
     // chunk holds both.
-    ready(plan_.pre_process ? std::vector<int>{final_ln_w_, final_ln_b_}
-                            : std::vector<int>{final_ln_w_, final_ln_b_, word_});
+    // (An untied output layer is final at once.)
+    ready(plan_.pre_process && output_ == word_ ? present({final_ln_w_, final_ln_b_})
+                                                : present({final_ln_w_, final_ln_b_, output_}));
   }
   s.final_input = Tensor{};
   for (std::size_t i = layers_.size(); i-- > 0;) {
@@ -165,7 +191,7 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
   }
   if (!plan_.pre_process) return g;
   embed_backward(env, g, s.batch);
-  ready({word_, position_});
+  ready(present({word_, position_}));
   return Tensor{};
 }
 

@@ -24,6 +24,10 @@ struct GptDims {
   int max_positions = 0;
   bool sequence_parallel = false;  // Megatron's sequence_parallel (meaningful at tp > 1)
   DType compute = DType::fp32;     // activations and parameter copies (bf16/fp16: mixed precision)
+  // Llama-style switches (transformer_layer.hpp). With rope there is no position embedding;
+  // with untie_embeddings_and_output_weights the last stage has its own output layer
+  // ("output_layer.weight") and the first stage's word embedding is not shared.
+  LayerOptions options;
 };
 
 // Which layers a chunk holds: chunk c of pp rank r holds layers
@@ -89,6 +93,8 @@ class GptChunk {
   ChunkPlan plan_;
   std::vector<TransformerLayer> layers_;
   int word_ = -1, position_ = -1, final_ln_w_ = -1, final_ln_b_ = -1;
+  int output_ = -1;  // the output layer's weight: word_ when tied
+  std::vector<int> present(std::initializer_list<int> indices) const;
   std::map<int, Saved> saved_;
   GradReadyHook* hook_ = nullptr;
 };

@@ -17,13 +17,15 @@ std::string_view shard_kind_name(ShardKind k) {
       return "columns";
     case ShardKind::qkv_rows:
       return "qkv_rows";
+    case ShardKind::glu_rows:
+      return "glu_rows";
   }
   return "?";
 }
 
 ShardKind parse_shard_kind(std::string_view name) {
-  for (ShardKind k :
-       {ShardKind::replicated, ShardKind::rows, ShardKind::columns, ShardKind::qkv_rows})
+  for (ShardKind k : {ShardKind::replicated, ShardKind::rows, ShardKind::columns,
+                      ShardKind::qkv_rows, ShardKind::glu_rows})
     if (shard_kind_name(k) == name) return k;
   throw std::invalid_argument("unknown shard kind " + std::string(name));
 }
@@ -49,6 +51,12 @@ Shape local_shape_of(const ParameterSpec& spec, int size) {
     case ShardKind::qkv_rows:
       if (dims[0] % (3 * size) != 0)
         throw std::invalid_argument("qkv parameter " + spec.name + " cannot be split by heads");
+      dims[0] /= size;
+      break;
+    case ShardKind::glu_rows:
+      if (dims[0] % (2 * size) != 0)
+        throw std::invalid_argument("gate+up parameter " + spec.name + " cannot be split " +
+                                    std::to_string(size) + " ways");
       dims[0] /= size;
       break;
   }
@@ -78,10 +86,14 @@ void for_each_shard_run(const ParameterSpec& spec, int size, int rank, Run run) 
       for (std::int64_t i = 0; i < rows; ++i) run(i * cols + rank * c, i * c, c);
       break;
     }
-    case ShardKind::qkv_rows: {
-      // Rows are (3, heads·head_dim): this rank's heads from each of q, k, v.
-      const std::int64_t per = rows / 3, r = per / size;
-      for (std::int64_t w = 0; w < 3; ++w) run((w * per + rank * r) * cols, w * r * cols, r * cols);
+    case ShardKind::qkv_rows:
+    case ShardKind::glu_rows: {
+      // Rows are (3, heads·head_dim): this rank's heads from each of q, k, v; or (2, F):
+      // this rank's rows of gate and of up, which Megatron's fused fc1 holds side by side.
+      const std::int64_t pieces = spec.shard == ShardKind::qkv_rows ? 3 : 2;
+      const std::int64_t per = rows / pieces, r = per / size;
+      for (std::int64_t w = 0; w < pieces; ++w)
+        run((w * per + rank * r) * cols, w * r * cols, r * cols);
       break;
     }
   }

@@ -24,6 +24,7 @@ enum class ShardKind {
   rows,        // split along dim 0 (column-parallel weights and biases, vocab rows)
   columns,     // split along dim 1 (row-parallel weights)
   qkv_rows,    // (3·heads·head_dim, C) split by heads within each of q, k, v
+  glu_rows,    // (2·F, …) split by rows within each of gate and up (SwiGLU's fused fc1)
 };
 
 struct ParameterSpec {
@@ -110,7 +111,7 @@ class ParameterSet {
   Tensor values_, grads_;
 };
 
-std::string_view shard_kind_name(ShardKind k);      // "replicated", "rows", "columns", "qkv_rows"
+std::string_view shard_kind_name(ShardKind k);  // "replicated", "rows", "columns", "qkv_rows", …
 ShardKind parse_shard_kind(std::string_view name);  // throws std::invalid_argument
 
 // The local shape of a logical parameter on tp rank `rank` of `size`.

@@ -12,71 +12,221 @@ Recompute parse_recompute(const std::string& g) {
   throw std::invalid_argument("recompute_granularity must be none, selective or full, not " + g);
 }
 
+Normalization parse_normalization(const std::string& name) {
+  if (name == "LayerNorm" || name.empty()) return Normalization::layer_norm;
+  if (name == "RMSNorm") return Normalization::rms_norm;
+  throw std::invalid_argument("normalization must be LayerNorm or RMSNorm, not " + name);
+}
+
+namespace {
+
+struct Heads {
+  std::int64_t groups;     // query groups (= key/value heads) of the whole layer
+  std::int64_t per_group;  // query heads per group
+};
+
+Heads heads_of(const LayerDims& d) {
+  const int groups = d.options.num_query_groups > 0 ? d.options.num_query_groups : d.heads;
+  if (d.heads % groups != 0)
+    throw std::invalid_argument("num_attention_heads " + std::to_string(d.heads) +
+                                " is not a multiple of num_query_groups " + std::to_string(groups));
+  if (groups != d.heads && !d.options.flash_attn)
+    throw std::invalid_argument("grouped-query attention (num_query_groups " +
+                                std::to_string(groups) + " < heads " + std::to_string(d.heads) +
+                                ") runs on the fused attention op: set use_flash_attn");
+  return {groups, d.heads / groups};
+}
+
+}  // namespace
+
 TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerDims& dims,
                                    Recompute recompute)
     : params_(params), dims_(dims), recompute_(recompute) {
+  const LayerOptions& o = dims.options;
   const std::int64_t C = dims.hidden, F = dims.ffn;
   const std::string p = "layers." + std::to_string(index) + ".";
   const float std_dev = 0.02f;
   // Megatron scales the init of the layers that write into the residual stream.
   const float out_std = std_dev / std::sqrt(2.0f * static_cast<float>(dims.num_layers));
   const bool sp = dims.sequence_parallel;
+  const bool rms = o.normalization == Normalization::rms_norm;
+  const bool bias = o.add_bias_linear;
   auto norm = [&](const std::string& n, float v) {
     return params.add({p + n, Shape{C}, ShardKind::replicated, 0.0f, v, false, false, sp});
   };
+  auto linear = [&](const std::string& n, Shape shape, ShardKind kind, float init) {
+    return params.add({p + n, std::move(shape), kind, init, 0, true, false});
+  };
+  auto linear_bias = [&](const std::string& n, std::int64_t size, ShardKind kind) {
+    // Row-parallel biases are added after the reduction: replicated, sequence-parallel.
+    const bool replicated = kind == ShardKind::replicated;
+    return params.add({p + n, Shape{size}, kind, 0, 0, false, false, replicated && sp});
+  };
+  const Heads h = heads_of(dims);
+  if (o.flash_attn && h.groups % params.tp_size() != 0)
+    throw std::invalid_argument("num_query_groups " + std::to_string(h.groups) +
+                                " is not divisible by tensor_model_parallel_size " +
+                                std::to_string(params.tp_size()));
   ln1_w_ = norm("input_layernorm.weight", 1.0f);
-  ln1_b_ = norm("input_layernorm.bias", 0.0f);
-  qkv_w_ = params.add(
-      {p + "attention.qkv.weight", Shape{3 * C, C}, ShardKind::qkv_rows, std_dev, 0, true, false});
-  qkv_b_ =
-      params.add({p + "attention.qkv.bias", Shape{3 * C}, ShardKind::qkv_rows, 0, 0, false, false});
-  proj_w_ = params.add(
-      {p + "attention.dense.weight", Shape{C, C}, ShardKind::columns, out_std, 0, true, false});
-  proj_b_ = params.add(
-      {p + "attention.dense.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false, sp});
+  if (!rms) ln1_b_ = norm("input_layernorm.bias", 0.0f);
+  // Fused attention reads Megatron's grouped QKV: a tp rank's rows are whole query groups.
+  const std::int64_t qkv_rows =
+      o.flash_attn ? h.groups * (h.per_group + 2) * (C / dims.heads) : 3 * C;
+  const ShardKind qkv_kind = o.flash_attn ? ShardKind::rows : ShardKind::qkv_rows;
+  qkv_w_ = linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
+  if (bias) qkv_b_ = linear_bias("attention.qkv.bias", qkv_rows, qkv_kind);
+  proj_w_ = linear("attention.dense.weight", Shape{C, C}, ShardKind::columns, out_std);
+  if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
   ln2_w_ = norm("post_attention_layernorm.weight", 1.0f);
-  ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
-  fc1_w_ =
-      params.add({p + "mlp.fc1.weight", Shape{F, C}, ShardKind::rows, std_dev, 0, true, false});
-  fc1_b_ = params.add({p + "mlp.fc1.bias", Shape{F}, ShardKind::rows, 0, 0, false, false});
-  fc2_w_ =
-      params.add({p + "mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std, 0, true, false});
-  fc2_b_ =
-      params.add({p + "mlp.fc2.bias", Shape{C}, ShardKind::replicated, 0, 0, false, false, sp});
+  if (!rms) ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
+  // SwiGLU: one column-parallel GEMM for gate and up; each rank holds its rows of both.
+  const std::int64_t fc1_rows = o.swiglu ? 2 * F : F;
+  const ShardKind fc1_kind = o.swiglu ? ShardKind::glu_rows : ShardKind::rows;
+  fc1_w_ = linear("mlp.fc1.weight", Shape{fc1_rows, C}, fc1_kind, std_dev);
+  if (bias) fc1_b_ = linear_bias("mlp.fc1.bias", fc1_rows, fc1_kind);
+  fc2_w_ = linear("mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std);
+  if (bias) fc2_b_ = linear_bias("mlp.fc2.bias", C, ShardKind::replicated);
+}
+
+std::vector<int> TransformerLayer::parameter_indices() const {
+  std::vector<int> out;
+  for (int i : {ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_, ln2_w_, ln2_b_, fc1_w_, fc1_b_,
+                fc2_w_, fc2_b_})
+    if (i >= 0) out.push_back(i);
+  return out;
+}
+
+Shape TransformerLayer::grouped_shape() const {
+  const Heads h = heads_of(dims_);
+  const std::int64_t hd = head_dim();
+  const std::int64_t local_groups = params_[qkv_w_].local_shape[0] / ((h.per_group + 2) * hd);
+  return Shape{dims_.seq, dims_.micro_batch, local_groups, h.per_group + 2, hd};
+}
+
+void TransformerLayer::norm_forward(ModelEnv& env, const Tensor& x, int w, int b, Tensor& out,
+                                    Tensor& mean, Tensor& rstd) {
+  Device& d = env.device;
+  const std::int64_t rows = x.shape[0];
+  const float eps = dims_.options.norm_epsilon;
+  if (dims_.options.normalization == Normalization::rms_norm) {
+    rstd = allocate_fp32(d, Shape{rows});
+    d.rms_norm(env.stream, {x, params_[w].compute, out, rstd, eps});
+    return;
+  }
+  mean = allocate_fp32(d, Shape{rows});
+  rstd = allocate_fp32(d, Shape{rows});
+  d.layer_norm(env.stream, {x, params_[w].compute, params_[b].compute, out, mean, rstd, eps});
+}
+
+void TransformerLayer::norm_backward(ModelEnv& env, const Tensor& dy, const Tensor& x, int w, int b,
+                                     const Tensor& mean, const Tensor& rstd, Tensor& dx) {
+  if (dims_.options.normalization == Normalization::rms_norm) {
+    env.device.rms_norm_backward(env.stream,
+                                 {dy, x, params_[w].compute, rstd, dx, params_[w].grad});
+    return;
+  }
+  env.device.layer_norm_backward(
+      env.stream, {dy, x, params_[w].compute, mean, rstd, dx, params_[w].grad, params_[b].grad});
+}
+
+namespace {
+
+// RoPE on the queries and keys of a QKV activation, viewed as (T, B, groups, per_group, hd)
+// with the first `rotated` heads of each group rotated.
+void apply_rope(ModelEnv& env, const LayerDims& dims, Tensor x, std::int64_t rotated,
+                bool inverse) {
+  const std::int64_t hd = dims.hidden / dims.heads;
+  const auto rotary_dim =
+      static_cast<std::int64_t>(static_cast<float>(hd) * dims.options.rotary_percent) / 2 * 2;
+  env.device.rope(env.stream, {.x = x,
+                               .rotate_per_group = rotated,
+                               .rotary_dim = rotary_dim,
+                               .base = dims.options.rotary_base,
+                               .position_offset = 0,
+                               .inverse = inverse});
+}
+
+}  // namespace
+
+void TransformerLayer::attention_forward(ModelEnv& env, LayerActivations& a, bool keep_probs) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
+  if (dims_.options.flash_attn) {
+    const Shape g = grouped_shape();
+    const std::int64_t local_heads = g[2] * (g[3] - 2);
+    Tensor qkv = a.qkv.view(g);
+    if (dims_.options.rope) apply_rope(env, dims_, qkv, g[3] - 1, false);
+    a.attn_out = allocate_like(env, Shape{T * B, local_heads * hd});  // whole sequences
+    Tensor lse = allocate_fp32(d, Shape{B, local_heads, T});
+    d.flash_attention(s, {qkv, qkv, a.attn_out, lse});
+    // Selective recomputation drops what Megatron's checkpointed core attention drops.
+    if (keep_probs) a.lse = lse;
+    return;
+  }
+  const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
+  if (dims_.options.rope)
+    apply_rope(env, dims_, a.qkv.view(Shape{T, B, 1, 3 * local_heads, hd}), 2 * local_heads, false);
+  a.attn_out = allocate_like(env, Shape{T * B, local_heads * hd});  // whole sequences
+  Tensor probs = allocate_like(env, Shape{B, local_heads, T, T});
+  d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs});
+  if (keep_probs) a.probs = probs;
+}
+
+Tensor TransformerLayer::attention_backward(ModelEnv& env, const Tensor& d_attn,
+                                            LayerActivations& a) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
+  if (dims_.options.flash_attn) {
+    const Shape g = grouped_shape();
+    Tensor qkv = a.qkv.view(g);
+    if (a.lse.shape.dims().empty()) {  // selective: recompute the fused forward for its lse
+      a.lse = allocate_fp32(d, Shape{B, g[2] * (g[3] - 2), T});
+      Tensor scratch = allocate_like(env, a.attn_out.shape);
+      d.flash_attention(s, {qkv, qkv, scratch, a.lse});
+    }
+    Tensor d_qkv = allocate_like(env, a.qkv.shape);
+    Tensor dg = d_qkv.view(g);
+    d.flash_attention_backward(s, {d_attn, qkv, qkv, a.attn_out, a.lse, dg, dg});
+    a.attn_out = a.lse = Tensor{};
+    if (dims_.options.rope) apply_rope(env, dims_, dg, g[3] - 1, true);
+    return d_qkv;
+  }
+  const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
+  a.attn_out = Tensor{};
+  Tensor d_qkv = allocate_like(env, a.qkv.shape);
+  d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv});
+  a.probs = Tensor{};
+  if (dims_.options.rope)
+    apply_rope(env, dims_, d_qkv.view(Shape{T, B, 1, 3 * local_heads, hd}), 2 * local_heads, true);
+  return d_qkv;
 }
 
 Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a,
                                      bool keep_probs) {
   Device& d = env.device;
   Stream& s = env.stream;
-  const std::int64_t rows = x.shape[0], C = dims_.hidden;
-  const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / (C / dims_.heads);
-  const std::int64_t hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
   a.input = x;
   a.ln1_out = allocate_like(env, x.shape);
-  a.ln1_mean = allocate_fp32(d, Shape{rows});
-  a.ln1_rstd = allocate_fp32(d, Shape{rows});
-  d.layer_norm(
-      s, {x, params_[ln1_w_].compute, params_[ln1_b_].compute, a.ln1_out, a.ln1_mean, a.ln1_rstd});
-  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], &params_[qkv_b_]);
-  a.attn_out = allocate_like(env, Shape{T * B, local_heads * hd});  // whole sequences
-  Tensor probs = allocate_like(env, Shape{B, local_heads, T, T});
-  d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs});
-  if (keep_probs) a.probs = probs;
-  probs = Tensor{};
-  Tensor proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], &params_[proj_b_]);
+  norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_));
+  attention_forward(env, a, keep_probs);
+  Tensor proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], bias(proj_b_));
   a.residual = allocate_like(env, x.shape);
   d.add(s, x, proj, a.residual);
   proj = Tensor{};
   a.ln2_out = allocate_like(env, x.shape);
-  a.ln2_mean = allocate_fp32(d, Shape{rows});
-  a.ln2_rstd = allocate_fp32(d, Shape{rows});
-  d.layer_norm(s, {a.residual, params_[ln2_w_].compute, params_[ln2_b_].compute, a.ln2_out,
-                   a.ln2_mean, a.ln2_rstd});
-  a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_], &params_[fc1_b_]);
-  a.gelu_out = allocate_like(env, a.fc1_out.shape);
-  d.gelu(s, a.fc1_out, a.gelu_out);
-  Tensor fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], &params_[fc2_b_]);
+  norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
+  a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_], bias(fc1_b_));
+  if (dims_.options.swiglu) {
+    a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
+    d.swiglu(s, a.fc1_out, a.gelu_out);
+  } else {
+    a.gelu_out = allocate_like(env, a.fc1_out.shape);
+    d.gelu(s, a.fc1_out, a.gelu_out);
+  }
+  Tensor fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], bias(fc2_b_));
   Tensor out = allocate_like(env, x.shape);
   d.add(s, a.residual, fc2, out);
   return out;
@@ -93,42 +243,40 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Stream& s = env.stream;
   if (recompute_ == Recompute::full) forward_all(env, a.input, a, true);
   const std::int64_t C = dims_.hidden, hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
-  const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
-  if (a.probs.shape.dims().empty()) {  // selective: recompute the attention core
+  if (!dims_.options.flash_attn && a.probs.shape.dims().empty()) {
+    // selective: recompute the attention core
+    const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
     a.probs = allocate_like(env, Shape{B, local_heads, T, T});
     Tensor scratch = allocate_like(env, a.attn_out.shape);
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
-  // MLP half: out = residual + fc2(gelu(fc1(ln2(residual)))).
-  Tensor d_gelu =
-      row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], &params_[fc2_b_]);
+  // MLP half: out = residual + fc2(act(fc1(norm2(residual)))).
+  Tensor d_gelu = row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], bias(fc2_b_));
   a.gelu_out = Tensor{};
   Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
-  d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
+  if (dims_.options.swiglu)
+    d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
+  else
+    d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
   d_gelu = Tensor{};
   a.fc1_out = Tensor{};
-  Tensor d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], &params_[fc1_b_]);
+  Tensor d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_));
   d_fc1 = Tensor{};
   Tensor d_residual = allocate_like(env, grad_out.shape);
-  d.layer_norm_backward(s, {d_ln2, a.residual, params_[ln2_w_].compute, a.ln2_mean, a.ln2_rstd,
-                            d_residual, params_[ln2_w_].grad, params_[ln2_b_].grad});
+  norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
   d.add(s, d_residual, grad_out, d_residual);
   d_ln2 = Tensor{};
   a.ln2_out = a.ln2_mean = a.ln2_rstd = a.residual = Tensor{};
-  // Attention half: residual = x + proj(attention(qkv(ln1(x)))).
+  // Attention half: residual = x + proj(attention(qkv(norm1(x)))).
   Tensor d_attn =
-      row_parallel_backward(env, a.attn_out, d_residual, params_[proj_w_], &params_[proj_b_]);
-  a.attn_out = Tensor{};
-  Tensor d_qkv = allocate_like(env, a.qkv.shape);
-  d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv});
+      row_parallel_backward(env, a.attn_out, d_residual, params_[proj_w_], bias(proj_b_));
+  Tensor d_qkv = attention_backward(env, d_attn, a);
   d_attn = Tensor{};
-  a.probs = a.attn_out = Tensor{};
-  Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], &params_[qkv_b_]);
+  Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_));
   d_qkv = Tensor{};
   a.qkv = a.ln1_out = Tensor{};
   Tensor dx = allocate_like(env, grad_out.shape);
-  d.layer_norm_backward(s, {d_ln1, a.input, params_[ln1_w_].compute, a.ln1_mean, a.ln1_rstd, dx,
-                            params_[ln1_w_].grad, params_[ln1_b_].grad});
+  norm_backward(env, d_ln1, a.input, ln1_w_, ln1_b_, a.ln1_mean, a.ln1_rstd, dx);
   d.add(s, dx, d_residual, dx);
   a = LayerActivations{};
   return dx;

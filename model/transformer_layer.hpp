@@ -4,6 +4,14 @@
 // row t·B + b, sequence-first as Megatron's [s, b, h]; with sequence parallelism the
 // layer's input, layer norms and residuals are this rank's contiguous sequence shard
 // (T·B / tp, C) and only the tensor-parallel regions see whole sequences.
+//
+// LayerOptions turn it into a Llama-style layer (Megatron's flags in brackets): RMSNorm
+// [--normalization RMSNorm], no linear biases [--disable-bias-linear], rotary embeddings
+// of q and k [--position-embedding-type rope], SwiGLU over a fused gate+up fc1 of 2·ffn
+// rows [--swiglu], fused attention that keeps no (T, T) matrix [--use-flash-attn] and
+// grouped-query attention [--group-query-attention --num-query-groups G]. Fused attention
+// uses Megatron's grouped QKV layout, (groups, heads_per_group + 2, head_dim) per row, so
+// a tensor-parallel rank's contiguous rows are its G / tp whole query groups.
 #pragma once
 
 #include <string>
@@ -16,6 +24,27 @@ namespace tandem {
 enum class Recompute { none, selective, full };
 Recompute parse_recompute(const std::string& granularity);  // "none" | "selective" | "full"
 
+enum class Normalization { layer_norm, rms_norm };
+// "LayerNorm" | "RMSNorm" (Megatron's --normalization spellings).
+Normalization parse_normalization(const std::string& name);
+
+// Architecture switches of a layer; the defaults are GPT's (Megatron's defaults).
+struct LayerOptions {
+  int num_query_groups = 0;  // 0: one per head (multi-head attention)
+  bool swiglu = false;
+  Normalization normalization = Normalization::layer_norm;
+  float norm_epsilon = 1e-5f;
+  bool rope = false;  // rotary position embedding instead of a learned absolute one
+  float rotary_base = 10000.0f;
+  float rotary_percent = 1.0f;  // fraction of head_dim rotated
+  bool add_bias_linear = true;
+  bool flash_attn = false;
+  // The model's, not the layer's: an output layer of its own; a learned absolute position
+  // embedding (false with rope, or Megatron's position_embedding_type none).
+  bool untie_embeddings_and_output_weights = false;
+  bool learned_position_embedding = true;
+};
+
 struct LayerDims {
   int hidden = 0;                  // C
   int heads = 0;                   // all heads; this rank holds heads / tp
@@ -24,12 +53,14 @@ struct LayerDims {
   int micro_batch = 0;             // B
   int num_layers = 0;              // of the whole model, for the output-layer init scale
   bool sequence_parallel = false;  // activations outside tp regions are sequence shards
+  LayerOptions options;
 };
 
 // What backward needs from forward. With full recomputation only `input` is kept; with
-// selective recomputation everything but the attention probabilities.
+// selective recomputation everything but the attention probabilities. Fused attention
+// keeps the per-row log-sum-exp (lse) instead of probs; RMSNorm leaves the means empty.
 struct LayerActivations {
-  Tensor input, ln1_out, ln1_mean, ln1_rstd, qkv, probs, attn_out;
+  Tensor input, ln1_out, ln1_mean, ln1_rstd, qkv, probs, lse, attn_out;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
 };
 
@@ -41,19 +72,28 @@ class TransformerLayer {
   Tensor forward(ModelEnv& env, const Tensor& x, LayerActivations& saved);
   Tensor backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& saved);
   // The indices of this layer's parameters in the ParameterSet.
-  std::vector<int> parameter_indices() const {
-    return {ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_,
-            ln2_w_, ln2_b_, fc1_w_, fc1_b_, fc2_w_,  fc2_b_};
-  }
+  std::vector<int> parameter_indices() const;
 
  private:
   Tensor forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a, bool keep_probs);
+  // The attention core between the QKV and the output projection, forward and backward.
+  void attention_forward(ModelEnv& env, LayerActivations& a, bool keep_probs);
+  Tensor attention_backward(ModelEnv& env, const Tensor& d_attn, LayerActivations& a);
+  void norm_forward(ModelEnv& env, const Tensor& x, int w, int b, Tensor& out, Tensor& mean,
+                    Tensor& rstd);
+  void norm_backward(ModelEnv& env, const Tensor& dy, const Tensor& x, int w, int b,
+                     const Tensor& mean, const Tensor& rstd, Tensor& dx);
+  Parameter* bias(int index) { return index < 0 ? nullptr : &params_[index]; }
+  std::int64_t head_dim() const { return dims_.hidden / dims_.heads; }
+  // Grouped layout: (T, B, local groups, heads_per_group + 2, head_dim) view of the QKV.
+  Shape grouped_shape() const;
 
   ParameterSet& params_;
   LayerDims dims_;
   Recompute recompute_;
-  int ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_;
-  int ln2_w_, ln2_b_, fc1_w_, fc1_b_, fc2_w_, fc2_b_;
+  // -1 where the configuration has no such parameter (biases, RMSNorm's β).
+  int ln1_w_, ln1_b_ = -1, qkv_w_, qkv_b_ = -1, proj_w_, proj_b_ = -1;
+  int ln2_w_, ln2_b_ = -1, fc1_w_, fc1_b_ = -1, fc2_w_, fc2_b_ = -1;
 };
 
 }  // namespace tandem

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
+#include "sim/op_cost_llama.hpp"
 
 namespace tandem::sim {
 namespace {
@@ -102,6 +103,7 @@ double CostModel::model_seconds(const OpDesc& op) const {
     if (op.m == 0 || op.k == 0 || op.batch == 0) return roofline_seconds(op.flops, op.bytes);
     return attention_seconds(op, op.op == "attention_backward");
   }
+  if (is_fused_attention(op.op)) return fused_attention_seconds(gpu_, op);  // op_cost_llama
   if (op.op == "upload" || op.op == "download")
     return gpu_.pcie.latency.value + op.bytes / gpu_.pcie.bandwidth.value;
   return roofline_seconds(op.flops, op.bytes);

@@ -4,6 +4,8 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <stdexcept>
 
+#include "sim/op_cost_llama.hpp"
+
 namespace tandem::sim {
 namespace {
 
@@ -235,6 +237,29 @@ void SimDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
           .flops = 8.0 * scores * static_cast<double>(d.head_dim),
           .bytes = activation_bytes(2 * a.qkv.numel() + a.grad_output.numel()) +
                    scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value)});
+}
+
+// Llama-style ops: OpDescs from sim/op_cost_llama.hpp.
+void SimDevice::rms_norm(Stream& s, const RmsNormArgs& a) {
+  run(s, rms_norm_desc(options_.compute_dtype, a));
+}
+void SimDevice::rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) {
+  run(s, rms_norm_backward_desc(options_.compute_dtype, a));
+}
+void SimDevice::swiglu(Stream& s, const Tensor& input, Tensor&) {
+  run(s, swiglu_desc(options_.compute_dtype, input, false));
+}
+void SimDevice::swiglu_backward(Stream& s, const Tensor&, const Tensor& input, Tensor&) {
+  run(s, swiglu_desc(options_.compute_dtype, input, true));
+}
+void SimDevice::rope(Stream& s, const RopeArgs& a) {
+  run(s, rope_desc(options_.compute_dtype, a));
+}
+void SimDevice::flash_attention(Stream& s, const FlashAttentionArgs& a) {
+  run(s, flash_attention_desc(options_.compute_dtype, a));
+}
+void SimDevice::flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) {
+  run(s, flash_attention_backward_desc(options_.compute_dtype, a));
 }
 
 void SimDevice::gelu(Stream& s, const Tensor& input, Tensor&) {

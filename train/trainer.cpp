@@ -4,11 +4,27 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
-#include "train/checkpoint_params.hpp"
 #include "schedules/step_interpreter.hpp"
+#include "train/checkpoint_params.hpp"
 
 namespace tandem {
 namespace {
+
+// The model's architecture switches under Megatron's names (model/transformer_layer.hpp).
+LayerOptions options_of(const Scenario& s) {
+  const auto& m = s.model;
+  return {.num_query_groups = num_query_groups(s),
+          .swiglu = m.swiglu,
+          .normalization = parse_normalization(m.normalization),
+          .norm_epsilon = static_cast<float>(m.norm_epsilon),
+          .rope = m.position_embedding_type == "rope",
+          .rotary_base = static_cast<float>(m.rotary_base),
+          .rotary_percent = static_cast<float>(m.rotary_percent),
+          .add_bias_linear = !m.disable_bias_linear,
+          .flash_attn = m.use_flash_attn,
+          .untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights,
+          .learned_position_embedding = m.position_embedding_type == "learned_absolute"};
+}
 
 GptDims dims_of(const Scenario& s) {
   const auto& m = s.model;
@@ -25,7 +41,8 @@ GptDims dims_of(const Scenario& s) {
           p.sequence_parallel && p.tensor_model_parallel_size > 1,
           s.training.bf16   ? DType::bf16
           : s.training.fp16 ? DType::fp16
-                            : DType::fp32};
+                            : DType::fp32,
+          options_of(s)};
 }
 
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
@@ -150,8 +167,10 @@ void Trainer::finalize_grads() {
   if (dims_.sequence_parallel)
     all_reduce_shard_grads(need(groups_.tp, "tp"),
                            [](const ParameterSpec& p) { return p.sequence_parallel; });
-  // The tied word embedding lives on the first and the last stage: sum their gradients.
-  if (groups_.embedding && groups_.embedding->size() > 1)
+  // The tied word embedding lives on the first and the last stage: sum their gradients
+  // (untied, each stage has its own: Megatron skips this reduction).
+  if (!dims_.options.untie_embeddings_and_output_weights && groups_.embedding &&
+      groups_.embedding->size() > 1)
     all_reduce_shard_grads(*groups_.embedding,
                            [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }

@@ -108,6 +108,98 @@ std::optional<OpCase> matrix_case(Device& device, const OpShape& s, const OpCase
   return std::nullopt;
 }
 
+// The Llama-style ops. rms_norm, swiglu: m rows of n columns (swiglu: n = F, its input has
+// 2F). rope: m = T·B rows, n = rotated features per row, k = rotary_dim (one group of n / k
+// rotated heads and its value head). flash_attention: batch = B · heads, m = Tq, n = Tk,
+// k = head_dim, laid out as B = 1 and one query head per group, causal when Tq = Tk.
+std::optional<OpCase> llama_case(Device& device, const OpShape& s, const OpCaseOptions&,
+                                 Tensors& t) {
+  const DType d = s.dtype;
+  const std::int64_t m = s.m, n = columns(s);
+  if (s.op == "rms_norm") {
+    t.floats({m, n}, d, -1, 1);
+    t.floats({n}, d, 0.5f, 1.5f);
+    t.floats({m, n}, d, 0, 0);
+    t.floats({m}, DType::fp32, 0, 0);
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.rms_norm(st, {.input = x[0], .gamma = x[1], .output = x[2], .rstd = x[3]});
+                  }};
+  }
+  if (s.op == "rms_norm_backward") {
+    t.floats({m, n}, d, -1, 1);              // grad_output
+    t.floats({m, n}, d, -1, 1);              // input
+    t.floats({n}, d, 0.5f, 1.5f);            // gamma
+    t.floats({m}, DType::fp32, 0.5f, 2.0f);  // rstd
+    t.floats({m, n}, d, 0, 0);               // grad_input
+    t.floats({n}, DType::fp32, 0, 0);        // grad_gamma
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.rms_norm_backward(st, {.grad_output = x[0],
+                                               .input = x[1],
+                                               .gamma = x[2],
+                                               .rstd = x[3],
+                                               .grad_input = x[4],
+                                               .grad_gamma = x[5]});
+                  }};
+  }
+  if (s.op == "swiglu") {
+    t.floats({m, 2 * n}, d, -3, 3);
+    t.floats({m, n}, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.swiglu(st, x[0], x[1]); }};
+  }
+  if (s.op == "swiglu_backward") {
+    t.floats({m, n}, d, -1, 1);
+    t.floats({m, 2 * n}, d, -3, 3);
+    t.floats({m, 2 * n}, d, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.swiglu_backward(st, x[0], x[1], x[2]); }};
+  }
+  if (s.op == "rope") {
+    const std::int64_t rot = s.k > 0 ? s.k : n;
+    if (rot % 2 != 0 || n % rot != 0)
+      throw std::invalid_argument("calibrate: rope needs an even k dividing n, got n " +
+                                  std::to_string(n) + ", k " + std::to_string(rot));
+    const std::int64_t heads = n / rot;
+    t.floats({m, 1, 1, heads + 1, rot}, d, -1, 1);
+    return OpCase{device, t.take(), [heads, rot](Device& dev, Stream& st, T& x) {
+                    dev.rope(st, {.x = x[0], .rotate_per_group = heads, .rotary_dim = rot});
+                  }};
+  }
+  if (s.op == "flash_attention" || s.op == "flash_attention_backward") {
+    require_positive(s, {{"k", s.k}});
+    const std::int64_t heads = s.batch, hd = s.k, tq = m, tk = n;
+    const Shape q{tq, 1, heads, 3, hd}, kv{tk, 1, heads, 3, hd}, out{tq, 1, heads, hd};
+    const Shape lse{1, heads, tq};
+    if (s.op == "flash_attention") {
+      t.floats(q, d, -1, 1);
+      t.floats(kv, d, -1, 1);
+      t.floats(out, d, 0, 0);
+      t.floats(lse, DType::fp32, 0, 0);
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.flash_attention(
+                          st, {.q_source = x[0], .kv_source = x[1], .output = x[2], .lse = x[3]});
+                    }};
+    }
+    t.floats(out, d, -1, 1);  // grad_output
+    t.floats(q, d, -1, 1);
+    t.floats(kv, d, -1, 1);
+    t.floats(out, d, -1, 1);           // output
+    t.floats(lse, DType::fp32, 1, 2);  // lse
+    t.floats(q, d, 0, 0);              // grad_q_source
+    t.floats(kv, d, 0, 0);             // grad_kv_source
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.flash_attention_backward(st, {.grad_output = x[0],
+                                                      .q_source = x[1],
+                                                      .kv_source = x[2],
+                                                      .output = x[3],
+                                                      .lse = x[4],
+                                                      .grad_q_source = x[5],
+                                                      .grad_kv_source = x[6]});
+                  }};
+  }
+  return std::nullopt;
+}
+
 // The (rows, C) ops: bias, layer norm, GeLU.
 std::optional<OpCase> row_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
   const DType d = s.dtype;
@@ -328,7 +420,7 @@ OpCase make_op_case(Device& device, const OpShape& s, const OpCaseOptions& optio
                                 std::to_string(s.n) + ", k " + std::to_string(s.k) + ")");
   require_positive(s, {{"m", s.m}, {"batch", s.batch}});
   Tensors t(device, options.seed);
-  for (auto* family : {matrix_case, row_case, vocab_case, buffer_case})
+  for (auto* family : {matrix_case, row_case, vocab_case, buffer_case, llama_case})
     if (auto c = family(device, s, options, t)) return std::move(*c);
   std::string known;
   for (const auto& op : measurable_ops()) known += (known.empty() ? "" : ", ") + op;

@@ -4,6 +4,8 @@
 //
 //   gemm                      C(m, n) = A(m, k) · B(k, n), `batch` products
 //   attention, …_backward     batch = B · heads, m = T (sequence), k = head_dim
+//   flash_attention, …_backward  batch = B · query heads, m = Tq, n = Tk, k = head_dim
+//   rope                      m = T·B rows, n = rotated features per row, k = rotary_dim
 //   upload, download, scale, fill, copy, sum_squares, adam, cross_entropy_loss
 //                             m = elements of the whole buffer (n = 0)
 //   every other op            m = rows, n = columns (the last dimension)

@@ -14,9 +14,13 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layer_norm.hpp"
+#include "kernels/cpu/rms_norm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 
 namespace tandem {
 
@@ -58,6 +62,7 @@ namespace {
 
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
+using op_arguments::flash_shape;
 using op_arguments::last_dim;
 using op_arguments::same_numel;
 
@@ -215,6 +220,50 @@ void CpuDevice::gelu(Stream&, const Tensor& in, Tensor& out) {
 void CpuDevice::gelu_backward(Stream&, const Tensor& dout, const Tensor& in, Tensor& din) {
   same_numel("gelu_backward", in, din);
   k::gelu_backward(f32(dout), f32(in), f32(din), in.numel());
+}
+
+void CpuDevice::rms_norm(Stream&, const RmsNormArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  same_numel("rms_norm", a.input, a.output);
+  k::rms_norm_forward({a.input.numel() / C, C}, f32(a.input), f32(a.gamma), f32(a.output),
+                      f32(a.rstd), a.epsilon);
+}
+
+void CpuDevice::rms_norm_backward(Stream&, const RmsNormBackwardArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  same_numel("rms_norm_backward", a.input, a.grad_input);
+  k::rms_norm_backward({a.input.numel() / C, C}, f32(a.grad_output), f32(a.input), f32(a.gamma),
+                       f32(a.rstd), f32(a.grad_input), f32(a.grad_gamma));
+}
+
+void CpuDevice::swiglu(Stream&, const Tensor& in, Tensor& out) {
+  const std::int64_t F = op_arguments::swiglu_width("swiglu", in, out);
+  k::swiglu_forward(f32(in), f32(out), out.numel() / F, F);
+}
+
+void CpuDevice::swiglu_backward(Stream&, const Tensor& dout, const Tensor& in, Tensor& din) {
+  const std::int64_t F = op_arguments::swiglu_width("swiglu_backward", in, dout);
+  same_numel("swiglu_backward", in, din);
+  k::swiglu_backward(f32(dout), f32(in), f32(din), dout.numel() / F, F);
+}
+
+void CpuDevice::rope(Stream&, const RopeArgs& a) {
+  k::rope_apply(op_arguments::rope_shape(a), f32(a.x), a.inverse);
+}
+
+void CpuDevice::flash_attention(Stream&, const FlashAttentionArgs& a) {
+  k::flash_attention_forward(flash_shape("flash_attention", a), f32(a.q_source), f32(a.kv_source),
+                             f32(a.output), f32(a.lse));
+}
+
+void CpuDevice::flash_attention_backward(Stream&, const FlashAttentionBackwardArgs& a) {
+  const auto sh = flash_shape("flash_attention_backward", a);
+  same_numel("flash_attention_backward", a.q_source, a.grad_q_source);
+  same_numel("flash_attention_backward", a.kv_source, a.grad_kv_source);
+  same_numel("flash_attention_backward", a.output, a.grad_output);
+  k::flash_attention_backward(sh, f32(a.grad_output), f32(a.q_source), f32(a.kv_source),
+                              f32(a.output), f32(a.lse), f32(a.grad_q_source),
+                              f32(a.grad_kv_source));
 }
 
 void CpuDevice::embedding(Stream&, const EmbeddingArgs& a) {

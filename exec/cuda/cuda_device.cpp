@@ -257,6 +257,65 @@ void CudaDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
                          {dp.data(), probs.precision});
 }
 
+void CudaDevice::rms_norm(Stream& s, const RmsNormArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  same_numel("rms_norm", a.input, a.output);
+  const kernels::cpu::RmsNormShape shape{a.input.numel() / C, C};
+  at_least("rms_norm", a.rstd, shape.rows, "rstd");
+  kc::rms_norm_forward({cuda_stream_of(s), blas_}, shape, floats(a.input, "rms_norm"),
+                       floats(a.gamma, "rms_norm"), floats(a.output, "rms_norm"), f32(a.rstd),
+                       a.epsilon);
+}
+
+void CudaDevice::rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) {
+  const std::int64_t C = a.gamma.numel();
+  same_numel("rms_norm_backward", a.input, a.grad_input);
+  same_numel("rms_norm_backward", a.input, a.grad_output);
+  kc::rms_norm_backward({cuda_stream_of(s), blas_}, {a.input.numel() / C, C},
+                        floats(a.grad_output, "rms_norm_backward"),
+                        floats(a.input, "rms_norm_backward"), floats(a.gamma, "rms_norm_backward"),
+                        f32(a.rstd), floats(a.grad_input, "rms_norm_backward"),
+                        floats(a.grad_gamma, "rms_norm_backward"));
+}
+
+void CudaDevice::swiglu(Stream& s, const Tensor& in, Tensor& out) {
+  const std::int64_t F = op_arguments::swiglu_width("swiglu", in, out);
+  kc::swiglu_forward({cuda_stream_of(s), blas_}, floats(in, "swiglu"), floats(out, "swiglu"),
+                     out.numel() / F, F);
+}
+
+void CudaDevice::swiglu_backward(Stream& s, const Tensor& dout, const Tensor& in, Tensor& din) {
+  const std::int64_t F = op_arguments::swiglu_width("swiglu_backward", in, dout);
+  same_numel("swiglu_backward", in, din);
+  kc::swiglu_backward({cuda_stream_of(s), blas_}, floats(dout, "swiglu_backward"),
+                      floats(in, "swiglu_backward"), floats(din, "swiglu_backward"),
+                      dout.numel() / F, F);
+}
+
+void CudaDevice::rope(Stream& s, const RopeArgs& a) {
+  kc::rope_apply({cuda_stream_of(s), blas_}, op_arguments::rope_shape(a), floats(a.x, "rope"),
+                 a.inverse);
+}
+
+void CudaDevice::flash_attention(Stream& s, const FlashAttentionArgs& a) {
+  const auto sh = op_arguments::flash_shape("flash_attention", a);
+  kc::flash_attention_forward({cuda_stream_of(s), blas_}, sh, floats(a.q_source, "flash_attention"),
+                              floats(a.kv_source, "flash_attention"),
+                              floats(a.output, "flash_attention"), f32(a.lse));
+}
+
+void CudaDevice::flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) {
+  const char* op = "flash_attention_backward";
+  const auto sh = op_arguments::flash_shape(op, a);
+  same_numel(op, a.q_source, a.grad_q_source);
+  same_numel(op, a.kv_source, a.grad_kv_source);
+  same_numel(op, a.output, a.grad_output);
+  kc::flash_attention_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_output, op),
+                               floats(a.q_source, op), floats(a.kv_source, op),
+                               floats(a.output, op), f32(a.lse), floats(a.grad_q_source, op),
+                               floats(a.grad_kv_source, op));
+}
+
 void CudaDevice::gelu(Stream& s, const Tensor& in, Tensor& out) {
   same_numel("gelu", in, out);
   kc::gelu_forward({cuda_stream_of(s), blas_}, floats(in, "gelu"), floats(out, "gelu"), in.numel());

@@ -18,8 +18,11 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layer_norm.hpp"
+#include "kernels/cpu/rms_norm.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "kernels/math/adam.hpp"
 #include "kernels/math/host_device.hpp"
 
@@ -119,5 +122,22 @@ void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats
 // dqkv written. scratch holds B·NH·T·T elements of the probs' precision (dP, then dS).
 void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, ConstFloats qkv,
                         ConstFloats probs, Floats dqkv, Floats scratch);
+
+// ---- Llama-style ops (llama.cu), the contracts of cpu/{rms_norm,swiglu,rope,flash_attention}.hpp
+void rms_norm_forward(Context c, cpu::RmsNormShape s, ConstFloats in, ConstFloats gamma, Floats out,
+                      float* rstd, float epsilon);
+// din written; dgamma accumulated.
+void rms_norm_backward(Context c, cpu::RmsNormShape s, ConstFloats dout, ConstFloats in,
+                       ConstFloats gamma, const float* rstd, Floats din, Floats dgamma);
+void swiglu_forward(Context c, ConstFloats in, Floats out, std::int64_t rows, std::int64_t F);
+void swiglu_backward(Context c, ConstFloats dout, ConstFloats in, Floats din, std::int64_t rows,
+                     std::int64_t F);
+void rope_apply(Context c, cpu::RopeShape s, Floats x, bool inverse);  // in place
+// head_dim ≤ 256. lse is fp32.
+void flash_attention_forward(Context c, cpu::FlashShape s, ConstFloats q_source,
+                             ConstFloats kv_source, Floats out, float* lse);
+void flash_attention_backward(Context c, cpu::FlashShape s, ConstFloats dout, ConstFloats q_source,
+                              ConstFloats kv_source, ConstFloats out, const float* lse,
+                              Floats grad_q_source, Floats grad_kv_source);
 
 }  // namespace tandem::kernels::cuda

@@ -51,6 +51,9 @@ TEST(OpCase, EveryDeviceOpRunsOnTheCpuBinding) {
     if (op == "gemm") s.k = 4;
     if (op == "attention" || op == "attention_backward")
       s = {.op = op, .m = 8, .n = 8, .k = 4, .batch = 2};
+    if (op == "flash_attention" || op == "flash_attention_backward")
+      s = {.op = op, .m = 8, .n = 8, .k = 4, .batch = 2};
+    if (op == "rope") s.k = 4;
     const OpTiming t =
         measure_op(device, s, {.warmup = 1, .repetitions = 3, .op_case = {.vocab_rows = 32}});
     EXPECT_GT(t.seconds, 0) << op;

@@ -126,6 +126,81 @@ TEST_P(CudaOps, CausalAttentionForwardBackward) {
   EXPECT_TRUE(d().close(dqkv, 2 * tol()));  // two GEMMs deep, each rounding its output
 }
 
+TEST_P(CudaOps, RmsNormForwardBackward) {
+  const std::int64_t rows = 45, C = 200;
+  auto in = d().random({rows, C}, dtype(), 121, -2.0f, 3.0f);
+  auto gamma = d().random({C}, dtype(), 122, 0.5f, 1.5f);
+  auto out = d().poisoned({rows, C}, dtype());
+  auto rstd = d().poisoned({rows}, DType::fp32);
+  cpu().rms_norm(cs(), {in.cpu, gamma.cpu, out.cpu, rstd.cpu, 1e-6f});
+  gpu().rms_norm(gs(), {in.gpu, gamma.gpu, out.gpu, rstd.gpu, 1e-6f});
+  EXPECT_TRUE(d().close(out, tol()));
+  EXPECT_TRUE(d().close(rstd, tol()));
+  auto dout = d().random({rows, C}, dtype(), 124);
+  auto din = d().poisoned({rows, C}, dtype());
+  auto dgamma = d().random({C}, DType::fp32, 125);
+  cpu().rms_norm_backward(cs(), {dout.cpu, in.cpu, gamma.cpu, rstd.cpu, din.cpu, dgamma.cpu});
+  gpu().rms_norm_backward(gs(), {dout.gpu, in.gpu, gamma.gpu, rstd.gpu, din.gpu, dgamma.gpu});
+  EXPECT_TRUE(d().close(din, tol()));
+  EXPECT_TRUE(d().close(dgamma, tol()));
+}
+
+TEST_P(CudaOps, SwigluForwardBackward) {
+  const std::int64_t rows = 37, F = 300;
+  auto in = d().random({rows, 2 * F}, dtype(), 131, -4.0f, 4.0f);
+  auto out = d().poisoned({rows, F}, dtype());
+  cpu().swiglu(cs(), in.cpu, out.cpu);
+  gpu().swiglu(gs(), in.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, tol()));
+  auto dout = d().random({rows, F}, dtype(), 132);
+  auto din = d().poisoned({rows, 2 * F}, dtype());
+  cpu().swiglu_backward(cs(), dout.cpu, in.cpu, din.cpu);
+  gpu().swiglu_backward(gs(), dout.gpu, in.gpu, din.gpu);
+  EXPECT_TRUE(d().close(din, tol()));
+}
+
+TEST_P(CudaOps, RopeForwardAndInverse) {
+  // 3 groups of (2 queries, key, value), rotary on 3/4 of a 16-wide head, from position 5.
+  auto x = d().random({40, 2, 3, 4, 16}, dtype(), 141, -2.0f, 2.0f);
+  for (bool inverse : {false, true}) {
+    cpu().rope(cs(), {.x = x.cpu,
+                      .rotate_per_group = 3,
+                      .rotary_dim = 12,
+                      .base = 100.0f,
+                      .position_offset = 5,
+                      .inverse = inverse});
+    gpu().rope(gs(), {.x = x.gpu,
+                      .rotate_per_group = 3,
+                      .rotary_dim = 12,
+                      .base = 100.0f,
+                      .position_offset = 5,
+                      .inverse = inverse});
+    EXPECT_TRUE(d().close(x, tol())) << "inverse " << inverse;
+  }
+}
+
+TEST_P(CudaOps, FusedGroupedQueryAttentionForwardBackward) {
+  // 2 groups of 3 query heads; 70 positions cross the CPU kernel's 64-row blocks.
+  const std::int64_t B = 2, T = 70, G = 2, P = 3, HD = 16;
+  auto qkv = d().random({T, B, G, P + 2, HD}, dtype(), 151, -2.0f, 2.0f);
+  auto out = d().poisoned({T, B, G * P, HD}, dtype());
+  auto lse = d().poisoned({B, G * P, T}, DType::fp32);
+  cpu().flash_attention(cs(), {qkv.cpu, qkv.cpu, out.cpu, lse.cpu});
+  gpu().flash_attention(gs(), {qkv.gpu, qkv.gpu, out.gpu, lse.gpu});
+  EXPECT_TRUE(d().close(out, tol()));
+  EXPECT_TRUE(d().close(lse, tol()));
+  auto dout = d().random({T, B, G * P, HD}, dtype(), 152);
+  auto dqkv = d().poisoned({T, B, G, P + 2, HD}, dtype());
+  // Both backward passes read the gpu's output and log-sum-exp, rounded as stored.
+  auto same_out = d().input({T, B, G * P, HD}, dtype(), d().read_gpu(out.gpu));
+  auto same_lse = d().input({B, G * P, T}, DType::fp32, d().read_gpu(lse.gpu));
+  cpu().flash_attention_backward(
+      cs(), {dout.cpu, qkv.cpu, qkv.cpu, same_out.cpu, same_lse.cpu, dqkv.cpu, dqkv.cpu});
+  gpu().flash_attention_backward(
+      gs(), {dout.gpu, qkv.gpu, qkv.gpu, same_out.gpu, same_lse.gpu, dqkv.gpu, dqkv.gpu});
+  EXPECT_TRUE(d().close(dqkv, 2 * tol()));
+}
+
 TEST_P(CudaOps, GeluForwardBackward) {
   const std::int64_t n = 10007;
   auto in = d().random({n}, dtype(), 41, -6.0f, 6.0f);

@@ -23,6 +23,27 @@ constexpr GptDims kDims{.num_layers = 2,
                         .padded_vocab = 128,
                         .max_positions = 8};
 
+// Llama-style: grouped-query attention (2 groups of 2 heads), SwiGLU, RMSNorm, RoPE on 3/4
+// of each head, untied output layer, no linear biases, fused attention.
+constexpr GptDims kLlamaDims{.num_layers = 2,
+                             .hidden = 16,
+                             .heads = 4,
+                             .ffn = 24,
+                             .seq = 8,
+                             .micro_batch = 2,
+                             .padded_vocab = 128,
+                             .max_positions = 8,
+                             .options = {.num_query_groups = 2,
+                                         .swiglu = true,
+                                         .normalization = Normalization::rms_norm,
+                                         .norm_epsilon = 1e-6f,
+                                         .rope = true,
+                                         .rotary_base = 100.0f,
+                                         .rotary_percent = 0.75f,
+                                         .add_bias_linear = false,
+                                         .flash_attn = true,
+                                         .untie_embeddings_and_output_weights = true}};
+
 struct TinyGpt {
   CpuDevice device;
   SelfCommunicator tp{device, "tp"};
@@ -31,7 +52,8 @@ struct TinyGpt {
   GptChunk chunk;
   MicrobatchTensors mb;
 
-  explicit TinyGpt(Recompute r) : chunk(params, kDims, plan_chunk(2, 1, 1, 0, 0), r) {
+  explicit TinyGpt(Recompute r, const GptDims& dims = kDims)
+      : chunk(params, dims, plan_chunk(2, 1, 1, 0, 0), r) {
     params.allocate(device);
     params.initialize(device, device.default_stream(), 7);
     const std::int64_t rows = std::int64_t{kDims.seq} * kDims.micro_batch;
@@ -67,8 +89,7 @@ struct TinyGpt {
   }
 };
 
-TEST(GptGradients, MatchFiniteDifferences) {
-  TinyGpt m(Recompute::none);
+void expect_finite_difference_gradients(TinyGpt& m) {
   const auto grads = m.gradients();
   std::mt19937 gen(11);
   int checked = 0;
@@ -92,6 +113,51 @@ TEST(GptGradients, MatchFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+TEST(GptGradients, MatchFiniteDifferences) {
+  TinyGpt m(Recompute::none);
+  expect_finite_difference_gradients(m);
+}
+
+TEST(LlamaGradients, MatchFiniteDifferences) {
+  TinyGpt m(Recompute::none, kLlamaDims);
+  expect_finite_difference_gradients(m);
+  // No biases, no position embedding, RMSNorm without β, an output layer of its own.
+  for (const auto& p : m.params.all()) {
+    EXPECT_EQ(p.spec.name.find("bias"), std::string::npos) << p.spec.name;
+    EXPECT_EQ(p.spec.name.find("position"), std::string::npos) << p.spec.name;
+  }
+  // qkv rows: 2 groups · (2 queries + key + value) · head_dim 4; fc1: gate and up.
+  bool saw_qkv = false, saw_output = false;
+  for (const auto& p : m.params.all()) {
+    if (p.spec.name == "layers.0.attention.qkv.weight") {
+      saw_qkv = true;
+      EXPECT_EQ(p.local_shape, (Shape{32, 16}));
+    }
+    if (p.spec.name == "layers.0.mlp.fc1.weight") {
+      EXPECT_EQ(p.local_shape, (Shape{48, 16}));
+    }
+    saw_output = saw_output || p.spec.name == "output_layer.weight";
+  }
+  EXPECT_TRUE(saw_qkv);
+  EXPECT_TRUE(saw_output);
+}
+
+TEST(LlamaGradients, RecomputationGivesTheSameGradients) {
+  TinyGpt none(Recompute::none, kLlamaDims), selective(Recompute::selective, kLlamaDims),
+      full(Recompute::full, kLlamaDims);
+  const auto g0 = none.gradients(), g1 = selective.gradients(), g2 = full.gradients();
+  ASSERT_EQ(g0.size(), g1.size());
+  for (std::size_t i = 0; i < g0.size(); ++i) {
+    ASSERT_EQ(g0[i], g1[i]) << i;
+    ASSERT_EQ(g0[i], g2[i]) << i;
+  }
+}
+
+TEST(LlamaGradients, LossStartsNearUniform) {
+  TinyGpt m(Recompute::none, kLlamaDims);
+  EXPECT_NEAR(m.loss(), std::log(128.0), 0.2);
 }
 
 TEST(GptGradients, LossStartsNearUniform) {

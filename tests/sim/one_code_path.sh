@@ -13,6 +13,8 @@ layouts=(
   "--world-size 2 --tensor-model-parallel-size 2 --sequence-parallel true"
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline true"
   "--world-size 4 --tensor-model-parallel-size 2 --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000"
+  # Llama-style layers: grouped-query fused attention, SwiGLU, RMSNorm, RoPE, untied, no bias
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --group-query-attention true --num-query-groups 2 --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true --recompute-granularity selective"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

@@ -69,6 +69,34 @@ class RecordingDevice : public Device {
     note("attention_backward", a.qkv);
     inner_.attention_backward(s, a);
   }
+  void rms_norm(Stream& s, const RmsNormArgs& a) override {
+    note("rms_norm", a.input);
+    inner_.rms_norm(s, a);
+  }
+  void rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) override {
+    note("rms_norm_backward", a.input);
+    inner_.rms_norm_backward(s, a);
+  }
+  void swiglu(Stream& s, const Tensor& in, Tensor& out) override {
+    note("swiglu", in);
+    inner_.swiglu(s, in, out);
+  }
+  void swiglu_backward(Stream& s, const Tensor& go, const Tensor& in, Tensor& gi) override {
+    note("swiglu_backward", in);
+    inner_.swiglu_backward(s, go, in, gi);
+  }
+  void rope(Stream& s, const RopeArgs& a) override {
+    note(a.inverse ? "rope inverse" : "rope", a.x);
+    inner_.rope(s, a);
+  }
+  void flash_attention(Stream& s, const FlashAttentionArgs& a) override {
+    note("flash_attention", a.q_source);
+    inner_.flash_attention(s, a);
+  }
+  void flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) override {
+    note("flash_attention_backward", a.q_source);
+    inner_.flash_attention_backward(s, a);
+  }
   void gelu(Stream& s, const Tensor& in, Tensor& out) override {
     note("gelu", in);
     inner_.gelu(s, in, out);

@@ -6,7 +6,10 @@
 # and with pipeline shapes exchanged before every send (variable_seq_lengths),
 # each a real `mpirun` job. Losses are compared as Megatron's log prints them (7 significant
 # digits), within 1e-5 relative; the final parameters, reassembled from each run's per-rank
-# checkpoints by `tandem checkpoint diff`, within 1e-4 absolute.
+# checkpoints by `tandem checkpoint diff`, within 1e-4 absolute. A Llama-style model
+# (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases, fused attention) is
+# checked the same way under tensor (with and without sequence parallelism) and pipeline
+# parallelism.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -39,23 +42,48 @@ layouts=(
 )
 failed=0
 printf "%-150s %-10s %s\n" "layout" "max rel loss diff" "max abs param diff"
-for k in "${!layouts[@]}"; do
-  entry="${layouts[$k]}"
-  n="${entry%%|*}"
-  flags="${entry#*|}"
-  # shellcheck disable=SC2086
-  got=$("${mpi[@]}" -np "$n" "$tandem" train "$scenario" "${common[@]}" --world-size "$n" $flags \
-    --save "$work/layout$k" | losses)
-  worst=$(paste <(echo "$reference") <(echo "$got") | awk '
+# check NAME REFERENCE_LOSSES REFERENCE_DIR RANKS FLAGS…: one mpirun job against a reference.
+check() {
+  local name="$1" ref_losses="$2" ref_dir="$3" n="$4"
+  shift 4
+  local got worst params params_ok diff_out
+  got=$("${mpi[@]}" -np "$n" "$tandem" train "$scenario" "${common[@]}" --world-size "$n" "$@" \
+    --save "$work/$name" | losses)
+  worst=$(paste <(echo "$ref_losses") <(echo "$got") | awk '
     NF != 2 { print "missing"; exit }
     { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d }
     END { if (NR != 5) print "missing"; else printf "%.2e\n", m }')
   params_ok=1
-  diff_out=$("$tandem" checkpoint diff "$work/reference" "$work/layout$k" --tolerance 1e-4 2>&1) || params_ok=0
+  diff_out=$("$tandem" checkpoint diff "$ref_dir" "$work/$name" --tolerance 1e-4 2>&1) || params_ok=0
   params=$(echo "$diff_out" | sed -n 's/^max abs difference: \([^ ]*\).*/\1/p')
-  printf "%-150s %-10s %s\n" "world $n $flags" "$worst" "${params:-missing}"
+  printf "%-150s %-10s %s\n" "world $n $*" "$worst" "${params:-missing}"
   if [ "$params_ok" -eq 0 ]; then echo "$diff_out"; failed=1; fi
   if [ "$worst" = missing ] || awk -v w="$worst" 'BEGIN { exit !(w > 1e-5) }'; then failed=1; fi
+}
+for k in "${!layouts[@]}"; do
+  entry="${layouts[$k]}"
+  # shellcheck disable=SC2086
+  check "layout$k" "$reference" "$work/reference" "${entry%%|*}" ${entry#*|}
+done
+
+# Llama-style layers (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied output layer, no
+# linear biases, fused attention): whole query groups per tp rank, gate and up rows sharded
+# alike, no embedding all-reduce between untied stages.
+llama=(--group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm
+  --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear
+  --use-flash-attn)
+llama_reference=$("$tandem" train "$scenario" "${common[@]}" "${llama[@]}" --world-size 1 \
+  --save "$work/llama_reference" | losses)
+[ "$(echo "$llama_reference" | wc -l)" -eq 5 ] || { echo "Llama single-process run printed no 5 losses"; exit 1; }
+llama_layouts=(
+  "2|--tensor-model-parallel-size 2"
+  "2|--tensor-model-parallel-size 2 --sequence-parallel"
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+)
+for k in "${!llama_layouts[@]}"; do
+  entry="${llama_layouts[$k]}"
+  # shellcheck disable=SC2086
+  check "llama$k" "$llama_reference" "$work/llama_reference" "${entry%%|*}" "${llama[@]}" ${entry#*|}
 done
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"

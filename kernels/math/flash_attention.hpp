@@ -1,0 +1,48 @@
+// The per-row pieces of a blocked online-softmax (flash-style) attention, shared by the
+// CPU kernel (kernels/cpu/flash_attention.cpp) and the CUDA one. A query row meets the
+// keys block by block; it keeps a running max m, a running Σ exp(s − m) and an
+// accumulator of Σ exp(s − m)·v, rescaled by exp(m_old − m_new) when the max grows (the
+// SoftmaxState rule of softmax.hpp). No (T, T) matrix is kept: forward saves the
+// log-sum-exp lse = m + log l per row, and backward recomputes p = exp(s − lse).
+// Masks are by absolute positions so a caller can run one block of a longer sequence
+// (ring attention): query i sits at q_offset + i, key j at k_offset + j.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/math/exp.hpp"
+#include "kernels/math/host_device.hpp"
+
+namespace tandem::kernels::math {
+
+enum class AttentionMask : std::int32_t {
+  causal = 0,  // key visible when its position ≤ the query's
+  none = 1,    // every key visible (a block wholly in the past of a ring step)
+};
+
+TANDEM_HOST_DEVICE inline bool attention_visible(AttentionMask mask, std::int64_t query_position,
+                                                 std::int64_t key_position) {
+  return mask == AttentionMask::none || key_position <= query_position;
+}
+
+// The log-sum-exp of a row that saw no visible key: its output is 0 and exp(s − lse) of
+// any score underflows to 0 (exp_approx clamps its argument, so this stays finite).
+constexpr float kEmptyRowLse = -FLT_MAX;
+
+// Factor that rescales a row's sum and accumulator when its max moves from m_old to m_new.
+TANDEM_HOST_DEVICE inline float online_rescale(float m_old, float m_new) {
+  return exp_approx(m_old - m_new);
+}
+
+TANDEM_HOST_DEVICE inline float row_lse(float max, float sum) {
+  return sum > 0 ? max + std::log(sum) : kEmptyRowLse;
+}
+
+// Backward: the probability of one score from the row's saved log-sum-exp.
+TANDEM_HOST_DEVICE inline float prob_from_lse(float score, float lse) {
+  return exp_approx(score - lse);
+}
+
+}  // namespace tandem::kernels::math

@@ -1,0 +1,133 @@
+// OpDescs and fused-attention pricing of the Llama-style ops; see op_cost_llama.hpp.
+#include "sim/op_cost_llama.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tandem::sim {
+namespace {
+
+double elements(const Tensor& t) {
+  return static_cast<double>(t.numel());
+}
+
+std::int64_t last_dim(const Tensor& t) {
+  return t.shape.rank() == 0 ? 1 : t.shape[t.shape.rank() - 1];
+}
+
+double bytes_of(DType dtype, double count) {
+  return count * static_cast<double>(dtype_size(dtype).value);
+}
+
+struct Grouped {
+  std::int64_t Tq, Tk, B, G, P, HD;
+};
+
+Grouped grouped(const char* op, const Tensor& q, const Tensor& kv) {
+  if (q.shape.rank() != 5 || kv.shape.rank() != 5 || q.shape[3] < 3)
+    throw std::invalid_argument(std::string(op) +
+                                ": expected (T, B, groups, heads_per_group + 2, head_dim), got " +
+                                q.shape.to_string() + " and " + kv.shape.to_string());
+  return {q.shape[0], kv.shape[0], q.shape[1], q.shape[2], q.shape[3] - 2, q.shape[4]};
+}
+
+template <typename Args>
+OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
+  const Grouped g = grouped(op, a.q_source, a.kv_source);
+  const double heads = static_cast<double>(g.B * g.G * g.P);
+  const double pairs = attention_visible_pairs(g.Tq, g.Tk, a.q_offset, a.k_offset,
+                                               a.mask == AttentionMaskKind::causal);
+  const double hd = static_cast<double>(g.HD);
+  const double q = heads * static_cast<double>(g.Tq) * hd;                 // Q and O (and dQ, dO)
+  const double kv = 2.0 * static_cast<double>(g.B * g.G * g.Tk) * hd;      // K and V
+  const double lse = heads * static_cast<double>(g.Tq) * 4.0;              // fp32
+  const double traffic = backward ? bytes_of(dtype, 3 * q + 2 * kv) + lse  // Q O dO dQ, K V dK dV
+                                  : bytes_of(dtype, 2 * q + kv) + lse;     // Q O, K V
+  return {.op = op,
+          .dtype = dtype,
+          .m = g.Tq,
+          .n = g.Tk,
+          .k = g.HD,
+          .batch = g.B * g.G * g.P,
+          .flops = (backward ? 10.0 : 4.0) * pairs * hd * heads,
+          .bytes = traffic + (backward ? bytes_of(dtype, q) : 0.0)};
+}
+
+}  // namespace
+
+double attention_visible_pairs(std::int64_t Tq, std::int64_t Tk, std::int64_t q_offset,
+                               std::int64_t k_offset, bool causal) {
+  if (!causal) return static_cast<double>(Tq) * static_cast<double>(Tk);
+  double pairs = 0;
+  for (std::int64_t i = 0; i < Tq; ++i)
+    pairs += static_cast<double>(std::clamp<std::int64_t>(q_offset + i - k_offset + 1, 0, Tk));
+  return pairs;
+}
+
+OpDesc rms_norm_desc(DType dtype, const RmsNormArgs& a) {
+  // Σx², then x·rstd·γ: 4 FLOPs an element; reads x, writes y.
+  return {.op = "rms_norm",
+          .dtype = dtype,
+          .m = a.input.numel() / std::max<std::int64_t>(1, last_dim(a.input)),
+          .n = last_dim(a.input),
+          .flops = 4.0 * elements(a.input),
+          .bytes = bytes_of(dtype, 2 * elements(a.input))};
+}
+
+OpDesc rms_norm_backward_desc(DType dtype, const RmsNormBackwardArgs& a) {
+  // Reads dy and x, writes dx (the γ gradient's column sums ride along).
+  return {.op = "rms_norm_backward",
+          .dtype = dtype,
+          .m = a.input.numel() / std::max<std::int64_t>(1, last_dim(a.input)),
+          .n = last_dim(a.input),
+          .flops = 8.0 * elements(a.input),
+          .bytes = bytes_of(dtype, 3 * elements(a.input))};
+}
+
+OpDesc swiglu_desc(DType dtype, const Tensor& input, bool backward) {
+  // input (rows, 2F). Forward reads 2F, writes F; backward reads 2F and dy (F), writes 2F.
+  const double in = elements(input);
+  return {.op = backward ? "swiglu_backward" : "swiglu",
+          .dtype = dtype,
+          .m = input.numel() / std::max<std::int64_t>(1, last_dim(input)),
+          .n = last_dim(input) / 2,
+          .flops = (backward ? 8.0 : 4.0) * in / 2,
+          .bytes = bytes_of(dtype, backward ? 2.5 * in : 1.5 * in)};
+}
+
+OpDesc rope_desc(DType dtype, const RopeArgs& a) {
+  // In place on the rotated heads' first rotary_dim features: read and write them.
+  const Shape& x = a.x.shape;
+  if (x.rank() != 5) throw std::invalid_argument("rope: expected a 5-d grouped tensor");
+  const double rotated =
+      static_cast<double>(x[0] * x[1] * x[2] * a.rotate_per_group * a.rotary_dim);
+  return {.op = "rope",
+          .dtype = dtype,
+          .m = x[0] * x[1],
+          .n = x[2] * a.rotate_per_group * a.rotary_dim,
+          .k = a.rotary_dim,
+          .flops = 3.0 * rotated,
+          .bytes = bytes_of(dtype, 2 * rotated)};
+}
+
+OpDesc flash_attention_desc(DType dtype, const FlashAttentionArgs& a) {
+  return flash_desc("flash_attention", dtype, a, false);
+}
+
+OpDesc flash_attention_backward_desc(DType dtype, const FlashAttentionBackwardArgs& a) {
+  return flash_desc("flash_attention_backward", dtype, a, true);
+}
+
+bool is_fused_attention(const std::string& op) {
+  return op == "flash_attention" || op == "flash_attention_backward";
+}
+
+double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op) {
+  const double fraction =
+      op.op == "flash_attention_backward" ? kFlashBackwardFraction : kFlashForwardFraction;
+  const double compute = op.flops / (gpu.peak(op.dtype).value * fraction);
+  const double memory = op.bytes / (gpu.memory_bandwidth.value * gpu.memory_peak_fraction);
+  return gpu.kernel_launch.value + std::max(compute, memory);
+}
+
+}  // namespace tandem::sim

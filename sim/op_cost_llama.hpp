@@ -1,0 +1,49 @@
+// What the sim binding charges for the ops of Llama-style layers (RMSNorm, SwiGLU, RoPE,
+// fused grouped-query attention): pure functions from an op's arguments to its OpDesc
+// (FLOPs and bytes of device memory moved) and from an OpDesc to seconds.
+//
+// RMSNorm, SwiGLU and RoPE are streaming kernels: the roofline of cost_model.hpp (rule 1)
+// on the bytes they read and write. Fused attention (FlashAttention-2, Dao 2023) is priced
+// from its real work, not from the unfused op's parts:
+//   FLOPs    forward 4·pairs·head_dim per query head (S = Q·Kᵀ and O = P·V over the
+//            visible (query, key) pairs: about half of Tq·Tk under a causal mask);
+//            backward 10·pairs·head_dim (S recomputed, dP, dV, dQ, dK: 2.5× forward)
+//   bytes    the compulsory traffic only — Q, K, V, O and the log-sum-exp, and in
+//            backward dO, dQ, dK, dV too; no Tq·Tk term, the scores never reach memory
+//   rate     tensor cores at peak(dtype) · kFlashForwardFraction (backward:
+//            kFlashBackwardFraction), what FlashAttention-2 reports on A100 (§4.1 of the
+//            paper: 50–73 % of peak); a calibration table rescales both per dtype.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/device.hpp"
+#include "sim/cost_model.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim {
+
+inline constexpr double kFlashForwardFraction = 0.70;
+inline constexpr double kFlashBackwardFraction = 0.55;
+
+// (query, key) pairs a causal or unmasked block lets through, positions q_offset + i and
+// k_offset + j (the count of kernels/cpu/flash_attention.hpp, recomputed here: sim does
+// not run kernels).
+double attention_visible_pairs(std::int64_t Tq, std::int64_t Tk, std::int64_t q_offset,
+                               std::int64_t k_offset, bool causal);
+
+// OpDescs; `dtype` is the precision ops are priced in (SimDeviceOptions::compute_dtype).
+OpDesc rms_norm_desc(DType dtype, const RmsNormArgs& a);
+OpDesc rms_norm_backward_desc(DType dtype, const RmsNormBackwardArgs& a);
+OpDesc swiglu_desc(DType dtype, const Tensor& input, bool backward);
+OpDesc rope_desc(DType dtype, const RopeArgs& a);
+// batch = B · query heads, m = Tq, n = Tk, k = head_dim.
+OpDesc flash_attention_desc(DType dtype, const FlashAttentionArgs& a);
+OpDesc flash_attention_backward_desc(DType dtype, const FlashAttentionBackwardArgs& a);
+
+// Seconds of a fused-attention OpDesc on `gpu` (the rate and traffic above, one launch).
+bool is_fused_attention(const std::string& op);
+double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op);
+
+}  // namespace tandem::sim

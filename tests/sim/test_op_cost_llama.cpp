@@ -1,0 +1,87 @@
+// The prices of the Llama-style ops (sim/op_cost_llama.hpp), worked out by hand: the visible
+// (query, key) pairs of causal, unmasked and offset blocks; fused attention's FLOPs and
+// compulsory bytes (no Tq·Tk term); its time on an A100 from the tensor-core peak; and that
+// it undercuts the unfused attention op, which writes and reads the score matrix.
+#include <gtest/gtest.h>
+
+#include "sim/cost_model.hpp"
+#include "sim/op_cost_llama.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim {
+namespace {
+
+Tensor phantom(Shape shape, DType dtype) {
+  return Tensor{std::move(shape), dtype, nullptr, 0};
+}
+
+TEST(OpCostLlama, VisiblePairs) {
+  EXPECT_EQ(attention_visible_pairs(4096, 4096, 0, 0, true), 4096.0 * 4097.0 / 2);
+  EXPECT_EQ(attention_visible_pairs(100, 300, 0, 0, false), 30000.0);
+  // Queries at 10, 11 against keys at 9..12: 2 + 3 visible.
+  EXPECT_EQ(attention_visible_pairs(2, 4, 10, 9, true), 5.0);
+  // A key block wholly in the future: nothing.
+  EXPECT_EQ(attention_visible_pairs(8, 8, 0, 100, true), 0.0);
+}
+
+// One Llama-3-8B-like layer on one GPU: B = 1, T = 4096, 8 groups of 4 query heads, hd 128.
+struct Layer {
+  Tensor qkv = phantom(Shape{4096, 1, 8, 6, 128}, DType::bf16);
+  Tensor out = phantom(Shape{4096, 1, 32, 128}, DType::bf16);
+  Tensor lse = phantom(Shape{1, 32, 4096}, DType::fp32);
+};
+
+TEST(OpCostLlama, FusedAttentionCountsRealWorkWithoutTheScoreMatrix) {
+  Layer l;
+  const OpDesc f = flash_attention_desc(DType::bf16, {l.qkv, l.qkv, l.out, l.lse});
+  const double pairs = 4096.0 * 4097.0 / 2, heads = 32, hd = 128;
+  EXPECT_EQ(f.op, "flash_attention");
+  EXPECT_EQ(f.batch, 32);
+  EXPECT_EQ(f.m, 4096);
+  EXPECT_EQ(f.n, 4096);
+  EXPECT_EQ(f.k, 128);
+  EXPECT_DOUBLE_EQ(f.flops, 4 * pairs * hd * heads);
+  // Q and O: 32 heads; K and V: 8 groups; 2 bytes each; the lse in fp32.
+  const double q = 32 * 4096 * 128.0, kv = 2 * 8 * 4096 * 128.0, lse = 32 * 4096 * 4.0;
+  EXPECT_DOUBLE_EQ(f.bytes, 2 * (2 * q + kv) + lse);
+  const OpDesc b =
+      flash_attention_backward_desc(DType::bf16, {l.out, l.qkv, l.qkv, l.out, l.lse, l.qkv, l.qkv});
+  EXPECT_DOUBLE_EQ(b.flops, 2.5 * f.flops);
+  // Reads Q O dO, K V and the lse; writes dQ, dK dV.
+  EXPECT_DOUBLE_EQ(b.bytes, 2 * (4 * q + 2 * kv) + lse);
+}
+
+TEST(OpCostLlama, FusedAttentionIsPricedOnTensorCoresAndBeatsTheUnfusedOp) {
+  const GpuSpec gpu = load_topology("dgx-a100-80g").gpu;
+  Layer l;
+  const OpDesc f = flash_attention_desc(DType::bf16, {l.qkv, l.qkv, l.out, l.lse});
+  // Compute-bound: 4.4e12 FLOPs at 312 TFLOP/s · 0.70 ≈ 20 ms, vs 0.1 GB at 2 TB/s.
+  const double compute = f.flops / (gpu.peak(DType::bf16).value * kFlashForwardFraction);
+  EXPECT_GT(compute, f.bytes / gpu.memory_bandwidth.value);
+  const CostModel model(gpu);
+  EXPECT_DOUBLE_EQ(model.model_seconds(f), gpu.kernel_launch.value + compute);
+  // The unfused op on the same heads (MHA layout, 32 heads) writes and reads B·heads·T²
+  // scores and multiplies the masked half too.
+  const OpDesc unfused{.op = "attention", .dtype = DType::bf16, .m = 4096, .k = 128, .batch = 32};
+  EXPECT_LT(model.model_seconds(f), model.model_seconds(unfused));
+}
+
+TEST(OpCostLlama, StreamingOpsMoveTheirBytes) {
+  const Tensor x = phantom(Shape{8192, 4096}, DType::bf16);
+  const Tensor g = phantom(Shape{4096}, DType::bf16);
+  Tensor y = x, rstd = phantom(Shape{8192}, DType::fp32);
+  const OpDesc n = rms_norm_desc(DType::bf16, {x, g, y, rstd});
+  EXPECT_EQ(n.m, 8192);
+  EXPECT_EQ(n.n, 4096);
+  EXPECT_DOUBLE_EQ(n.bytes, 2.0 * 2 * 8192 * 4096);  // read x, write y
+  const Tensor gate_up = phantom(Shape{8192, 2 * 14336}, DType::bf16);
+  const OpDesc s = swiglu_desc(DType::bf16, gate_up, false);
+  EXPECT_EQ(s.n, 14336);
+  EXPECT_DOUBLE_EQ(s.bytes, 2.0 * 8192 * (2 * 14336 + 14336));  // read gate and up, write out
+  Tensor qkv = phantom(Shape{4096, 2, 8, 6, 128}, DType::bf16);
+  const OpDesc r = rope_desc(DType::bf16, {.x = qkv, .rotate_per_group = 5, .rotary_dim = 128});
+  EXPECT_DOUBLE_EQ(r.bytes, 2.0 * 2 * 4096 * 2 * 8 * 5 * 128);  // q and k, in place
+}
+
+}  // namespace
+}  // namespace tandem::sim
