@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <simgrid/s4u/Comm.hpp>
 #include <stdexcept>
 
@@ -110,6 +111,15 @@ double closed_form_seconds(const std::string& algorithm, double bytes, int n, Li
   throw std::logic_error("SimCommunicator: unknown algorithm " + algorithm);
 }
 
+std::optional<Collective> collective_of(const std::string& algorithm) {
+  if (algorithm == "all_reduce") return Collective::all_reduce;
+  if (algorithm == "all_gather") return Collective::all_gather;
+  if (algorithm == "reduce_scatter") return Collective::reduce_scatter;
+  if (algorithm == "broadcast") return Collective::broadcast;
+  if (algorithm == "all_to_all") return Collective::all_to_all;
+  return std::nullopt;
+}
+
 }  // namespace
 
 double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_bytes,
@@ -140,6 +150,54 @@ SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int 
     throw std::invalid_argument("SimCommunicator " + id_ + ": rank " + std::to_string(me_) +
                                 " is not a member");
   index_ = static_cast<int>(it - members_.begin());
+  nccl_ = nccl_info(world_.host(me_));
+  if (nccl_) {
+    // NCCL's view of the group: its nodes, and the NICs per node its channels can spread
+    // over (the fewest any node's members send through).
+    std::map<int, std::set<int>> nics_of_node;
+    for (int m : members_) {
+      const auto r = static_cast<std::size_t>(m);
+      nics_of_node[nccl_->node_of.at(r)].insert(nccl_->nic_of.at(r));
+    }
+    shape_.ranks = size();
+    shape_.nodes = static_cast<int>(nics_of_node.size());
+    shape_.nics = 0;
+    for (const auto& [node, nics] : nics_of_node)
+      shape_.nics = shape_.nics == 0 ? static_cast<int>(nics.size())
+                                     : std::min(shape_.nics, static_cast<int>(nics.size()));
+    shape_.nics = std::max(1, shape_.nics);
+  }
+}
+
+NcclChoice SimCommunicator::nccl_price(const std::string& algorithm, double bytes) {
+  const auto c = collective_of(algorithm);
+  if (!nccl_ || !c || size() < 2) return NcclChoice{};
+  const NcclChoice choice = nccl_choose(nccl_->spec, *c, bytes, shape_);
+  auto& use = usage_[algorithm + " " + nccl_choice_label(choice)];
+  use.count += 1;
+  use.bytes += bytes;
+  use.seconds += choice.seconds;
+  return choice;
+}
+
+// The cross-node traffic of the group's ring as NCCL lays it out: NCCL runs one ring per
+// channel and each channel leaves a node through a different NIC, so every node boundary
+// carries the ring's bytes spread over the NICs of the node's members. Here each member
+// sends 1/L of the ring's bytes to its counterpart L places on (L members per node, so on
+// the next node), through its own NIC: a NIC that k of the node's members share carries
+// k/L of the bytes, as k of NCCL's channels would. The NVLink hops inside a node are left
+// to the tuner's bus bandwidth (sim/nccl_model.hpp). Unlike a ring of channels, this is
+// the same set of transfers under any rotation of the members, so symmetric mode's images
+// of a dp group under dp shifts are the group itself, not phantom traffic.
+std::vector<Flow> SimCommunicator::nccl_ring(double fraction) const {
+  const int n = size();
+  if (shape_.nodes < 2 || n < 2) return ring(members_, fraction);
+  const int per_node = std::max(1, n / shape_.nodes);
+  std::vector<Flow> flows;
+  for (int i = 0; i < n; ++i)
+    flows.push_back({members_[static_cast<std::size_t>(i)],
+                     members_[static_cast<std::size_t>((i + per_node) % n)], fraction / per_node});
+  return flows;
 }
 
 // The communication actor is a daemon: the engine ends it when the ranks' actors are
@@ -177,6 +235,21 @@ std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkS
   return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
 }
 
+// In symmetric mode the images of a group under the shifts that map it onto itself (the dp
+// shifts of a dp group) are the group's own transfers relabelled, not other traffic: a
+// ring whose channels are not shift-invariant would otherwise count them twice. Keeps the
+// group's own flows and the images that leave it.
+std::vector<Flow> SimCommunicator::own_and_other_groups(std::vector<Flow> with_images,
+                                                        const std::vector<Flow>& own) const {
+  std::set<std::pair<int, int>> mine;
+  for (const auto& f : own) mine.insert({f.src, f.dst});
+  const std::set<int> members(members_.begin(), members_.end());
+  std::erase_if(with_images, [&](const Flow& f) {
+    return !mine.count({f.src, f.dst}) && members.count(f.src) && members.count(f.dst);
+  });
+  return with_images;
+}
+
 const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm, int root) {
   const auto key = std::make_pair(algorithm, root);
   auto it = plans_.find(key);
@@ -185,10 +258,10 @@ const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm,
   std::vector<Flow> flows;
   double steps = 1;
   if (algorithm == "all_reduce") {
-    flows = ring(members_, 2 * (n - 1) / n);
+    flows = nccl_ ? nccl_ring(2 * (n - 1) / n) : ring(members_, 2 * (n - 1) / n);
     steps = 2 * (n - 1);
   } else if (algorithm == "all_gather" || algorithm == "reduce_scatter") {
-    flows = ring(members_, (n - 1) / n);
+    flows = nccl_ ? nccl_ring((n - 1) / n) : ring(members_, (n - 1) / n);
     steps = n - 1;
   } else if (algorithm == "broadcast") {
     const std::size_t size = members_.size(), r = static_cast<std::size_t>(root);
@@ -205,7 +278,22 @@ const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm,
   }
   double hop = 0;
   for (const auto& f : flows) hop = std::max(hop, world_.latency(f.src, f.dst));
-  Plan p{world_.with_images(flows), std::max(0.0, steps - 1) * hop};
+  Plan p{own_and_other_groups(world_.with_images(flows), flows), std::max(0.0, steps - 1) * hop, 0,
+         hop};
+  if (nccl_) {
+    // Seconds per byte of the collective that the group's own flows take alone at line
+    // rate: the most loaded link (own flows that share a NIC add up).
+    std::map<simgrid::s4u::Link*, double> load;
+    for (const auto& f : flows) {
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      world_.host(f.src)->route_to(world_.host(f.dst), links, &latency);
+      for (auto* l : links) load[l] += f.fraction;
+    }
+    for (const auto& [link, fraction] : load)
+      if (link->get_bandwidth() > 0)
+        p.seconds_per_byte = std::max(p.seconds_per_byte, fraction / link->get_bandwidth());
+  }
   return plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -217,7 +305,8 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
   const std::string key = id_ + "#" + std::to_string(sequence_++);
   const int expected = world_.count_present(members_);
   if (closed_form_) {
-    const double seconds = closed_form_seconds(algorithm, bytes, size(), *closed_form_);
+    const double seconds = nccl_ ? nccl_price(algorithm, bytes).seconds
+                                 : closed_form_seconds(algorithm, bytes, size(), *closed_form_);
     if (expected == 1) {
       auto& stream = dynamic_cast<SimStream&>(s);
       auto state = std::make_shared<WorkState>();
@@ -239,9 +328,18 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
     });
   }
   const Plan& p = plan(algorithm, root);
-  return issue(s, [this, key, expected, &p, bytes](WorkState& w) {
+  double flow_bytes = bytes, extra_latency = p.extra_latency;
+  if (nccl_ && size() > 1 && algorithm != "barrier") {
+    // Scale the flows so that alone they take the tuner's bandwidth term, then add the
+    // tuner's latency less what SimGrid's routes already add.
+    const NcclChoice choice = nccl_price(algorithm, bytes);
+    if (p.seconds_per_byte > 0 && choice.algorithm_bandwidth > 0)
+      flow_bytes = bytes / choice.algorithm_bandwidth / p.seconds_per_byte;
+    extra_latency = std::max(0.0, choice.latency - p.route_latency);
+  }
+  return issue(s, [this, key, expected, &p, flow_bytes, extra_latency](WorkState& w) {
     auto rv = world_.rendezvous(key, expected);
-    meet(*rv, [&] { return run_flows(world_, p.flows, bytes, p.extra_latency); });
+    meet(*rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
     if (++rv->left == rv->expected) world_.forget(key);
     w.finish(rv->started, rv->finished, rv->started);
   });
