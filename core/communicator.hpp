@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -64,6 +65,15 @@ class Communicator {
                                                ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) = 0;
   virtual std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) = 0;
+  // All-to-all with a split size per peer (MPI_Alltoallv; the token dispatch of a mixture
+  // of experts). send_counts[p] elements of `input` go to peer p and recv_counts[p]
+  // elements of `output` come from it, each side contiguous in rank order; both spans hold
+  // size() counts, summing to input.numel() and output.numel(). Zero counts are fine; what
+  // p sends here must equal recv_counts[p] (exchange the counts first, as Megatron does).
+  virtual std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                             std::span<const std::int64_t> send_counts,
+                                             Tensor& output,
+                                             std::span<const std::int64_t> recv_counts) = 0;
   virtual std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) = 0;
   virtual void barrier() = 0;
 };

@@ -120,6 +120,37 @@ std::optional<Collective> collective_of(const std::string& algorithm) {
   return std::nullopt;
 }
 
+// The split sizes of an all_to_all_v: one non-negative count per member, summing to the
+// tensor's elements.
+void check_splits(std::span<const std::int64_t> counts, const std::string& what, std::int64_t total,
+                  const std::string& tensor, int n, const std::string& id) {
+  const std::string at = "all_to_all_v on " + id + ": ";
+  if (counts.size() != static_cast<std::size_t>(n))
+    throw std::invalid_argument(at + what + " holds " + std::to_string(counts.size()) +
+                                " counts, expected one per rank = " + std::to_string(n));
+  std::int64_t sum = 0;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    if (counts[p] < 0)
+      throw std::invalid_argument(at + what + "[" + std::to_string(p) +
+                                  "] = " + std::to_string(counts[p]) + " is negative");
+    sum += counts[p];
+  }
+  if (sum != total)
+    throw std::invalid_argument(at + what + " sum to " + std::to_string(sum) + " elements but " +
+                                tensor + " holds " + std::to_string(total));
+}
+
+// The largest input of an all_to_all_v, bytes: the longest row of its send matrix.
+double largest_row(const std::vector<std::vector<double>>& m) {
+  double largest = 0;
+  for (const auto& row : m) {
+    double sum = 0;
+    for (double b : row) sum += b;
+    largest = std::max(largest, sum);
+  }
+  return largest;
+}
+
 }  // namespace
 
 double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_bytes,
@@ -379,6 +410,126 @@ std::unique_ptr<Work> SimCommunicator::all_to_all(Stream& s, const Tensor& input
                                 " and " + std::to_string(output.numel()) +
                                 " elements must be equal and divide by " + std::to_string(size()));
   return collective(s, "all_to_all", static_cast<double>(input.bytes().value));
+}
+
+std::vector<std::vector<double>> SimCommunicator::send_matrix(
+    const std::map<int, std::vector<double>>& posts) const {
+  const std::vector<double>* first_present = nullptr;
+  for (int m : members_)
+    if (auto it = posts.find(m); it != posts.end()) {
+      first_present = &it->second;
+      break;
+    }
+  if (!first_present) throw std::logic_error("all_to_all_v on " + id_ + ": no member posted");
+  std::vector<std::vector<double>> rows;
+  for (int m : members_) {
+    auto it = posts.find(m);
+    rows.push_back(it != posts.end() ? it->second : *first_present);
+  }
+  return rows;
+}
+
+std::unique_ptr<Work> SimCommunicator::all_to_all_v(Stream& s, const Tensor& input,
+                                                    std::span<const std::int64_t> send_counts,
+                                                    Tensor& output,
+                                                    std::span<const std::int64_t> recv_counts) {
+  const int n = size();
+  if (input.dtype != output.dtype)
+    throw std::invalid_argument("all_to_all_v on " + id_ + ": input is " +
+                                std::string(dtype_name(input.dtype)) + " but output is " +
+                                std::string(dtype_name(output.dtype)));
+  check_splits(send_counts, "send_counts", input.numel(), "input", n, id_);
+  check_splits(recv_counts, "recv_counts", output.numel(), "output", n, id_);
+  const auto element = static_cast<double>(dtype_size(input.dtype).value);
+  std::vector<double> row;  // bytes to each member
+  for (const std::int64_t c : send_counts) row.push_back(static_cast<double>(c) * element);
+  if (world_.record_ops())
+    world_.stats(me_).collectives.push_back("all_to_all_v " + name_ + " " +
+                                            std::to_string(input.bytes().value));
+  nccl_price("all_to_all", static_cast<double>(input.bytes().value));  // this rank's usage
+  const std::string key = id_ + "#" + std::to_string(sequence_++);
+  const int expected = world_.count_present(members_);
+
+  if (closed_form_) {
+    if (expected == 1) {
+      const double seconds = closed_form_v_seconds(send_matrix({{me_, row}}));
+      auto& stream = dynamic_cast<SimStream&>(s);
+      auto state = std::make_shared<WorkState>();
+      state->issued = sim_now();
+      const double start = std::max({stream.ready(), sim_now(), clock_});
+      clock_ = start + seconds;
+      state->finish(start, clock_, start);
+      return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+    }
+    return issue(s, [this, key, expected, row](WorkState& w) {
+      world_.send_bytes_posts(key)[me_] = row;
+      auto rv = world_.rendezvous(key, expected);
+      meet(*rv, [&] {
+        const double start = sim_now();
+        const double seconds = closed_form_v_seconds(send_matrix(world_.send_bytes_posts(key)));
+        if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
+        return start;
+      });
+      if (++rv->left == rv->expected) {
+        world_.forget(key);
+        world_.forget_send_bytes_posts(key);
+      }
+      w.finish(rv->started, rv->finished, rv->started);
+    });
+  }
+
+  return issue(s, [this, key, expected, row](WorkState& w) {
+    world_.send_bytes_posts(key)[me_] = row;
+    auto rv = world_.rendezvous(key, expected);
+    meet(*rv, [&] {
+      const auto m = send_matrix(world_.send_bytes_posts(key));
+      // The uniform all-to-all's plan, scaling and latency for the largest input (see
+      // collective()), so that uniform splits price exactly as all_to_all does.
+      const Plan& uniform = plan("all_to_all", 0);
+      double scale = 1, extra_latency = uniform.extra_latency;
+      if (nccl_ && m.size() > 1) {
+        const NcclChoice c =
+            nccl_choose(nccl_->spec, Collective::all_to_all, largest_row(m), shape_);
+        if (uniform.seconds_per_byte > 0 && c.algorithm_bandwidth > 0)
+          scale = 1 / (c.algorithm_bandwidth * uniform.seconds_per_byte);
+        extra_latency = std::max(0.0, c.latency - uniform.route_latency);
+      }
+      std::vector<Flow> own;  // fraction = bytes, of a total of 1
+      for (std::size_t i = 0; i < m.size(); ++i)
+        for (std::size_t j = 0; j < m.size(); ++j)
+          if (i != j && m[i][j] > 0) own.push_back({members_[i], members_[j], m[i][j] * scale});
+      return run_flows(world_, own_and_other_groups(world_.with_images(own), own), 1.0,
+                       extra_latency);
+    });
+    if (++rv->left == rv->expected) {
+      world_.forget(key);
+      world_.forget_send_bytes_posts(key);
+    }
+    w.finish(rv->started, rv->finished, rv->started);
+  });
+}
+
+// The busiest member's max(sent, received) bytes over the link, plus one latency: the
+// closed form's (n−1)/n·S of the uniform all-to-all. Under NCCL's model, the tuner's time
+// for the uniform all-to-all of the largest input, its bandwidth term scaled by the load.
+double SimCommunicator::closed_form_v_seconds(const std::vector<std::vector<double>>& m) const {
+  const std::size_t n = m.size();
+  if (n < 2) return 0;
+  double load = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double sent = 0, received = 0;
+    for (std::size_t j = 0; j < n; ++j)
+      if (i != j) {
+        sent += m[i][j];
+        received += m[j][i];
+      }
+    load = std::max({load, sent, received});
+  }
+  if (!nccl_) return closed_form_->latency.value + load / closed_form_->bandwidth.value;
+  const double largest = largest_row(m);
+  const NcclChoice c = nccl_choose(nccl_->spec, Collective::all_to_all, largest, shape_);
+  const double uniform = static_cast<double>(n - 1) / static_cast<double>(n) * largest;
+  return c.latency + (uniform > 0 ? (c.seconds - c.latency) * load / uniform : 0.0);
 }
 
 std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2POp> ops) {

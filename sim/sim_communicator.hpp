@@ -17,6 +17,15 @@
 //   reduce-scatter ring: (n−1)/n·S (S = input), n−1 steps
 //   broadcast      pipelined chain from the root: S per hop, n−1 steps
 //   all-to-all     every ordered pair: S/n, 1 step
+//   all-to-all-v   every ordered pair with a nonzero split: its own bytes, 1 step. Each
+//                  member posts its send splits at the rendezvous; in symmetric mode a
+//                  member that runs no actor sends what the group's first present member
+//                  sends, to the same group indices (a hot expert is hot for every
+//                  sender), so a skewed split loads one member's links and shows as time.
+//                  Under NCCL's model the flows are scaled and the latency added as for
+//                  the uniform all-to-all of the largest member's input; in closed form the
+//                  time is the latency plus the busiest member's max(sent, received) bytes
+//                  over the link (the all-to-all's (n−1)/n·S when the splits are uniform).
 //   p2p            one transfer per send, matched with the peer's receive
 // A ring's transfers are one SimGrid flow per hop carrying all its steps' bytes (the
 // ring's bandwidth term), plus (steps − 1) hop latencies (its latency term).
@@ -93,6 +102,9 @@ class SimCommunicator : public Communicator {
                                        ReduceOp op) override;
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                     std::span<const std::int64_t> send_counts, Tensor& output,
+                                     std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
   void barrier() override;
 
@@ -122,6 +134,10 @@ class SimCommunicator : public Communicator {
   // The tuner's choice for one operation, recorded in usage_.
   NcclChoice nccl_price(const std::string& algorithm, double bytes);
   void serve();  // the communication actor's loop
+  // The group's send matrix (bytes, [src index][dst index]) from the members' posts.
+  std::vector<std::vector<double>> send_matrix(
+      const std::map<int, std::vector<double>>& posts) const;
+  double closed_form_v_seconds(const std::vector<std::vector<double>>& m) const;
 
   SimWorld& world_;
   std::vector<int> members_;

@@ -98,6 +98,12 @@ class SimWorld {
   // What each member posted to a split rendezvous: global rank → (color, key).
   std::map<int, std::pair<int, int>>& split_posts(const std::string& key) { return splits_[key]; }
   void forget_split_posts(const std::string& key) { splits_.erase(key); }
+  // What each member posted to an all_to_all_v rendezvous: global rank → bytes it sends to
+  // each member, in group order.
+  std::map<int, std::vector<double>>& send_bytes_posts(const std::string& key) {
+    return send_bytes_[key];
+  }
+  void forget_send_bytes_posts(const std::string& key) { send_bytes_.erase(key); }
 
   RankStats& stats(int rank) { return stats_[rank]; }
   const std::map<int, RankStats>& all_stats() const { return stats_; }
@@ -122,6 +128,7 @@ class SimWorld {
   std::map<std::string, std::shared_ptr<Rendezvous>> rendezvous_;
   std::map<int, RankStats> stats_;
   std::map<std::string, std::map<int, std::pair<int, int>>> splits_;
+  std::map<std::string, std::map<int, std::vector<double>>> send_bytes_;
   std::function<bool(const simgrid::s4u::Link*)> nonblocking_;
   std::vector<int> node_of_;
 };

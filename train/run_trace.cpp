@@ -127,6 +127,15 @@ std::unique_ptr<Work> TracingCommunicator::all_to_all(Stream& s, const Tensor& i
   return traced(inner_.all_to_all(s, in, out), "alltoall " + std::string(inner_.name()), in, t);
 }
 
+std::unique_ptr<Work> TracingCommunicator::all_to_all_v(Stream& s, const Tensor& in,
+                                                        std::span<const std::int64_t> send_counts,
+                                                        Tensor& out,
+                                                        std::span<const std::int64_t> recv_counts) {
+  const auto t = RunTrace::Clock::now();
+  return traced(inner_.all_to_all_v(s, in, send_counts, out, recv_counts),
+                "alltoallv " + std::string(inner_.name()), in, t);
+}
+
 std::unique_ptr<Work> TracingCommunicator::batch_p2p(Stream& s, std::span<const P2POp> ops) {
   const auto issued = RunTrace::Clock::now();
   const int me = global_ranks_.at(static_cast<std::size_t>(inner_.rank()));

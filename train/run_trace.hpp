@@ -61,6 +61,9 @@ class TracingCommunicator : public Communicator {
                                        ReduceOp op) override;
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& in, Tensor& out) override;
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& in,
+                                     std::span<const std::int64_t> send_counts, Tensor& out,
+                                     std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
   void barrier() override { inner_.barrier(); }
 

@@ -54,6 +54,21 @@ std::unique_ptr<Work> SelfCommunicator::all_to_all(Stream& s, const Tensor& in, 
   return std::make_unique<DoneWork>();
 }
 
+std::unique_ptr<Work> SelfCommunicator::all_to_all_v(Stream& s, const Tensor& in,
+                                                     std::span<const std::int64_t> send_counts,
+                                                     Tensor& out,
+                                                     std::span<const std::int64_t> recv_counts) {
+  check_same_size("all_to_all_v", in, out);
+  if (send_counts.size() != 1 || recv_counts.size() != 1 || send_counts[0] != in.numel() ||
+      recv_counts[0] != out.numel())
+    throw std::invalid_argument(
+        "all_to_all_v on a one-rank group: send_counts and recv_counts must each hold one "
+        "count, the tensor's " +
+        std::to_string(in.numel()) + " elements");
+  device_.copy(s, in, out);
+  return std::make_unique<DoneWork>();
+}
+
 std::unique_ptr<Work> SelfCommunicator::batch_p2p(Stream&, std::span<const P2POp> ops) {
   if (!ops.empty())
     throw std::invalid_argument(

@@ -24,6 +24,10 @@ class SelfCommunicator : public Communicator {
                                        ReduceOp op) override;
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override;
+  // One peer, itself: the counts are {input.numel()} and {output.numel()}, a copy.
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                     std::span<const std::int64_t> send_counts, Tensor& output,
+                                     std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
   void barrier() override {}
 

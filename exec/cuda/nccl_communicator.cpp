@@ -45,6 +45,7 @@ using collective_checks::check_disjoint;
 using collective_checks::check_multiple;
 using collective_checks::check_rank;
 using collective_checks::check_same_dtype;
+using collective_checks::check_split_counts;
 
 namespace {
 
@@ -293,6 +294,40 @@ std::unique_ptr<Work> NcclCommunicator::all_to_all(Stream& s, const Tensor& inpu
         ncclSend(send + at, block, nccl_type(input.dtype), peer, l.comm(), l.stream()));
     TANDEM_NCCL_CHECK(
         ncclRecv(recv + at, block, nccl_type(input.dtype), peer, l.comm(), l.stream()));
+  }
+  TANDEM_NCCL_CHECK(ncclGroupEnd());
+  return l.finish();
+}
+
+std::unique_ptr<Work> NcclCommunicator::all_to_all_v(Stream& s, const Tensor& input,
+                                                     std::span<const std::int64_t> send_counts,
+                                                     Tensor& output,
+                                                     std::span<const std::int64_t> recv_counts) {
+  const CallSite where{"all_to_all_v", name_, size_};
+  check_same_dtype(input, output, where);
+  check_split_counts(send_counts, "send_counts", input.numel(), "input", size_, where);
+  check_split_counts(recv_counts, "recv_counts", output.numel(), "output", size_, where);
+  check_disjoint(input, output, where);
+  const char* send = address(input, "input", where);
+  char* recv = address(output, "output", where);
+  const auto element = static_cast<std::size_t>(dtype_size(input.dtype).value);
+  Launch l = begin(s, where.op);
+  l.keep(input);
+  l.keep(output);
+  TANDEM_NCCL_CHECK(ncclGroupStart());
+  std::size_t send_at = 0, recv_at = 0;  // elements
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto p = static_cast<std::size_t>(peer);
+    const auto send_count = static_cast<std::size_t>(send_counts[p]);
+    const auto recv_count = static_cast<std::size_t>(recv_counts[p]);
+    if (send_count > 0)
+      TANDEM_NCCL_CHECK(ncclSend(send + send_at * element, send_count, nccl_type(input.dtype), peer,
+                                 l.comm(), l.stream()));
+    if (recv_count > 0)
+      TANDEM_NCCL_CHECK(ncclRecv(recv + recv_at * element, recv_count, nccl_type(input.dtype), peer,
+                                 l.comm(), l.stream()));
+    send_at += send_count;
+    recv_at += recv_count;
   }
   TANDEM_NCCL_CHECK(ncclGroupEnd());
   return l.finish();

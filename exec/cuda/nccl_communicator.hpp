@@ -52,6 +52,11 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
   // One ncclSend/ncclRecv pair per peer inside a group.
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override;
+  // One ncclSend and one ncclRecv per peer with its own count, in one group; a zero count
+  // posts nothing for that side.
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                     std::span<const std::int64_t> send_counts, Tensor& output,
+                                     std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
   // A one-element all-reduce, waited for: every rank has issued its barrier.
   void barrier() override;

@@ -37,6 +37,27 @@ void check_multiple(std::int64_t have, std::string_view have_what, int size, std
                                 std::to_string(block) + " = " + std::to_string(size * block));
 }
 
+void check_split_counts(std::span<const std::int64_t> counts, std::string_view counts_what,
+                        std::int64_t total, std::string_view tensor_what, int size,
+                        const CallSite& where) {
+  const std::string name(counts_what);
+  if (counts.size() != static_cast<std::size_t>(size))
+    throw std::invalid_argument(describe(where) + ": " + name + " holds " +
+                                std::to_string(counts.size()) +
+                                " counts, expected one per rank = " + std::to_string(size));
+  std::int64_t sum = 0;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    if (counts[p] < 0)
+      throw std::invalid_argument(describe(where) + ": " + name + "[" + std::to_string(p) +
+                                  "] = " + std::to_string(counts[p]) + " is negative");
+    sum += counts[p];
+  }
+  if (sum != total)
+    throw std::invalid_argument(describe(where) + ": " + name + " sum to " + std::to_string(sum) +
+                                " elements but " + std::string(tensor_what) + " holds " +
+                                std::to_string(total));
+}
+
 void check_rank(int r, std::string_view what, int size, const CallSite& where) {
   if (r < 0 || r >= size)
     throw std::invalid_argument(describe(where) + ": " + std::string(what) + " " +

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,11 @@ void check_disjoint(const Tensor& input, const Tensor& output, const CallSite& w
 // have == size × block, e.g. an all-gather's output against its input.
 void check_multiple(std::int64_t have, std::string_view have_what, int size, std::int64_t block,
                     std::string_view block_what, const CallSite& where);
+// The split sizes of an all_to_all_v: `counts` holds `size` non-negative element counts
+// summing to `total` (the tensor named `tensor_what`, e.g. "input" with "send_counts").
+void check_split_counts(std::span<const std::int64_t> counts, std::string_view counts_what,
+                        std::int64_t total, std::string_view tensor_what, int size,
+                        const CallSite& where);
 // 0 ≤ r < size, e.g. a broadcast's root or a p2p peer.
 void check_rank(int r, std::string_view what, int size, const CallSite& where);
 

@@ -23,6 +23,7 @@ using mpi_detail::overlaps;
 using collective_checks::check_disjoint;
 using collective_checks::check_multiple;
 using collective_checks::check_same_dtype;
+using collective_checks::check_split_counts;
 
 namespace {
 
@@ -143,6 +144,51 @@ std::unique_ptr<Work> MpiCommunicator::all_to_all(Stream&, const Tensor& input, 
                           context = describe(where)](MPI_Comm comm) {
     const MPI_Datatype type = mpi_datatype(input.dtype);
     check_mpi(MPI_Alltoall(send, block, type, recv, block, type, comm), "MPI_Alltoall", context);
+  });
+}
+
+namespace {
+
+// MPI's int counts and displacements of one side of an all_to_all_v.
+struct Splits {
+  std::vector<int> counts;
+  std::vector<int> displs;
+};
+
+Splits mpi_splits(std::span<const std::int64_t> counts, std::string_view what,
+                  const CallSite& where) {
+  Splits s;
+  std::int64_t at = 0;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    const std::string name = std::string(what) + "[" + std::to_string(p) + "]";
+    s.counts.push_back(mpi_count(counts[p], name, where));
+    s.displs.push_back(mpi_count(at, "offset of " + name, where));
+    at += counts[p];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Work> MpiCommunicator::all_to_all_v(Stream&, const Tensor& input,
+                                                    std::span<const std::int64_t> send_counts,
+                                                    Tensor& output,
+                                                    std::span<const std::int64_t> recv_counts) {
+  const CallSite where{"all_to_all_v", name_, size_};
+  check_same_dtype(input, output, where);
+  check_split_counts(send_counts, "send_counts", input.numel(), "input", size_, where);
+  check_split_counts(recv_counts, "recv_counts", output.numel(), "output", size_, where);
+  check_disjoint(input, output, where);
+  Splits send = mpi_splits(send_counts, "send_counts", where);
+  Splits recv = mpi_splits(recv_counts, "recv_counts", where);
+  const void* send_buffer = buffer_of(input, "input", where);
+  void* recv_buffer = buffer_of(output, "output", where);
+  return issue(where.op, [input, output, send_buffer, recv_buffer, send = std::move(send),
+                          recv = std::move(recv), context = describe(where)](MPI_Comm comm) {
+    const MPI_Datatype type = mpi_datatype(input.dtype);
+    check_mpi(MPI_Alltoallv(send_buffer, send.counts.data(), send.displs.data(), type, recv_buffer,
+                            recv.counts.data(), recv.displs.data(), type, comm),
+              "MPI_Alltoallv", context);
   });
 }
 

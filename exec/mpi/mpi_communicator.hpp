@@ -49,6 +49,10 @@ class MpiCommunicator final : public Communicator {
                                        ReduceOp op) override;
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override;
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override;
+  // MPI_Alltoallv; every count and offset must fit MPI's int.
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                     std::span<const std::int64_t> send_counts, Tensor& output,
+                                     std::span<const std::int64_t> recv_counts) override;
   // All receives and sends posted together (MPI_Irecv/Isend), completed together
   // (MPI_Waitall); a receive that gets fewer elements than its tensor holds is an error.
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;

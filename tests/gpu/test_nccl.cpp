@@ -176,6 +176,31 @@ TEST_F(Nccl, AllToAllTransposesBlocks) {
       "all_to_all");
 }
 
+TEST_F(Nccl, AllToAllVMovesUnevenSplitsInRankOrder) {
+  // counts(src, dst) = ((src + 2·dst + 1) mod 3) · 50: uneven, zeros from 2 ranks on.
+  auto count = [](int src, int dst) {
+    return static_cast<std::int64_t>((src + 2 * dst + 1) % 3 * 50);
+  };
+  std::vector<std::int64_t> send, recv;
+  for (int p = 0; p < size(); ++p) {
+    send.push_back(count(rank(), p));
+    recv.push_back(count(p, rank()));
+  }
+  std::vector<double> in_values, want;  // (from, to, offset)
+  for (int p = 0; p < size(); ++p)
+    for (std::int64_t k = 0; k < send[static_cast<std::size_t>(p)]; ++k)
+      in_values.push_back(rank() * 100000.0 + p * 1000.0 + static_cast<double>(k));
+  for (int p = 0; p < size(); ++p)
+    for (std::int64_t k = 0; k < recv[static_cast<std::size_t>(p)]; ++k)
+      want.push_back(p * 100000.0 + rank() * 1000.0 + static_cast<double>(k));
+  Tensor in = make(static_cast<std::int64_t>(in_values.size()), DType::int32,
+                   [&](int i) { return in_values[static_cast<std::size_t>(i)]; });
+  Tensor out = gpu().allocate({static_cast<std::int64_t>(want.size())}, DType::int32);
+  comm().all_to_all_v(stream(), in, send, out, recv)->wait();
+  expect_values(
+      out, [&](int i) { return want[static_cast<std::size_t>(i)]; }, "all_to_all_v");
+}
+
 TEST_F(Nccl, BatchP2PRingShiftsBothWays) {
   const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
   Tensor to_next =
