@@ -1,0 +1,214 @@
+#include "sim/search/dry_run.hpp"
+
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/NetZone.hpp>
+#include <stdexcept>
+
+#include "schedules/layout.hpp"
+#include "train/trainer.hpp"
+
+namespace tandem::sim::search {
+namespace {
+
+// The trainer draws sample indices; the phantom device never reads them.
+class NoSamples : public data::SampleDataset {
+ public:
+  NoSamples(std::int64_t size, std::int64_t seq) : size_(size), seq_(seq) {}
+  std::int64_t size() const override { return size_; }
+  std::int64_t sequence_length() const override { return seq_; }
+  void read_sample(std::int64_t, std::span<std::int32_t>) const override {
+    throw std::logic_error("the dry run reads no samples");
+  }
+
+ private:
+  std::int64_t size_, seq_;
+};
+
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+// A communicator whose operations are done the moment they are issued: phantom tensors
+// carry no values, so nothing needs to move. The pipeline one notes the compute stream's
+// busy time at its first and last sends and receives.
+class InstantCommunicator : public Communicator {
+ public:
+  InstantCommunicator(int my_rank, int group_size, std::string label, StageDryRun* notes = nullptr,
+                      const SimDevice* device = nullptr)
+      : rank_(my_rank),
+        size_(group_size),
+        name_(std::move(label)),
+        notes_(notes),
+        device_(device) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view name() const override { return name_; }
+  std::unique_ptr<Communicator> split(int, int, std::string) override {
+    throw std::logic_error("the dry run's communicators do not split");
+  }
+  std::unique_ptr<Work> all_reduce(Stream&, Tensor&, ReduceOp) override { return done(); }
+  std::unique_ptr<Work> all_gather(Stream&, const Tensor&, Tensor&) override { return done(); }
+  std::unique_ptr<Work> reduce_scatter(Stream&, const Tensor&, Tensor&, ReduceOp) override {
+    return done();
+  }
+  std::unique_ptr<Work> broadcast(Stream&, Tensor&, int) override { return done(); }
+  std::unique_ptr<Work> all_to_all(Stream&, const Tensor&, Tensor&) override { return done(); }
+  std::unique_ptr<Work> batch_p2p(Stream&, std::span<const P2POp> ops) override {
+    if (notes_ != nullptr) {
+      const double busy = device_->compute_busy();
+      for (const auto& op : ops) {
+        if (op.kind == P2POp::Kind::recv) {
+          if (!notes_->has_recv) notes_->before_first_recv = busy;
+          notes_->has_recv = true;
+          notes_->at_last_recv = busy;
+        } else {
+          if (!notes_->has_send) notes_->at_first_send = busy;
+          notes_->has_send = true;
+          notes_->at_last_send = busy;
+        }
+      }
+    }
+    return done();
+  }
+  void barrier() override {}
+
+ private:
+  static std::unique_ptr<Work> done() { return std::make_unique<DoneWork>(); }
+  int rank_, size_;
+  std::string name_;
+  StageDryRun* notes_;
+  const SimDevice* device_;
+};
+
+DType compute_dtype(const Scenario& s) {
+  if (s.training.bf16) return DType::bf16;
+  if (s.training.fp16) return DType::fp16;
+  return DType::fp32;
+}
+
+// The rank (tp 0, cp 0, dp 0) of pipeline stage `stage`.
+int rank_of_stage(const Layout& layout, int stage) {
+  for (const auto& group : layout.of(GroupKind::pp))
+    if (std::find(group.begin(), group.end(), 0) != group.end())
+      return group[static_cast<std::size_t>(stage)];
+  throw std::logic_error("rank 0 is in no pipeline group");
+}
+
+StageDryRun run_stage(const Scenario& s, const Layout& layout, int stage,
+                      const SimDevice::Pricer& pricer) {
+  const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
+  SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s)});
+  StageDryRun notes;
+  notes.stage = stage;
+  std::map<GroupKind, std::unique_ptr<InstantCommunicator>> comms;
+  auto get = [&](GroupKind kind) -> Communicator* {
+    const auto& members = ctx.group(kind);
+    if (members.empty()) return nullptr;
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), ctx.rank) - members.begin());
+    const bool pp = kind == GroupKind::pp;
+    comms[kind] = std::make_unique<InstantCommunicator>(
+        me, static_cast<int>(members.size()), std::string(group_kind_name(kind)),
+        pp ? &notes : nullptr, pp ? &device : nullptr);
+    return comms[kind].get();
+  };
+  const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
+                             get(GroupKind::tp_pp), get(GroupKind::embedding)};
+  const NoSamples samples(2 * static_cast<std::int64_t>(s.training.global_batch_size),
+                          s.model.seq_length);
+  {
+    Trainer trainer(s, ctx, device, groups, samples, nullptr);
+    device.default_stream().synchronize();
+    const double before = device.compute_busy();
+    notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
+    trainer.train_step();
+    notes.busy_seconds = device.compute_busy() - before;
+    notes.before_first_recv -= before;
+    notes.at_first_send -= before;
+    notes.at_last_recv -= before;
+    notes.at_last_send -= before;
+  }
+  notes.peak_memory_bytes = device.memory().peak().value;
+  return notes;
+}
+
+DryRun run_scenario(const Scenario& s, const SimDevice::Pricer& pricer) {
+  const auto& p = s.parallelism;
+  const Layout layout = make_layout({s.cluster.world_size, p.tensor_model_parallel_size,
+                                     p.pipeline_model_parallel_size, p.context_parallel_size,
+                                     p.expert_model_parallel_size, p.order});
+  const int pp = p.pipeline_model_parallel_size;
+  std::vector<int> stages{0};
+  if (pp > 2) stages.push_back(1);
+  if (pp > 1) stages.push_back(pp - 1);
+  DryRun r;
+  for (int stage : stages) {
+    r.stages.push_back(run_stage(s, layout, stage, pricer));
+    r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
+    r.busy_lower_bound = std::max(r.busy_lower_bound, r.stages.back().busy_seconds);
+  }
+  r.lower_bound_seconds = std::max(r.busy_lower_bound, pipeline_lower_bound(r.stages, pp));
+  return r;
+}
+
+}  // namespace
+
+double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
+  if (pp < 2 || stages.size() < 2) return 0;
+  auto at = [&](int s) -> const StageDryRun& {
+    if (s == 0) return stages.front();
+    if (s == pp - 1) return stages.back();
+    return stages[1];
+  };
+  const StageDryRun& first = at(0);
+  if (!first.has_send || !first.has_recv) return 0;
+  // T: when stage s−1's first send can have completed (the first forward reached stage s).
+  double first_forward = first.at_first_send;
+  // Back through stages s−1 … 1: the last microbatch's backward between their last
+  // receive and last send; then stage 0 after its last receive.
+  const double stage0_tail = first.busy_seconds - first.at_last_recv;
+  double best = 0, back = 0;  // back: Σ_{j=1}^{s−1} (last send − last recv)
+  for (int s = 1; s < pp; ++s) {
+    const StageDryRun& st = at(s);
+    if (!st.has_recv || !st.has_send) return best;
+    best = std::max(best, first_forward + st.busy_seconds - st.before_first_recv);
+    best = std::max(best,
+                    first_forward + (st.at_last_send - st.before_first_recv) + back + stage0_tail);
+    first_forward += st.at_first_send - st.before_first_recv;
+    back += st.at_last_send - st.at_last_recv;
+  }
+  return best;
+}
+
+std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios,
+                            const SimDevice::Pricer& pricer) {
+  std::vector<DryRun> results;
+  if (scenarios.empty()) return results;
+  xbt_log_control_set("xbt_cfg.thresh:warning");
+  int argc = 1;
+  char name[] = "tandem-search";
+  char* argv[] = {name, nullptr};
+  simgrid::s4u::Engine engine(&argc, argv);
+  auto* zone = simgrid::s4u::create_full_zone("dry-run");
+  simgrid::s4u::Host* host = zone->create_host("host", 1e9);
+  zone->seal();
+  std::exception_ptr failure;
+  simgrid::s4u::Actor::create("dry-run", host, [&] {
+    try {
+      for (const auto& s : scenarios) results.push_back(run_scenario(s, pricer));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  engine.run();
+  if (failure) std::rethrow_exception(failure);
+  return results;
+}
+
+}  // namespace tandem::sim::search
