@@ -179,7 +179,7 @@ json dry_run_to_json(const ss::DryRun& d) {
 
 // Dry-runs `scenarios` in `jobs` forked children (each its own SimGrid engine); returns
 // their results in order. The first child draws the progress bar for its share.
-std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios,
+std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                                    const sim::SimDevice::Pricer& pricer, int jobs,
                                    const std::filesystem::path& dir, bool progress) {
   jobs = std::max(1, std::min<int>(jobs, static_cast<int>(scenarios.size())));
@@ -198,7 +198,7 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios,
           mine.push_back(scenarios[i]);
         const Progress bar(progress && j == 0, "dry run (memory, bound)");
         // One engine for the whole share; progress comes from chunks of it.
-        const auto results = ss::dry_run(mine, pricer);
+        const auto results = ss::dry_run(mine, topology, pricer);
         bar.done();
         json out = json::array();
         for (const auto& r : results) out.push_back(dry_run_to_json(r));
@@ -533,7 +533,7 @@ void run_search(SearchCliOptions& o) {
        k += static_cast<std::size_t>(ranks.size))
     my_keys.push_back(keyed[k]);
   const auto td0 = Clock::now();
-  const auto mine = parallel_dry_run(my_keys, pricer, o.jobs, scratch.path(), tty);
+  const auto mine = parallel_dry_run(my_keys, topology, pricer, o.jobs, scratch.path(), tty);
   const MpiSession mpi(ranks);
   std::vector<json> dry(keyed.size());
   {

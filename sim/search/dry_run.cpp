@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "schedules/layout.hpp"
+#include "sim/collective_cost.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim::search {
@@ -28,10 +29,35 @@ class NoSamples : public data::SampleDataset {
   std::int64_t size_, seq_;
 };
 
+// The compute stream's clock as the dry run keeps it: the busy seconds of its ops plus the
+// seconds it must stand still for collectives priced in closed form (groups inside one
+// switched node, which the simulator prices the same way), issued on it and waited for.
+struct StageClock {
+  const SimDevice* device = nullptr;
+  double stalled = 0;
+  double now() const { return device->compute_busy() + stalled; }
+};
+
+// Done at once. A closed-form collective of `seconds` issued on the compute stream starts
+// after the stream's work so far and the stream waits for its end, so waiting for it stalls
+// the stream by what compute issued in between did not cover (as in SimCommunicator).
 class DoneWork : public Work {
  public:
-  void wait() override {}
+  explicit DoneWork(StageClock* at = nullptr, double seconds = 0)
+      : clock_(at), seconds_(seconds), issued_busy_(at ? at->device->compute_busy() : 0) {}
+  void wait() override {
+    if (clock_ == nullptr || waited_) return;
+    waited_ = true;
+    const double covered = clock_->device->compute_busy() - issued_busy_;
+    clock_->stalled += std::max(0.0, seconds_ - covered);
+  }
   bool test() override { return true; }
+
+ private:
+  StageClock* clock_;
+  double seconds_;
+  double issued_busy_;
+  bool waited_ = false;
 };
 
 // A communicator whose operations are done the moment they are issued: phantom tensors
@@ -39,29 +65,40 @@ class DoneWork : public Work {
 // busy time at its first and last sends and receives.
 class InstantCommunicator : public Communicator {
  public:
-  InstantCommunicator(int my_rank, int group_size, std::string label, StageDryRun* notes = nullptr,
-                      const SimDevice* device = nullptr)
+  InstantCommunicator(int my_rank, int group_size, std::string label, StageClock* stage_clock,
+                      Stream* compute, std::optional<LinkSpec> closed_form,
+                      StageDryRun* notes = nullptr)
       : rank_(my_rank),
         size_(group_size),
         name_(std::move(label)),
-        notes_(notes),
-        device_(device) {}
+        clock_(stage_clock),
+        compute_(compute),
+        closed_form_(closed_form),
+        notes_(notes) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view name() const override { return name_; }
   std::unique_ptr<Communicator> split(int, int, std::string) override {
     throw std::logic_error("the dry run's communicators do not split");
   }
-  std::unique_ptr<Work> all_reduce(Stream&, Tensor&, ReduceOp) override { return done(); }
-  std::unique_ptr<Work> all_gather(Stream&, const Tensor&, Tensor&) override { return done(); }
-  std::unique_ptr<Work> reduce_scatter(Stream&, const Tensor&, Tensor&, ReduceOp) override {
-    return done();
+  std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp) override {
+    return priced(s, Collective::all_reduce, buffer.bytes());
   }
-  std::unique_ptr<Work> broadcast(Stream&, Tensor&, int) override { return done(); }
-  std::unique_ptr<Work> all_to_all(Stream&, const Tensor&, Tensor&) override { return done(); }
+  std::unique_ptr<Work> all_gather(Stream& s, const Tensor&, Tensor& output) override {
+    return priced(s, Collective::all_gather, output.bytes());
+  }
+  std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& input, Tensor&, ReduceOp) override {
+    return priced(s, Collective::reduce_scatter, input.bytes());
+  }
+  std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int) override {
+    return priced(s, Collective::broadcast, buffer.bytes());
+  }
+  std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor&) override {
+    return priced(s, Collective::all_to_all, input.bytes());
+  }
   std::unique_ptr<Work> batch_p2p(Stream&, std::span<const P2POp> ops) override {
     if (notes_ != nullptr) {
-      const double busy = device_->compute_busy();
+      const double busy = clock_->now();
       for (const auto& op : ops) {
         if (op.kind == P2POp::Kind::recv) {
           if (!notes_->has_recv) notes_->before_first_recv = busy;
@@ -74,16 +111,22 @@ class InstantCommunicator : public Communicator {
         }
       }
     }
-    return done();
+    return std::make_unique<DoneWork>();
   }
   void barrier() override {}
 
  private:
-  static std::unique_ptr<Work> done() { return std::make_unique<DoneWork>(); }
+  std::unique_ptr<Work> priced(Stream& s, Collective c, Bytes bytes) {
+    if (!closed_form_ || &s != compute_ || size_ < 2) return std::make_unique<DoneWork>();
+    return std::make_unique<DoneWork>(clock_,
+                                      collective_time(c, bytes, size_, *closed_form_).value);
+  }
   int rank_, size_;
   std::string name_;
+  StageClock* clock_;
+  Stream* compute_;
+  std::optional<LinkSpec> closed_form_;
   StageDryRun* notes_;
-  const SimDevice* device_;
 };
 
 DType compute_dtype(const Scenario& s) {
@@ -100,12 +143,22 @@ int rank_of_stage(const Layout& layout, int stage) {
   throw std::logic_error("rank 0 is in no pipeline group");
 }
 
-StageDryRun run_stage(const Scenario& s, const Layout& layout, int stage,
+StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
                       const SimDevice::Pricer& pricer) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
   SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s)});
+  StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;
+  // As sim_runner: inside a switched node a group's collectives are priced in closed form.
+  const bool switched =
+      topology.node.interconnect == "nvswitch" || topology.node.interconnect == "shared-memory";
+  const int per_node = std::max(1, s.cluster.gpus_per_node);
+  auto one_node = [&](const std::vector<int>& members) {
+    for (int m : members)
+      if (m / per_node != members.front() / per_node) return false;
+    return true;
+  };
   std::map<GroupKind, std::unique_ptr<InstantCommunicator>> comms;
   auto get = [&](GroupKind kind) -> Communicator* {
     const auto& members = ctx.group(kind);
@@ -113,9 +166,11 @@ StageDryRun run_stage(const Scenario& s, const Layout& layout, int stage,
     const int me =
         static_cast<int>(std::find(members.begin(), members.end(), ctx.rank) - members.begin());
     const bool pp = kind == GroupKind::pp;
+    std::optional<LinkSpec> closed_form;
+    if (switched && one_node(members)) closed_form = topology.node.gpu_link;
     comms[kind] = std::make_unique<InstantCommunicator>(
-        me, static_cast<int>(members.size()), std::string(group_kind_name(kind)),
-        pp ? &notes : nullptr, pp ? &device : nullptr);
+        me, static_cast<int>(members.size()), std::string(group_kind_name(kind)), &stage_clock,
+        &device.default_stream(), closed_form, pp ? &notes : nullptr);
     return comms[kind].get();
   };
   const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
@@ -125,10 +180,10 @@ StageDryRun run_stage(const Scenario& s, const Layout& layout, int stage,
   {
     Trainer trainer(s, ctx, device, groups, samples, nullptr);
     device.default_stream().synchronize();
-    const double before = device.compute_busy();
+    const double before = stage_clock.now();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
     trainer.train_step();
-    notes.busy_seconds = device.compute_busy() - before;
+    notes.busy_seconds = stage_clock.now() - before;
     notes.before_first_recv -= before;
     notes.at_first_send -= before;
     notes.at_last_recv -= before;
@@ -138,7 +193,7 @@ StageDryRun run_stage(const Scenario& s, const Layout& layout, int stage,
   return notes;
 }
 
-DryRun run_scenario(const Scenario& s, const SimDevice::Pricer& pricer) {
+DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer) {
   const auto& p = s.parallelism;
   const Layout layout = make_layout({s.cluster.world_size, p.tensor_model_parallel_size,
                                      p.pipeline_model_parallel_size, p.context_parallel_size,
@@ -149,7 +204,7 @@ DryRun run_scenario(const Scenario& s, const SimDevice::Pricer& pricer) {
   if (pp > 1) stages.push_back(pp - 1);
   DryRun r;
   for (int stage : stages) {
-    r.stages.push_back(run_stage(s, layout, stage, pricer));
+    r.stages.push_back(run_stage(s, topology, layout, stage, pricer));
     r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
     r.busy_lower_bound = std::max(r.busy_lower_bound, r.stages.back().busy_seconds);
   }
@@ -186,7 +241,7 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
   return best;
 }
 
-std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios,
+std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                             const SimDevice::Pricer& pricer) {
   std::vector<DryRun> results;
   if (scenarios.empty()) return results;
@@ -201,7 +256,7 @@ std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios,
   std::exception_ptr failure;
   simgrid::s4u::Actor::create("dry-run", host, [&] {
     try {
-      for (const auto& s : scenarios) results.push_back(run_scenario(s, pricer));
+      for (const auto& s : scenarios) results.push_back(run_scenario(s, topology, pricer));
     } catch (...) {
       failure = std::current_exception();
     }

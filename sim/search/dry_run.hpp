@@ -20,8 +20,10 @@
 
 namespace tandem::sim::search {
 
-// One pipeline stage's step, as run with instant communication (seconds are compute-stream
-// busy seconds as the cost model prices them).
+// One pipeline stage's step, as run with instant communication. Seconds are the compute
+// stream's clock: its ops as the cost model prices them, plus the stalls for collectives it
+// waits for whose group sits in one switched node (priced in closed form, as the simulator
+// does); other communication counts zero.
 struct StageDryRun {
   int stage = 0;
   std::int64_t peak_memory_bytes = 0;
@@ -35,7 +37,7 @@ struct StageDryRun {
 
 struct DryRun {
   std::int64_t peak_memory_bytes = 0;  // max over stages: the simulated high-water mark
-  double busy_lower_bound = 0;         // max over stages of the compute stream's busy time
+  double busy_lower_bound = 0;         // max over stages of the compute stream's clock
   // The pipeline bound: a stage's work after its first receive cannot start before the
   // stages ahead of it did their first forward, and stage 0 cannot end before the last
   // backward came back through every stage. Always ≥ busy_lower_bound.
@@ -48,7 +50,7 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
 
 // Dry-runs every scenario (valid ones; each one iteration), in order. The pricer is the
 // simulation's. Throws what the Trainer throws.
-std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios,
+std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                             const SimDevice::Pricer& pricer);
 
 }  // namespace tandem::sim::search

@@ -147,7 +147,7 @@ TEST(DryRun, MemoryEqualsTheSimulatedHighWaterMarkAndTheBoundHolds) {
   const nlohmann::json dry = in_child([&] {
     const Topology t = load_topology("dgx-a100-80g");
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& d : dry_run(picked, pricer_for(t)))
+    for (const auto& d : dry_run(picked, t, pricer_for(t)))
       out.push_back({{"peak", d.peak_memory_bytes},
                      {"bound", d.lower_bound_seconds},
                      {"busy", d.busy_lower_bound}});
