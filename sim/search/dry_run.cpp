@@ -66,7 +66,7 @@ class DoneWork : public Work {
 class InstantCommunicator : public Communicator {
  public:
   InstantCommunicator(int my_rank, int group_size, std::string label, StageClock* stage_clock,
-                      Stream* compute, std::optional<LinkSpec> closed_form,
+                      Stream* compute, std::optional<LinkSpec> closed_form, double flow_bandwidth,
                       StageDryRun* notes = nullptr)
       : rank_(my_rank),
         size_(group_size),
@@ -74,6 +74,7 @@ class InstantCommunicator : public Communicator {
         clock_(stage_clock),
         compute_(compute),
         closed_form_(closed_form),
+        flow_bandwidth_(flow_bandwidth),
         notes_(notes) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -126,6 +127,7 @@ class InstantCommunicator : public Communicator {
   StageClock* clock_;
   Stream* compute_;
   std::optional<LinkSpec> closed_form_;
+  double flow_bandwidth_;  // bytes/s: the fastest a flow of this group can go (0: unknown)
   StageDryRun* notes_;
 };
 
@@ -168,9 +170,14 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
     const bool pp = kind == GroupKind::pp;
     std::optional<LinkSpec> closed_form;
     if (switched && one_node(members)) closed_form = topology.node.gpu_link;
+    double flow_bandwidth = topology.node.gpu_link.bandwidth.value;
+    if (!one_node(members))
+      flow_bandwidth = topology.fabric.nic.bandwidth.value > 0
+                           ? std::min(flow_bandwidth, topology.fabric.nic.bandwidth.value)
+                           : 0;
     comms[kind] = std::make_unique<InstantCommunicator>(
         me, static_cast<int>(members.size()), std::string(group_kind_name(kind)), &stage_clock,
-        &device.default_stream(), closed_form, pp ? &notes : nullptr);
+        &device.default_stream(), closed_form, flow_bandwidth, pp ? &notes : nullptr);
     return comms[kind].get();
   };
   const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
