@@ -711,8 +711,16 @@ void run_search(SearchCliOptions& o) {
     const Outcome& b = outs[baseline];
     if (b.status == "simulated") {
       if (b.rank > o.top) std::cout << format_row(b.rank, e.valid[baseline], b) << "\n";
+      // Candidates left estimated-only whose bound is below the baseline's time may beat it.
+      const double bt = b.report["iteration_seconds"].get<double>();
+      const auto could_beat = std::count_if(outs.begin(), outs.end(), [&](const Outcome& x) {
+        return x.status == "estimated_only" && x.lower_bound_seconds < bt;
+      });
       std::cout << "\nbaseline (" << e.valid[baseline].label << ") ranks " << b.rank << " of "
                 << ranked.size() << " simulated";
+      if (could_beat > 0)
+        std::cout << " (overall between " << b.rank << " and " << b.rank + could_beat << ": "
+                  << could_beat << " estimated-only candidates have a bound below its time)";
       if (!ranked.empty() && ranked.front() != baseline)
         std::cout << "; best " << e.valid[ranked.front()].label << ": baseline "
                   << why_slower(outs[ranked.front()].report, b.report);
