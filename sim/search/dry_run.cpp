@@ -118,9 +118,17 @@ class InstantCommunicator : public Communicator {
 
  private:
   std::unique_ptr<Work> priced(Stream& s, Collective c, Bytes bytes) {
-    if (!closed_form_ || &s != compute_ || size_ < 2) return std::make_unique<DoneWork>();
-    return std::make_unique<DoneWork>(clock_,
-                                      collective_time(c, bytes, size_, *closed_form_).value);
+    if (&s != compute_ || size_ < 2) return std::make_unique<DoneWork>();
+    if (closed_form_)
+      return std::make_unique<DoneWork>(clock_,
+                                        collective_time(c, bytes, size_, *closed_form_).value);
+    // Over SimGrid flows: the ring's every hop is one flow carrying the bus factor × bytes,
+    // no faster than the slowest link on its path; latency and contention only add.
+    if (flow_bandwidth_ <= 0 || c == Collective::broadcast || c == Collective::all_to_all)
+      return std::make_unique<DoneWork>();
+    return std::make_unique<DoneWork>(
+        clock_,
+        bus_bandwidth_factor(c, size_) * static_cast<double>(bytes.value) / flow_bandwidth_);
   }
   int rank_, size_;
   std::string name_;
