@@ -1,0 +1,284 @@
+#include "sim/search/dry_run.hpp"
+
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/NetZone.hpp>
+#include <stdexcept>
+
+#include "schedules/layout.hpp"
+#include "sim/collective_cost.hpp"
+#include "train/trainer.hpp"
+
+namespace tandem::sim::search {
+namespace {
+
+// The trainer draws sample indices; the phantom device never reads them.
+class NoSamples : public data::SampleDataset {
+ public:
+  NoSamples(std::int64_t size, std::int64_t seq) : size_(size), seq_(seq) {}
+  std::int64_t size() const override { return size_; }
+  std::int64_t sequence_length() const override { return seq_; }
+  void read_sample(std::int64_t, std::span<std::int32_t>) const override {
+    throw std::logic_error("the dry run reads no samples");
+  }
+
+ private:
+  std::int64_t size_, seq_;
+};
+
+// The compute stream's clock as the dry run keeps it: the busy seconds of its ops plus the
+// seconds it must stand still for collectives priced in closed form (groups inside one
+// switched node, which the simulator prices the same way), issued on it and waited for.
+struct StageClock {
+  const SimDevice* device = nullptr;
+  double stalled = 0;
+  double now() const { return device->compute_busy() + stalled; }
+};
+
+// Done at once. A closed-form collective of `seconds` issued on the compute stream starts
+// after the stream's work so far and the stream waits for its end, so waiting for it stalls
+// the stream by what compute issued in between did not cover (as in SimCommunicator).
+class DoneWork : public Work {
+ public:
+  explicit DoneWork(StageClock* at = nullptr, double seconds = 0)
+      : clock_(at), seconds_(seconds), issued_busy_(at ? at->device->compute_busy() : 0) {}
+  void wait() override {
+    if (clock_ == nullptr || waited_) return;
+    waited_ = true;
+    const double covered = clock_->device->compute_busy() - issued_busy_;
+    clock_->stalled += std::max(0.0, seconds_ - covered);
+  }
+  bool test() override { return true; }
+
+ private:
+  StageClock* clock_;
+  double seconds_;
+  double issued_busy_;
+  bool waited_ = false;
+};
+
+// A communicator whose operations are done the moment they are issued: phantom tensors
+// carry no values, so nothing needs to move. The pipeline one notes the compute stream's
+// busy time at its first and last sends and receives.
+class InstantCommunicator : public Communicator {
+ public:
+  InstantCommunicator(int my_rank, int group_size, std::string label, StageClock* stage_clock,
+                      Stream* compute, std::optional<LinkSpec> closed_form, double flow_bandwidth,
+                      StageDryRun* notes = nullptr)
+      : rank_(my_rank),
+        size_(group_size),
+        name_(std::move(label)),
+        clock_(stage_clock),
+        compute_(compute),
+        closed_form_(closed_form),
+        flow_bandwidth_(flow_bandwidth),
+        notes_(notes) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view name() const override { return name_; }
+  std::unique_ptr<Communicator> split(int, int, std::string) override {
+    throw std::logic_error("the dry run's communicators do not split");
+  }
+  std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp) override {
+    return priced(s, Collective::all_reduce, buffer.bytes());
+  }
+  std::unique_ptr<Work> all_gather(Stream& s, const Tensor&, Tensor& output) override {
+    return priced(s, Collective::all_gather, output.bytes());
+  }
+  std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& input, Tensor&, ReduceOp) override {
+    return priced(s, Collective::reduce_scatter, input.bytes());
+  }
+  std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int) override {
+    return priced(s, Collective::broadcast, buffer.bytes());
+  }
+  std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor&) override {
+    return priced(s, Collective::all_to_all, input.bytes());
+  }
+  std::unique_ptr<Work> batch_p2p(Stream&, std::span<const P2POp> ops) override {
+    if (notes_ != nullptr) {
+      const double busy = clock_->now();
+      for (const auto& op : ops) {
+        if (op.kind == P2POp::Kind::recv) {
+          if (!notes_->has_recv) notes_->before_first_recv = busy;
+          notes_->has_recv = true;
+          notes_->at_last_recv = busy;
+        } else {
+          if (!notes_->has_send) notes_->at_first_send = busy;
+          notes_->has_send = true;
+          notes_->at_last_send = busy;
+        }
+      }
+    }
+    return std::make_unique<DoneWork>();
+  }
+  void barrier() override {}
+
+ private:
+  std::unique_ptr<Work> priced(Stream& s, Collective c, Bytes bytes) {
+    if (&s != compute_ || size_ < 2) return std::make_unique<DoneWork>();
+    if (closed_form_)
+      return std::make_unique<DoneWork>(clock_,
+                                        collective_time(c, bytes, size_, *closed_form_).value);
+    // Over SimGrid flows: the ring's every hop is one flow carrying the bus factor × bytes,
+    // no faster than the slowest link on its path; latency and contention only add.
+    if (flow_bandwidth_ <= 0 || c == Collective::broadcast || c == Collective::all_to_all)
+      return std::make_unique<DoneWork>();
+    return std::make_unique<DoneWork>(
+        clock_,
+        bus_bandwidth_factor(c, size_) * static_cast<double>(bytes.value) / flow_bandwidth_);
+  }
+  int rank_, size_;
+  std::string name_;
+  StageClock* clock_;
+  Stream* compute_;
+  std::optional<LinkSpec> closed_form_;
+  double flow_bandwidth_;  // bytes/s: the fastest a flow of this group can go (0: unknown)
+  StageDryRun* notes_;
+};
+
+DType compute_dtype(const Scenario& s) {
+  if (s.training.bf16) return DType::bf16;
+  if (s.training.fp16) return DType::fp16;
+  return DType::fp32;
+}
+
+// The rank (tp 0, cp 0, dp 0) of pipeline stage `stage`.
+int rank_of_stage(const Layout& layout, int stage) {
+  for (const auto& group : layout.of(GroupKind::pp))
+    if (std::find(group.begin(), group.end(), 0) != group.end())
+      return group[static_cast<std::size_t>(stage)];
+  throw std::logic_error("rank 0 is in no pipeline group");
+}
+
+StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
+                      const SimDevice::Pricer& pricer) {
+  const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
+  SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s)});
+  StageClock stage_clock{&device};
+  StageDryRun notes;
+  notes.stage = stage;
+  // As sim_runner: inside a switched node a group's collectives are priced in closed form.
+  const bool switched =
+      topology.node.interconnect == "nvswitch" || topology.node.interconnect == "shared-memory";
+  const int per_node = std::max(1, s.cluster.gpus_per_node);
+  auto one_node = [&](const std::vector<int>& members) {
+    for (int m : members)
+      if (m / per_node != members.front() / per_node) return false;
+    return true;
+  };
+  std::map<GroupKind, std::unique_ptr<InstantCommunicator>> comms;
+  auto get = [&](GroupKind kind) -> Communicator* {
+    const auto& members = ctx.group(kind);
+    if (members.empty()) return nullptr;
+    const int me =
+        static_cast<int>(std::find(members.begin(), members.end(), ctx.rank) - members.begin());
+    const bool pp = kind == GroupKind::pp;
+    std::optional<LinkSpec> closed_form;
+    if (switched && one_node(members)) closed_form = topology.node.gpu_link;
+    double flow_bandwidth = topology.node.gpu_link.bandwidth.value;
+    if (!one_node(members))
+      flow_bandwidth = topology.fabric.nic.bandwidth.value > 0
+                           ? std::min(flow_bandwidth, topology.fabric.nic.bandwidth.value)
+                           : 0;
+    comms[kind] = std::make_unique<InstantCommunicator>(
+        me, static_cast<int>(members.size()), std::string(group_kind_name(kind)), &stage_clock,
+        &device.default_stream(), closed_form, flow_bandwidth, pp ? &notes : nullptr);
+    return comms[kind].get();
+  };
+  const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
+                             get(GroupKind::tp_pp), get(GroupKind::embedding)};
+  const NoSamples samples(2 * static_cast<std::int64_t>(s.training.global_batch_size),
+                          s.model.seq_length);
+  {
+    Trainer trainer(s, ctx, device, groups, samples, nullptr);
+    device.default_stream().synchronize();
+    const double before = stage_clock.now();
+    notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
+    trainer.train_step();
+    notes.busy_seconds = stage_clock.now() - before;
+    notes.before_first_recv -= before;
+    notes.at_first_send -= before;
+    notes.at_last_recv -= before;
+    notes.at_last_send -= before;
+  }
+  notes.peak_memory_bytes = device.memory().peak().value;
+  return notes;
+}
+
+DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer) {
+  const auto& p = s.parallelism;
+  const Layout layout = make_layout({s.cluster.world_size, p.tensor_model_parallel_size,
+                                     p.pipeline_model_parallel_size, p.context_parallel_size,
+                                     p.expert_model_parallel_size, p.order});
+  const int pp = p.pipeline_model_parallel_size;
+  std::vector<int> stages{0};
+  if (pp > 2) stages.push_back(1);
+  if (pp > 1) stages.push_back(pp - 1);
+  DryRun r;
+  for (int stage : stages) {
+    r.stages.push_back(run_stage(s, topology, layout, stage, pricer));
+    r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
+    r.busy_lower_bound = std::max(r.busy_lower_bound, r.stages.back().busy_seconds);
+  }
+  r.lower_bound_seconds = std::max(r.busy_lower_bound, pipeline_lower_bound(r.stages, pp));
+  return r;
+}
+
+}  // namespace
+
+double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
+  if (pp < 2 || stages.size() < 2) return 0;
+  auto at = [&](int s) -> const StageDryRun& {
+    if (s == 0) return stages.front();
+    if (s == pp - 1) return stages.back();
+    return stages[1];
+  };
+  const StageDryRun& first = at(0);
+  if (!first.has_send || !first.has_recv) return 0;
+  // T: when stage s−1's first send can have completed (the first forward reached stage s).
+  double first_forward = first.at_first_send;
+  // Back through stages s−1 … 1: the last microbatch's backward between their last
+  // receive and last send; then stage 0 after its last receive.
+  const double stage0_tail = first.busy_seconds - first.at_last_recv;
+  double best = 0, back = 0;  // back: Σ_{j=1}^{s−1} (last send − last recv)
+  for (int s = 1; s < pp; ++s) {
+    const StageDryRun& st = at(s);
+    if (!st.has_recv || !st.has_send) return best;
+    best = std::max(best, first_forward + st.busy_seconds - st.before_first_recv);
+    best = std::max(best,
+                    first_forward + (st.at_last_send - st.before_first_recv) + back + stage0_tail);
+    first_forward += st.at_first_send - st.before_first_recv;
+    back += st.at_last_send - st.at_last_recv;
+  }
+  return best;
+}
+
+std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
+                            const SimDevice::Pricer& pricer) {
+  std::vector<DryRun> results;
+  if (scenarios.empty()) return results;
+  xbt_log_control_set("xbt_cfg.thresh:warning");
+  int argc = 1;
+  char name[] = "tandem-search";
+  char* argv[] = {name, nullptr};
+  simgrid::s4u::Engine engine(&argc, argv);
+  auto* zone = simgrid::s4u::create_full_zone("dry-run");
+  simgrid::s4u::Host* host = zone->create_host("host", 1e9);
+  zone->seal();
+  std::exception_ptr failure;
+  simgrid::s4u::Actor::create("dry-run", host, [&] {
+    try {
+      for (const auto& s : scenarios) results.push_back(run_scenario(s, topology, pricer));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  engine.run();
+  if (failure) std::rethrow_exception(failure);
+  return results;
+}
+
+}  // namespace tandem::sim::search

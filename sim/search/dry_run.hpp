@@ -1,0 +1,56 @@
+// The fast pass of `tandem search`: every candidate's training step run once per distinct
+// pipeline stage on the very SimDevice of the simulator, with communicators that complete
+// at once (no network, no peers). What the step allocates does not depend on the network,
+// so the device's MemoryTracker high-water mark is the simulated one to the byte; and the
+// compute stream's busy time, with where the stage's pipeline sends and receives fall in
+// it, gives a lower bound on the simulated iteration time (LowerBound below). Only stages
+// 0, 1 and pp − 1 run: stages 1 … pp − 2 hold the same layers and issue the same ops
+// (tests/sim/test_search.cpp compares both figures with full simulations).
+//
+// One SimGrid engine (one host, one actor) runs all the dry runs of a call, so call
+// dry_run() at most once per process, and never in a process that runs simulate().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/scenario.hpp"
+#include "sim/sim_device.hpp"
+#include "topology/topology.hpp"
+
+namespace tandem::sim::search {
+
+// One pipeline stage's step, as run with instant communication. Seconds are the compute
+// stream's clock: its ops as the cost model prices them, plus the stalls for collectives it
+// waits for whose group sits in one switched node (priced in closed form, as the simulator
+// does); other communication counts zero.
+struct StageDryRun {
+  int stage = 0;
+  std::int64_t peak_memory_bytes = 0;
+  double busy_seconds = 0;       // every op on the compute stream in one iteration
+  double before_first_recv = 0;  // busy when the first pipeline receive is issued
+  double at_first_send = 0;      // busy when the first pipeline send is issued
+  double at_last_recv = 0;       // busy when the last pipeline receive is issued
+  double at_last_send = 0;       // busy when the last pipeline send is issued
+  bool has_recv = false, has_send = false;
+};
+
+struct DryRun {
+  std::int64_t peak_memory_bytes = 0;  // max over stages: the simulated high-water mark
+  double busy_lower_bound = 0;         // max over stages of the compute stream's clock
+  // The pipeline bound: a stage's work after its first receive cannot start before the
+  // stages ahead of it did their first forward, and stage 0 cannot end before the last
+  // backward came back through every stage. Always ≥ busy_lower_bound.
+  double lower_bound_seconds = 0;
+  std::vector<StageDryRun> stages;  // 0, 1, pp − 1 (those that exist)
+};
+
+// The pipeline bound from one stage per kind (first, a middle one, last) for pp stages.
+double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
+
+// Dry-runs every scenario (valid ones; each one iteration), in order. The pricer is the
+// simulation's. Throws what the Trainer throws.
+std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
+                            const SimDevice::Pricer& pricer);
+
+}  // namespace tandem::sim::search

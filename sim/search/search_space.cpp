@@ -1,0 +1,268 @@
+#include "sim/search/search_space.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace tandem::sim::search {
+namespace {
+
+const std::map<std::string, std::string>& short_names() {
+  static const std::map<std::string, std::string> names{
+      {"tp", "tensor_model_parallel_size"},
+      {"pp", "pipeline_model_parallel_size"},
+      {"cp", "context_parallel_size"},
+      {"vp", "num_layers_per_virtual_pipeline_stage"},
+      {"mbs", "micro_batch_size"},
+      {"recompute", "recompute_granularity"},
+      {"sp", "sequence_parallel"},
+      {"distopt", "use_distributed_optimizer"},
+      {"overlap_grad", "overlap_grad_reduce"},
+      {"overlap_param", "overlap_param_gather"},
+  };
+  return names;
+}
+
+std::string field_of(const std::string& word) {
+  std::string w = word;
+  while (!w.empty() && w.front() == '-') w.erase(w.begin());
+  std::replace(w.begin(), w.end(), '-', '_');
+  if (auto it = short_names().find(w); it != short_names().end()) return it->second;
+  const auto& fields = search_fields();
+  if (std::find(fields.begin(), fields.end(), w) != fields.end()) return w;
+  std::vector<std::string> known = fields;
+  for (const auto& [s, _] : short_names()) known.push_back(s);
+  const std::string near = closest_match(w, known);
+  throw ConfigError(
+      "--vary/--fix", word,
+      "is not a searched field (" +
+          (near.empty() ? std::string("see tandem search --help") : "did you mean " + near + "?") +
+          ")");
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string v; std::getline(in, v, ',');)
+    if (!v.empty()) out.push_back(v);
+  return out;
+}
+
+std::pair<std::string, std::vector<std::string>> parse_assignment(const std::string& a) {
+  const auto eq = a.find('=');
+  if (eq == std::string::npos)
+    throw ConfigError("--vary/--fix", a, "must be FIELD=VALUE or FIELD=V1,V2,…");
+  auto values = split_list(a.substr(eq + 1));
+  if (values.empty()) throw ConfigError("--vary/--fix", a, "gives no value");
+  return {field_of(a.substr(0, eq)), values};
+}
+
+std::vector<int> divisors_up_to(int n, int limit) {
+  std::vector<int> d;
+  for (int i = 1; i <= std::min(n, limit); ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+int to_int(const std::string& field, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const int x = std::stoi(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(field, v, "must be an integer");
+}
+
+bool to_bool(const std::string& field, const std::string& v) {
+  if (v == "true" || v == "1" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "off") return false;
+  throw ConfigError(field, v, "must be true or false");
+}
+
+// The rule with its numbers dropped, so that one rule broken by many sizes counts once.
+std::string rule_class(const Violation& v) {
+  std::string rule = v.rule;
+  const auto cut = rule.find_first_of("0123456789=(");
+  if (cut != std::string::npos) rule = rule.substr(0, cut);
+  while (!rule.empty() && (rule.back() == ' ' || rule.back() == ',')) rule.pop_back();
+  return v.field + ": " + rule;
+}
+
+// Sets `field` of `s` to `value` (flag text).
+void set_field(Scenario& s, const std::string& field, const std::string& value) {
+  auto& p = s.parallelism;
+  if (field == "tensor_model_parallel_size")
+    p.tensor_model_parallel_size = to_int(field, value);
+  else if (field == "pipeline_model_parallel_size")
+    p.pipeline_model_parallel_size = to_int(field, value);
+  else if (field == "context_parallel_size")
+    p.context_parallel_size = to_int(field, value);
+  else if (field == "num_layers_per_virtual_pipeline_stage")
+    p.num_layers_per_virtual_pipeline_stage =
+        value == "none" ? std::nullopt : std::optional<int>(to_int(field, value));
+  else if (field == "micro_batch_size")
+    s.training.micro_batch_size = to_int(field, value);
+  else if (field == "recompute_granularity") {
+    if (value != "none" && value != "selective" && value != "full")
+      throw ConfigError(field, value, "must be none, selective or full");
+    s.training.recompute_granularity = value;
+  } else if (field == "sequence_parallel")
+    p.sequence_parallel = to_bool(field, value);
+  else if (field == "use_distributed_optimizer")
+    p.use_distributed_optimizer = to_bool(field, value);
+  else if (field == "overlap_grad_reduce")
+    p.overlap_grad_reduce = to_bool(field, value);
+  else if (field == "overlap_param_gather")
+    p.overlap_param_gather = to_bool(field, value);
+  else if (field == "order")
+    p.order = value;
+}
+
+}  // namespace
+
+const std::vector<std::string>& search_fields() {
+  static const std::vector<std::string> fields{"tensor_model_parallel_size",
+                                               "pipeline_model_parallel_size",
+                                               "context_parallel_size",
+                                               "num_layers_per_virtual_pipeline_stage",
+                                               "micro_batch_size",
+                                               "recompute_granularity",
+                                               "sequence_parallel",
+                                               "use_distributed_optimizer",
+                                               "overlap_grad_reduce",
+                                               "overlap_param_gather",
+                                               "order"};
+  return fields;
+}
+
+SearchSpace default_space(const Scenario& base, int world_size) {
+  auto texts = [](const std::vector<int>& v) {
+    std::vector<std::string> t;
+    for (int x : v) t.push_back(std::to_string(x));
+    return t;
+  };
+  SearchSpace sp;
+  auto& v = sp.values;
+  v["tensor_model_parallel_size"] =
+      texts(divisors_up_to(world_size, std::max(1, base.cluster.gpus_per_node)));
+  v["pipeline_model_parallel_size"] = texts(divisors_up_to(world_size, base.model.num_layers));
+  v["context_parallel_size"] = base.model.seq_length >= 8192
+                                   ? std::vector<std::string>{"1", "2", "4", "8"}
+                                   : std::vector<std::string>{"1"};
+  v["num_layers_per_virtual_pipeline_stage"] = {"auto"};
+  v["micro_batch_size"] = {"1", "2", "4", "8"};
+  v["recompute_granularity"] = {"none", "selective", "full"};
+  v["sequence_parallel"] = {"false", "true"};
+  v["use_distributed_optimizer"] = {"false", "true"};
+  v["overlap_grad_reduce"] = {"false", "true"};
+  v["overlap_param_gather"] = {"false", "true"};
+  v["order"] = {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
+  return sp;
+}
+
+void vary(SearchSpace& space, const std::string& assignment) {
+  auto [field, values] = parse_assignment(assignment);
+  space.values[field] = values;
+}
+
+void fix(SearchSpace& space, const std::string& assignment) {
+  auto [field, values] = parse_assignment(assignment);
+  if (values.size() != 1)
+    throw ConfigError("--fix", assignment, "fixes one value (use --vary for a list)");
+  space.values[field] = values;
+}
+
+std::string candidate_label(const Scenario& s) {
+  const auto& p = s.parallelism;
+  std::string l = "tp" + std::to_string(p.tensor_model_parallel_size) + " pp" +
+                  std::to_string(p.pipeline_model_parallel_size);
+  if (p.context_parallel_size > 1) l += " cp" + std::to_string(p.context_parallel_size);
+  if (virtual_pipeline_size(s) > 1)
+    l += " vp" +
+         std::to_string(p.num_layers_per_virtual_pipeline_stage.value_or(
+             s.model.num_layers / (p.pipeline_model_parallel_size * virtual_pipeline_size(s))));
+  l +=
+      " mbs" + std::to_string(s.training.micro_batch_size) + " " + s.training.recompute_granularity;
+  if (p.sequence_parallel) l += " sp";
+  if (p.use_distributed_optimizer) l += " distopt";
+  if (p.overlap_grad_reduce) l += " ogr";
+  if (p.overlap_param_gather) l += " opg";
+  l += " " + p.order;
+  return l;
+}
+
+Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace& space) {
+  Scenario base = base_in;
+  base.cluster.world_size = world_size;
+  Enumeration e;
+  const std::vector<std::string>& fields = search_fields();
+  for (const auto& f : fields)
+    if (!space.values.count(f) || space.values.at(f).empty())
+      throw ConfigError(f, "", "the search space gives it no value");
+
+  std::map<std::string, int> seen;  // label → candidate
+  auto add = [&](Scenario s, bool baseline) {
+    ++e.enumerated;
+    try {
+      validate(s);
+    } catch (const ConfigError& err) {
+      ++e.pruned["invalid: " + rule_class(err.violations().front())];
+      return;
+    }
+    if (!baseline && s.parallelism.sequence_parallel &&
+        s.parallelism.tensor_model_parallel_size == 1) {
+      ++e.pruned["duplicate: sequence_parallel has no effect at tensor_model_parallel_size 1"];
+      return;
+    }
+    const std::string label = candidate_label(s);
+    if (seen.count(label)) {
+      ++e.pruned[baseline ? "duplicate: the baseline" : "duplicate: the baseline's layout"];
+      return;
+    }
+    const int id = static_cast<int>(e.valid.size());
+    s.name = baseline ? base_in.name : base_in.name + "-search-" + std::to_string(id);
+    seen[label] = id;
+    e.valid.push_back({id, std::move(s), label, baseline});
+  };
+  add(base, true);
+
+  Scenario proto = base;
+  proto.parallelism.pipeline_schedule = "auto";
+  proto.parallelism.virtual_pipeline_model_parallel_size.reset();
+  proto.training.recompute_method = "uniform";
+  proto.training.recompute_num_layers = 1;
+  std::function<void(std::size_t, Scenario&)> walk = [&](std::size_t level, Scenario& s) {
+    if (level == fields.size()) {
+      add(s, false);
+      return;
+    }
+    const std::string& field = fields[level];
+    for (const auto& value : space.values.at(field)) {
+      if (field == "num_layers_per_virtual_pipeline_stage" && value == "auto") {
+        const int pp = s.parallelism.pipeline_model_parallel_size;
+        const int layers = s.model.num_layers;
+        std::vector<std::string> vals{"none"};
+        if (pp > 1 && layers % pp == 0)
+          for (int d : divisors_up_to(layers / pp, layers / pp - 1))
+            vals.push_back(std::to_string(d));
+        for (const auto& v : vals) {
+          Scenario t = s;
+          set_field(t, field, v);
+          walk(level + 1, t);
+        }
+        continue;
+      }
+      Scenario t = s;
+      set_field(t, field, value);
+      walk(level + 1, t);
+    }
+  };
+  walk(0, proto);
+  return e;
+}
+
+}  // namespace tandem::sim::search

@@ -1,0 +1,61 @@
+// The layouts `tandem search` tries: for each searched field a list of values, the
+// cartesian product of which, applied to a base scenario with the model, global batch and
+// world size kept, is every candidate; the scenario validator prunes those Megatron would
+// refuse. Defaults cover what Megatron accepts on one node of tensor parallelism; --vary
+// widens a field, --fix narrows it to one value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/scenario.hpp"
+
+namespace tandem::sim::search {
+
+// Searched fields, in enumeration order (Megatron's names; "recompute_granularity" takes
+// none | selective | full). A value "auto" of num_layers_per_virtual_pipeline_stage means
+// every divisor of the layers per stage that interleaves (plus "none").
+const std::vector<std::string>& search_fields();
+
+struct SearchSpace {
+  std::map<std::string, std::vector<std::string>> values;  // field → values as flag text
+};
+
+// Every field's default values for `base` on `world_size` ranks: tp the divisors of the
+// world up to the GPUs per node, pp the divisors of the world up to num_layers, cp 1 (2, 4
+// and 8 too from 8192 tokens on), interleaving "auto", micro batch 1, 2, 4, 8, recompute
+// none / selective / full, sequence parallelism, distributed optimizer and both overlaps
+// on and off, rank order tp-cp-ep-dp-pp and tp-cp-ep-pp-dp.
+SearchSpace default_space(const Scenario& base, int world_size);
+
+// "FIELD=V1,V2,…": replaces the field's values (a Megatron name, its flag spelling or the
+// short names tp, pp, cp, vp, mbs, recompute, sp, distopt, overlap_grad, overlap_param).
+// Throws ConfigError naming the field for an unknown field or an empty list.
+void vary(SearchSpace& space, const std::string& assignment);
+void fix(SearchSpace& space, const std::string& assignment);  // "FIELD=VALUE"
+
+struct Candidate {
+  int id = 0;             // index in enumeration order (stable across runs and ranks)
+  Scenario scenario;      // validated
+  std::string label;      // "tp8 pp16 vp3 mbs1 full sp distopt ogr opg tp-cp-ep-dp-pp"
+  bool baseline = false;  // the base scenario itself
+};
+
+struct Enumeration {
+  std::int64_t enumerated = 0;  // the product of the value lists, baseline included
+  std::vector<Candidate> valid;
+  // rule → candidates the validator refused (first violation's field and rule, numbers
+  // stripped) or that duplicate another ("sequence_parallel: no effect at tp 1").
+  std::map<std::string, std::int64_t> pruned;
+};
+
+// Enumerates the space around `base` (world size set to `world_size`); the base scenario
+// itself is always candidate 0 when valid (baseline = true), as `tandem search` reports
+// where it ranks.
+Enumeration enumerate(const Scenario& base, int world_size, const SearchSpace& space);
+
+std::string candidate_label(const Scenario& s);
+
+}  // namespace tandem::sim::search

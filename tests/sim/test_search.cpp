@@ -1,0 +1,185 @@
+// tandem search's pieces: the enumeration counts (derived by hand), and the dry run against
+// full symmetric simulations over many candidates — the dry run's memory high-water mark
+// must equal the simulated one to the byte, and its lower bound must not exceed the
+// simulated iteration time (which is what makes the search's top K exact).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/search/dry_run.hpp"
+#include "sim/search/search_space.hpp"
+#include "sim/sim_runner.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim::search {
+namespace {
+
+// Runs `body` in a forked child (SimGrid's engine runs once per process) and returns the
+// JSON it produced (or {"error": …}).
+nlohmann::json in_child(const std::function<nlohmann::json()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      out = body().dump();
+    } catch (const std::exception& e) {
+      out = nlohmann::json{{"error", e.what()}}.dump();
+    }
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[65536];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (text.empty()) return {{"error", "child produced nothing"}};
+  return nlohmann::json::parse(text);
+}
+
+SimDevice::Pricer pricer_for(const Topology& t) {
+  auto cost = std::make_shared<CostModel>(t.gpu);
+  return [cost](const OpDesc& op) { return cost->seconds(op); };
+}
+
+Scenario small_model() {
+  Scenario s;
+  s.model.num_layers = 8;
+  s.model.hidden_size = 256;
+  s.model.num_attention_heads = 8;
+  s.model.seq_length = 256;
+  s.model.vocab_size = 1000;
+  s.training.global_batch_size = 32;
+  s.training.fp16 = true;
+  s.cluster.world_size = 16;
+  s.cluster.gpus_per_node = 8;
+  s.cluster.topology = "dgx-a100-80g";
+  return s;
+}
+
+SearchSpace fixed_space(const Scenario& s) {
+  SearchSpace space = default_space(s, s.cluster.world_size);
+  for (const char* f : {"vp=none", "mbs=1", "recompute=none", "sp=false", "distopt=false",
+                        "overlap_grad=false", "overlap_param=false", "order=tp-cp-ep-dp-pp"})
+    fix(space, f);
+  return space;
+}
+
+TEST(SearchSpace, CountsTheLayoutsThatDivideTheWorld) {
+  Scenario s = small_model();
+  s.cluster.world_size = 8;
+  SearchSpace space = fixed_space(s);
+  vary(space, "tp=1,2,4,8");
+  vary(space, "pp=1,2,4,8");
+  const Enumeration e = enumerate(s, 8, space);
+  // 16 (tp, pp) pairs plus the baseline; tp·pp must divide 8: (1,1) (1,2) (1,4) (1,8) (2,1)
+  // (2,2) (2,4) (4,1) (4,2) (8,1) are valid, the other 6 are not; the baseline (tp 1, pp 1)
+  // duplicates one of them.
+  EXPECT_EQ(e.enumerated, 17);
+  EXPECT_EQ(e.valid.size(), 10u);
+  EXPECT_TRUE(e.valid.front().baseline);
+  std::int64_t invalid = 0, duplicate = 0;
+  for (const auto& [rule, n] : e.pruned) {
+    if (rule.rfind("invalid: world_size", 0) == 0) invalid += n;
+    if (rule.rfind("duplicate", 0) == 0) duplicate += n;
+  }
+  EXPECT_EQ(invalid, 6);
+  EXPECT_EQ(duplicate, 1);
+}
+
+TEST(SearchSpace, InterleavingAutoTriesEveryDivisorOfTheStageDepth) {
+  Scenario s = small_model();
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=2");
+  vary(space, "vp=auto");
+  s.training.global_batch_size = 64;  // m = 64 / 8 = 8, a multiple of pp
+  const Enumeration e = enumerate(s, 16, space);
+  // 8 layers / pp 2 = 4 per stage: none, 1, 2 (4 would be one chunk per stage).
+  std::vector<std::string> labels;
+  for (const auto& c : e.valid)
+    if (!c.baseline) labels.push_back(c.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{"tp1 pp2 mbs1 none tp-cp-ep-dp-pp",
+                                              "tp1 pp2 vp1 mbs1 none tp-cp-ep-dp-pp",
+                                              "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp"}));
+}
+
+TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
+  SearchSpace space = default_space(small_model(), 16);
+  EXPECT_THROW(vary(space, "tensor_paralel=2"), ConfigError);
+  EXPECT_THROW(vary(space, "tp="), ConfigError);
+  EXPECT_THROW(fix(space, "tp=1,2"), ConfigError);
+  EXPECT_THROW(vary(space, "tp"), ConfigError);
+}
+
+// Many candidates of the default space of a small model on 16 GPUs (tp, pp, interleaving,
+// micro batch, recomputation, sp, distributed optimizer, overlaps): the dry run's memory
+// equals the simulation's high-water mark, and its bound is below the simulated time.
+TEST(DryRun, MemoryEqualsTheSimulatedHighWaterMarkAndTheBoundHolds) {
+  const Scenario base = small_model();
+  SearchSpace space = default_space(base, 16);
+  fix(space, "order=tp-cp-ep-dp-pp");
+  vary(space, "mbs=1,2");
+  const Enumeration e = enumerate(base, 16, space);
+  ASSERT_GT(e.valid.size(), 200u);
+  // A spread of the valid candidates (every k-th), 48 of them.
+  std::vector<Scenario> picked;
+  const std::size_t step = e.valid.size() / 48;
+  for (std::size_t i = 0; i < e.valid.size() && picked.size() < 48; i += step)
+    picked.push_back(e.valid[i].scenario);
+  const nlohmann::json dry = in_child([&] {
+    const Topology t = load_topology("dgx-a100-80g");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& d : dry_run(picked, t, pricer_for(t)))
+      out.push_back({{"peak", d.peak_memory_bytes},
+                     {"bound", d.lower_bound_seconds},
+                     {"busy", d.busy_lower_bound}});
+    return out;
+  });
+  ASSERT_FALSE(dry.contains("error")) << dry.dump();
+  ASSERT_EQ(dry.size(), picked.size());
+  int pipelined = 0;
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const auto sim = in_child([&] {
+      const Topology t = load_topology("dgx-a100-80g");
+      SimulateOptions o;
+      o.mode = SimMode::symmetric;
+      o.pricer = pricer_for(t);
+      auto j = to_json(simulate(picked[i], t, o));
+      j.erase("ranks");
+      return j;
+    });
+    ASSERT_FALSE(sim.contains("error")) << sim.dump();
+    const std::string label = candidate_label(picked[i]);
+    EXPECT_EQ(dry[i]["peak"].get<std::int64_t>(), sim["max_peak_memory_bytes"].get<std::int64_t>())
+        << label;
+    const double bound = dry[i]["bound"].get<double>();
+    const double simulated = sim["iteration_seconds"].get<double>();
+    EXPECT_LE(bound, simulated * (1 + 1e-9)) << label;
+    EXPECT_GE(bound, dry[i]["busy"].get<double>()) << label;
+    // The bound is not vacuous: it holds at least half the simulated time.
+    EXPECT_GT(bound, 0.5 * simulated) << label;
+    if (picked[i].parallelism.pipeline_model_parallel_size > 1) ++pipelined;
+  }
+  EXPECT_GT(pipelined, 10);
+}
+
+}  // namespace
+}  // namespace tandem::sim::search
