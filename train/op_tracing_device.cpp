@@ -30,6 +30,14 @@ OpKey attention_key(std::string op, const Tensor& qkv) {
           qkv.shape[0],  qkv.shape[4], qkv.shape[1] * qkv.shape[3]};
 }
 
+// Fused attention over grouped sources (T, B, G, P + 2, head_dim): m = Tq, n = Tk,
+// k = head_dim, batch = B · G · P (the query heads), as sim/op_cost_llama keys it.
+OpKey flash_key(std::string op, const Tensor& q, const Tensor& kv) {
+  if (q.shape.rank() != 5 || kv.shape.rank() != 5) return buffer_key(std::move(op), q);
+  return {std::move(op), q.dtype,    q.shape[0],
+          kv.shape[0],   q.shape[4], q.shape[1] * q.shape[2] * (q.shape[3] - 2)};
+}
+
 int thread_of(Stream& s) {
   const std::string_view name = s.name();
   if (name.starts_with("tp")) return trace_thread::tp_comm;
@@ -98,6 +106,41 @@ void OpTracingDevice::gelu_backward(Stream& s, const Tensor& grad_output, const 
                                     Tensor& grad_input) {
   traced(s, rows_key("gelu_backward", grad_output),
          [&] { inner_.gelu_backward(s, grad_output, input, grad_input); });
+}
+void OpTracingDevice::rms_norm(Stream& s, const RmsNormArgs& a) {
+  traced(s, rows_key("rms_norm", a.input), [&] { inner_.rms_norm(s, a); });
+}
+void OpTracingDevice::rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) {
+  traced(s, rows_key("rms_norm_backward", a.input), [&] { inner_.rms_norm_backward(s, a); });
+}
+void OpTracingDevice::swiglu(Stream& s, const Tensor& input, Tensor& output) {
+  // Keyed by the output width F (the input holds gate and up, 2F), as the simulator keys it.
+  OpKey key = rows_key("swiglu", input);
+  key.n /= 2;
+  traced(s, key, [&] { inner_.swiglu(s, input, output); });
+}
+void OpTracingDevice::swiglu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                                      Tensor& grad_input) {
+  OpKey key = rows_key("swiglu_backward", input);
+  key.n /= 2;
+  traced(s, key, [&] { inner_.swiglu_backward(s, grad_output, input, grad_input); });
+}
+void OpTracingDevice::rope(Stream& s, const RopeArgs& a) {
+  // (T·B rows, rotated features per row, rotary_dim), as the simulator keys it.
+  const Shape& x = a.x.shape;
+  OpKey key = buffer_key("rope", a.x);
+  if (x.rank() == 5)
+    key = {"rope",       a.x.dtype, x[0] * x[1], x[2] * a.rotate_per_group * a.rotary_dim,
+           a.rotary_dim, 1};
+  traced(s, key, [&] { inner_.rope(s, a); });
+}
+void OpTracingDevice::flash_attention(Stream& s, const FlashAttentionArgs& a) {
+  traced(s, flash_key("flash_attention", a.q_source, a.kv_source),
+         [&] { inner_.flash_attention(s, a); });
+}
+void OpTracingDevice::flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) {
+  traced(s, flash_key("flash_attention_backward", a.q_source, a.kv_source),
+         [&] { inner_.flash_attention_backward(s, a); });
 }
 void OpTracingDevice::embedding(Stream& s, const EmbeddingArgs& a) {
   // Keyed by the output: the int32 tokens say nothing of the dtype the op moves.

@@ -64,6 +64,14 @@ class OpTracingDevice : public Device {
   void gelu(Stream& s, const Tensor& input, Tensor& output) override;
   void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                      Tensor& grad_input) override;
+  void rms_norm(Stream& s, const RmsNormArgs& a) override;
+  void rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) override;
+  void swiglu(Stream& s, const Tensor& input, Tensor& output) override;
+  void swiglu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                       Tensor& grad_input) override;
+  void rope(Stream& s, const RopeArgs& a) override;
+  void flash_attention(Stream& s, const FlashAttentionArgs& a) override;
+  void flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) override;
   void embedding(Stream& s, const EmbeddingArgs& a) override;
   void embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) override;
   void cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor& row_max) override;
