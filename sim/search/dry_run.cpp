@@ -97,6 +97,11 @@ class InstantCommunicator : public Communicator {
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor&) override {
     return priced(s, Collective::all_to_all, input.bytes());
   }
+  // Nothing on the dense GPT step issues it yet; priced as an all_to_all of the input.
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input, std::span<const std::int64_t>,
+                                     Tensor&, std::span<const std::int64_t>) override {
+    return priced(s, Collective::all_to_all, input.bytes());
+  }
   std::unique_ptr<Work> batch_p2p(Stream&, std::span<const P2POp> ops) override {
     if (notes_ != nullptr) {
       const double busy = clock_->now();
