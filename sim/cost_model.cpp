@@ -38,6 +38,20 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 
 }  // namespace
 
+std::string op_class(const std::string& op) {
+  if (op == "gemm") return "gemm";
+  if (op == "attention" || op == "attention_backward") return "attention";
+  if (op == "adam" || op == "sum_squares") return "optimizer";
+  if (op == "upload" || op == "download") return "transfer";
+  return "memory-bound";
+}
+
+int kernels_of_op(const OpDesc& op) {
+  if (op.op == "attention") return 5;
+  if (op.op == "attention_backward") return 7;
+  return 1;
+}
+
 GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch) {
   GemmTiling t;
   if (m <= 0 || n <= 0 || batch <= 0) return t;

@@ -48,6 +48,16 @@ struct OpDesc {
   double bytes = 0;        // bytes read + written from device memory
 };
 
+// The class a Device op's time is reported under (tandem simulate's breakdown, tandem
+// trace diff): "gemm"; "attention" (its batched GEMMs and softmax); "memory-bound" (norms,
+// elementwise, embedding, cross entropy: bandwidth + launch); "optimizer" (adam and the
+// gradient-norm reduction); "transfer" (upload, download over PCIe).
+std::string op_class(const std::string& op);
+
+// Kernels the host launches for one Device op: the parts rule 3 prices attention from
+// (5 forward, 7 backward), 1 for every other op. The host issue clock charges each.
+int kernels_of_op(const OpDesc& op);
+
 // How a GEMM's output splits into tiles and waves on a GPU (rule 2 above).
 struct GemmTiling {
   std::int64_t tiles = 0;  // ceil(m / tile_m) · ceil(n / tile_n) · batch

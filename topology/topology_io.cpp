@@ -168,7 +168,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   Section s(body, "gpu",
             {"name", "peak_tflops", "hbm_bandwidth_gbs", "memory_gib", "sm_count",
              "kernel_launch_us", "gemm_peak_fraction", "memory_peak_fraction", "gemm_tile",
-             "pcie_gbs", "pcie_latency_us", "source"},
+             "pcie_gbs", "pcie_latency_us", "host_kernel_issue_us", "host_collective_issue_us",
+             "host_microbatch_us", "host_iteration_us", "source"},
             out);
   GpuSpec g;
   if (!s.ok()) return g;
@@ -205,6 +206,16 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   }
   g.pcie.bandwidth = BytesPerSecond(s.number("pcie_gbs", Range::positive) * kGiga);
   g.pcie.latency = Seconds(s.number("pcie_latency_us", Range::non_negative) * kMicro);
+  // The issuing host's costs are optional (absent: 0, a host that issues at once).
+  auto host_us = [&](std::string_view key) {
+    return s.body().contains(std::string(key))
+               ? Seconds(s.number(key, Range::non_negative) * kMicro)
+               : Seconds(0);
+  };
+  g.host_kernel_issue = host_us("host_kernel_issue_us");
+  g.host_collective_issue = host_us("host_collective_issue_us");
+  g.host_microbatch = host_us("host_microbatch_us");
+  g.host_iteration = host_us("host_iteration_us");
   g.sources = s.sources();
   return g;
 }
@@ -322,6 +333,10 @@ nlohmann::json to_json(const Topology& t) {
               {"gemm_tile", {g.gemm_tile_m, g.gemm_tile_n}},
               {"pcie_gbs", tidy(g.pcie.bandwidth.value / kGiga)},
               {"pcie_latency_us", tidy(g.pcie.latency.value / kMicro)},
+              {"host_kernel_issue_us", tidy(g.host_kernel_issue.value / kMicro)},
+              {"host_collective_issue_us", tidy(g.host_collective_issue.value / kMicro)},
+              {"host_microbatch_us", tidy(g.host_microbatch.value / kMicro)},
+              {"host_iteration_us", tidy(g.host_iteration.value / kMicro)},
               {"source", sources_json(g.sources)}};
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},
