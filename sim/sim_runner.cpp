@@ -50,6 +50,9 @@ struct RankRun {
   std::unique_ptr<Trainer> trainer;
   double start = 0;
   std::vector<double> iteration_ends;
+  // The device's books when the last iteration began, to report that iteration alone.
+  std::map<std::string, double> ops_before, host_before;
+  double host_bound_before = 0;
 };
 
 std::string group_id(GroupKind kind, const std::vector<int>& members) {
@@ -90,13 +93,13 @@ PassSpan passes_of(const nlohmann::json& part, double from_seconds) {
 }
 
 // The breakdown of the rank whose compute stream is busiest (see IterationBreakdown).
-IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double iteration_seconds,
-                                int iterations) {
+IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double iteration_seconds) {
   IterationBreakdown b;
   const RankReport* worst = nullptr;
   double worst_busy = -1;
   for (const auto& k : ranks) {
-    const double busy = k.compute_busy_seconds / iterations + k.host_bound_seconds;
+    double busy = k.host_bound_seconds;
+    for (const auto& [op, secs] : k.iteration_op_seconds) busy += secs;
     if (busy > worst_busy) {
       worst_busy = busy;
       worst = &k;
@@ -104,8 +107,8 @@ IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double ite
   }
   if (!worst) return b;
   b.rank = worst->rank;
-  for (const auto& [op, secs] : worst->op_seconds)
-    b.compute_seconds[op_class(op)] += secs / iterations;
+  for (const auto& [op, secs] : worst->iteration_op_seconds)
+    b.compute_seconds[op_class(op)] += secs;
   b.optimizer_seconds = b.compute_seconds.count("optimizer") ? b.compute_seconds["optimizer"] : 0;
   b.host_bound_seconds = worst->host_bound_seconds;
   b.exposed_seconds = worst->exposed_seconds;
@@ -242,8 +245,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           rr.world->barrier();
           rr.start = sim_now();
           for (int i = 0; i < o.iterations; ++i) {
-            rr.device->host_work(rr.device->host().iteration,
-                                 "iteration");  // the step's fixed host work
+            rr.ops_before = rr.device->op_seconds();
+            rr.host_before = rr.device->host_seconds();
+            rr.host_bound_before = rr.device->host_bound();
+            rr.device->host_work(rr.device->host().iteration, "iteration");
             rr.trainer->train_step();
             rr.iteration_ends.push_back(sim_now());
           }
@@ -313,9 +318,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     rank.peak_memory_bytes = run->device->memory().peak().value;
     rank.compute_busy_seconds = run->device->compute_busy();
     rank.op_seconds = run->device->op_seconds();
+    for (const auto& [op, secs] : run->device->op_seconds())
+      rank.iteration_op_seconds[op] =
+          secs - (run->ops_before.count(op) ? run->ops_before.at(op) : 0.0);
     for (const auto& [what, secs] : run->device->host_seconds())
-      rank.host_seconds[what] = secs / o.iterations;
-    rank.host_bound_seconds = run->device->host_bound() / o.iterations;
+      rank.host_seconds[what] =
+          secs - (run->host_before.count(what) ? run->host_before.at(what) : 0.0);
+    rank.host_bound_seconds = run->device->host_bound() - run->host_bound_before;
     const PassSpan& span = spans[r.ranks.size()];
     rank.bubble_fraction = last > first && first >= 0
                                ? std::max(0.0, 1.0 - static_cast<double>(span.busy) /
@@ -338,7 +347,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     r.ranks.push_back(std::move(rank));
   }
   r.bubble_fraction = runs.empty() ? 0 : bubble_sum / static_cast<double>(runs.size());
-  r.breakdown = breakdown_of(r.ranks, r.iteration_seconds, o.iterations);
+  r.breakdown = breakdown_of(r.ranks, r.iteration_seconds);
   r.fits_in_memory = r.gpu_memory_bytes <= 0 || r.max_peak_memory_bytes <= r.gpu_memory_bytes;
 
   if (!o.trace_path.empty()) {
@@ -367,6 +376,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"peak_memory_bytes", k.peak_memory_bytes},
                      {"compute_busy_seconds", k.compute_busy_seconds},
                      {"op_seconds", k.op_seconds},
+                     {"iteration_op_seconds", k.iteration_op_seconds},
                      {"host_seconds", k.host_seconds},
                      {"host_bound_seconds", k.host_bound_seconds},
                      {"bubble_fraction", k.bubble_fraction},

@@ -36,11 +36,12 @@ struct SimulateOptions {
 struct RankReport {
   int rank = 0;
   RankCoordinates coords;
-  std::int64_t peak_memory_bytes = 0;        // the MemoryTracker's high-water mark
-  double compute_busy_seconds = 0;           // ops on the compute stream, all iterations
-  std::map<std::string, double> op_seconds;  // Device op → seconds, all iterations
-  // The issuing host, per iteration: its work by kind ("kernel issue", "collective issue",
-  // "microbatch", "iteration") and the time the compute stream starved for it.
+  std::int64_t peak_memory_bytes = 0;                  // the MemoryTracker's high-water mark
+  double compute_busy_seconds = 0;                     // ops on the compute stream, all iterations
+  std::map<std::string, double> op_seconds;            // Device op → seconds, all iterations
+  std::map<std::string, double> iteration_op_seconds;  // Device op → seconds, last iteration
+  // The issuing host in the last iteration: its work by kind ("kernel issue", "collective
+  // issue", "microbatch", "iteration") and the time the compute stream starved for it.
   std::map<std::string, double> host_seconds;
   double host_bound_seconds = 0;
   double bubble_fraction = 0;  // idle share of the compute stream in forward/backward

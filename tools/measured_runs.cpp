@@ -220,7 +220,6 @@ MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
                                     const std::map<std::size_t, nlohmann::json>& reports) {
   MeasuredValidation v;
   std::map<std::string, std::vector<double>> errors;
-  bool validation_failed = false;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     MeasuredResult r;
     r.run = runs[i];
@@ -229,14 +228,19 @@ MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
       r.predicted_ms = it->second.at("iteration_seconds").get<double>() * 1e3;
       r.error_percent = (*r.predicted_ms - r.run->iteration_ms) / r.run->iteration_ms * 100;
       errors[std::string(half_name(r.run->half))].push_back(std::abs(*r.error_percent));
-    } else if (r.run->half == Half::validation) {
-      validation_failed = true;
     }
     v.rows.push_back(r);
   }
   for (const auto& [half, e] : errors) v.halves[half] = summarize(e);
-  const auto it = v.halves.find("validation");
-  v.target_met = !validation_failed && it != v.halves.end() && it->second.rows > 0 &&
+  // The target is the validation half's; a run of the calibration half alone is held to it
+  // too (ctest checks both halves).
+  bool any_validation = false;
+  for (const MeasuredRun* run : runs) any_validation |= run->half == Half::validation;
+  v.target_half = any_validation ? "validation" : "calibration";
+  bool failed = false;
+  for (const auto& r : v.rows) failed |= !r.predicted_ms && half_name(r.run->half) == v.target_half;
+  const auto it = v.halves.find(v.target_half);
+  v.target_met = !failed && it != v.halves.end() && it->second.rows > 0 &&
                  it->second.median_abs_error_percent <= v.target.median_abs_error_percent &&
                  it->second.max_abs_error_percent <= v.target.max_abs_error_percent;
   return v;
@@ -267,9 +271,9 @@ std::string format_measured(const MeasuredValidation& v) {
     out << line;
   }
   std::snprintf(line, sizeof line,
-                "target on the validation half (median |error| <= %.0f %%, max <= %.0f %%): %s\n",
-                v.target.median_abs_error_percent, v.target.max_abs_error_percent,
-                v.target_met ? "met" : "MISSED");
+                "target on the %s half (median |error| <= %.0f %%, max <= %.0f %%): %s\n",
+                v.target_half.c_str(), v.target.median_abs_error_percent,
+                v.target.max_abs_error_percent, v.target_met ? "met" : "MISSED");
   out << line;
   return out.str();
 }
@@ -295,7 +299,7 @@ nlohmann::json to_json(const MeasuredValidation& v) {
   return {{"rows", rows},
           {"halves", halves},
           {"target",
-           {{"half", "validation"},
+           {{"half", v.target_half},
             {"median_abs_error_percent", v.target.median_abs_error_percent},
             {"max_abs_error_percent", v.target.max_abs_error_percent}}},
           {"target_met", v.target_met}};

@@ -72,7 +72,9 @@ struct MeasuredValidation {
   std::vector<MeasuredResult> rows;
   std::map<std::string, HalfSummary> halves;  // "calibration", "validation"
   MeasuredTarget target;
-  bool target_met = false;  // on the validation half; false when a row failed there
+  // The half held to the target: validation when it was simulated, else calibration.
+  std::string target_half = "validation";
+  bool target_met = false;  // false also when a row of that half failed
 };
 
 // Joins runs with the reports (index → simulate --json report; missing = failed).

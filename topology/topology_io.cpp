@@ -168,8 +168,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   Section s(body, "gpu",
             {"name", "peak_tflops", "hbm_bandwidth_gbs", "memory_gib", "sm_count",
              "kernel_launch_us", "gemm_peak_fraction", "memory_peak_fraction", "gemm_tile",
-             "pcie_gbs", "pcie_latency_us", "host_kernel_issue_us", "host_collective_issue_us",
-             "host_microbatch_us", "host_iteration_us", "source"},
+             "pcie_gbs", "pcie_latency_us", "l2_bandwidth_gbs", "host_kernel_issue_us",
+             "host_collective_issue_us", "host_microbatch_us", "host_iteration_us", "source"},
             out);
   GpuSpec g;
   if (!s.ok()) return g;
@@ -212,6 +212,9 @@ GpuSpec read_gpu(const json& body, Violations& out) {
                ? Seconds(s.number(key, Range::non_negative) * kMicro)
                : Seconds(0);
   };
+  g.l2_bandwidth = BytesPerSecond(s.body().contains("l2_bandwidth_gbs")
+                                      ? s.number("l2_bandwidth_gbs", Range::non_negative) * kGiga
+                                      : 0.0);
   g.host_kernel_issue = host_us("host_kernel_issue_us");
   g.host_collective_issue = host_us("host_collective_issue_us");
   g.host_microbatch = host_us("host_microbatch_us");
@@ -333,6 +336,7 @@ nlohmann::json to_json(const Topology& t) {
               {"gemm_tile", {g.gemm_tile_m, g.gemm_tile_n}},
               {"pcie_gbs", tidy(g.pcie.bandwidth.value / kGiga)},
               {"pcie_latency_us", tidy(g.pcie.latency.value / kMicro)},
+              {"l2_bandwidth_gbs", tidy(g.l2_bandwidth.value / kGiga)},
               {"host_kernel_issue_us", tidy(g.host_kernel_issue.value / kMicro)},
               {"host_collective_issue_us", tidy(g.host_collective_issue.value / kMicro)},
               {"host_microbatch_us", tidy(g.host_microbatch.value / kMicro)},
