@@ -134,7 +134,35 @@ void build_rail(const Topology& t, Platform& p, int nics) {
   zone->seal();
 }
 
+// SimGrid's per-host extension slot for NcclPlatformInfo: the slot number is made once per
+// process (SimGrid's plugin idiom); the data lives on the hosts of one engine.
+struct NcclHostData {
+  std::shared_ptr<const NcclPlatformInfo> info;
+};
+
+simgrid::xbt::Extension<s4u::Host, NcclHostData> nccl_slot() {
+  static const auto slot = s4u::Host::extension_create<NcclHostData>();
+  return slot;
+}
+
+void attach_nccl(const Topology& t, Platform& p) {
+  if (!t.nccl.enabled) return;
+  auto info = std::make_shared<NcclPlatformInfo>();
+  info->spec = t.nccl;
+  for (const auto& place : p.placement) {
+    info->node_of.push_back(place.node);
+    info->nic_of.push_back(t.fabric.nics_per_node > 0 ? nic_of_gpu(t, place.local_rank) : 0);
+  }
+  for (auto* host : p.hosts) host->extension_set(nccl_slot(), new NcclHostData{info});
+}
+
 }  // namespace
+
+const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host) {
+  if (host == nullptr) return nullptr;
+  const auto* data = host->extension(nccl_slot());
+  return data ? data->info.get() : nullptr;
+}
 
 Platform build_platform(const Topology& t, int world_size) {
   check(t, world_size);
@@ -147,6 +175,7 @@ Platform build_platform(const Topology& t, int world_size) {
     build_rail(t, p, nics);
   else
     build_hierarchical(t, p, nics);
+  attach_nccl(t, p);
   return p;
 }
 

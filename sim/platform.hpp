@@ -17,6 +17,7 @@
 // by sim/cost_model.hpp; a host's speed (its bf16 peak) is informative only.
 #pragma once
 
+#include <memory>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
@@ -36,6 +37,19 @@ struct Platform {
   std::vector<simgrid::s4u::Link*> nic_links;  // (nodes · nics_per_node), "nic-<node>-<i>"
   simgrid::s4u::Link* fabric_link = nullptr;   // "core" or "spine"; null on one node
 };
+
+// What the NCCL model (sim/nccl_model.hpp) needs from a platform, reachable from each of
+// its hosts so that a communicator built on any host finds it: the topology's NcclSpec
+// and, per rank, its node and the NIC it sends through.
+struct NcclPlatformInfo {
+  NcclSpec spec;
+  std::vector<int> node_of;  // (world_size)
+  std::vector<int> nic_of;   // (world_size): NIC index within the node
+};
+
+// The NCCL information build_platform attached to `host`; null when the host has none or
+// the topology has no enabled "nccl" section (then collectives stay ideal rings).
+const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host);
 
 // Builds the platform into the engine's (empty) platform and seals it. Call once per
 // engine, after configure_network_model (sim/simgrid_config.hpp). Throws ConfigError when

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <simgrid/s4u/Comm.hpp>
 #include <stdexcept>
 
@@ -110,6 +111,15 @@ double closed_form_seconds(const std::string& algorithm, double bytes, int n, Li
   throw std::logic_error("SimCommunicator: unknown algorithm " + algorithm);
 }
 
+std::optional<Collective> collective_of(const std::string& algorithm) {
+  if (algorithm == "all_reduce") return Collective::all_reduce;
+  if (algorithm == "all_gather") return Collective::all_gather;
+  if (algorithm == "reduce_scatter") return Collective::reduce_scatter;
+  if (algorithm == "broadcast") return Collective::broadcast;
+  if (algorithm == "all_to_all") return Collective::all_to_all;
+  return std::nullopt;
+}
+
 }  // namespace
 
 double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_bytes,
@@ -140,6 +150,71 @@ SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int 
     throw std::invalid_argument("SimCommunicator " + id_ + ": rank " + std::to_string(me_) +
                                 " is not a member");
   index_ = static_cast<int>(it - members_.begin());
+  nccl_ = nccl_info(world_.host(me_));
+  if (nccl_) {
+    // NCCL's view of the group: its nodes, and the NICs per node its channels can spread
+    // over (the fewest any node's members send through).
+    std::map<int, std::set<int>> nics_of_node;
+    for (int m : members_) {
+      const auto r = static_cast<std::size_t>(m);
+      nics_of_node[nccl_->node_of.at(r)].insert(nccl_->nic_of.at(r));
+    }
+    shape_.ranks = size();
+    shape_.nodes = static_cast<int>(nics_of_node.size());
+    shape_.nics = 0;
+    for (const auto& [node, nics] : nics_of_node)
+      shape_.nics = shape_.nics == 0 ? static_cast<int>(nics.size())
+                                     : std::min(shape_.nics, static_cast<int>(nics.size()));
+    shape_.nics = std::max(1, shape_.nics);
+  }
+}
+
+NcclChoice SimCommunicator::nccl_price(const std::string& algorithm, double bytes) {
+  const auto c = collective_of(algorithm);
+  if (!nccl_ || !c || size() < 2) return NcclChoice{};
+  const NcclChoice choice = nccl_choose(nccl_->spec, *c, bytes, shape_);
+  auto& use = usage_[algorithm + " " + nccl_choice_label(choice)];
+  use.count += 1;
+  use.bytes += bytes;
+  use.seconds += choice.seconds;
+  return choice;
+}
+
+// The group's ring as NCCL lays it over nodes: inside each node a chain of its members
+// (NVLink), and between consecutive nodes one channel per NIC, channel c leaving node k
+// from the member on its c-th NIC for the member on the c-th NIC of node k + 1, carrying
+// 1/channels of the ring's bytes.
+std::vector<Flow> SimCommunicator::nccl_ring(double fraction) const {
+  std::vector<int> order;              // nodes in order of first appearance
+  std::map<int, std::vector<int>> on;  // node → its members, in group order
+  for (int m : members_) {
+    const int node = nccl_->node_of.at(static_cast<std::size_t>(m));
+    if (!on.count(node)) order.push_back(node);
+    on[node].push_back(m);
+  }
+  if (order.size() < 2) return ring(members_, fraction);
+  std::vector<Flow> flows;
+  for (int node : order) {
+    const auto& local = on[node];
+    for (std::size_t i = 0; i + 1 < local.size(); ++i)
+      flows.push_back({local[i], local[i + 1], fraction});
+  }
+  // Per node, the first member on each NIC, by NIC index.
+  auto by_nic = [&](int node) {
+    std::map<int, int> first;
+    for (int m : on[node]) first.emplace(nccl_->nic_of.at(static_cast<std::size_t>(m)), m);
+    std::vector<int> out;
+    for (const auto& [nic, m] : first) out.push_back(m);
+    return out;
+  };
+  const int channels = shape_.nics;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const auto from = by_nic(order[k]), to = by_nic(order[(k + 1) % order.size()]);
+    for (int c = 0; c < channels; ++c)
+      flows.push_back({from[static_cast<std::size_t>(c)], to[static_cast<std::size_t>(c)],
+                       fraction / channels});
+  }
+  return flows;
 }
 
 // The communication actor is a daemon: the engine ends it when the ranks' actors are
@@ -185,10 +260,10 @@ const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm,
   std::vector<Flow> flows;
   double steps = 1;
   if (algorithm == "all_reduce") {
-    flows = ring(members_, 2 * (n - 1) / n);
+    flows = nccl_ ? nccl_ring(2 * (n - 1) / n) : ring(members_, 2 * (n - 1) / n);
     steps = 2 * (n - 1);
   } else if (algorithm == "all_gather" || algorithm == "reduce_scatter") {
-    flows = ring(members_, (n - 1) / n);
+    flows = nccl_ ? nccl_ring((n - 1) / n) : ring(members_, (n - 1) / n);
     steps = n - 1;
   } else if (algorithm == "broadcast") {
     const std::size_t size = members_.size(), r = static_cast<std::size_t>(root);
@@ -205,7 +280,19 @@ const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm,
   }
   double hop = 0;
   for (const auto& f : flows) hop = std::max(hop, world_.latency(f.src, f.dst));
-  Plan p{world_.with_images(flows), std::max(0.0, steps - 1) * hop};
+  Plan p{world_.with_images(flows), std::max(0.0, steps - 1) * hop, 0, hop};
+  if (nccl_) {
+    // Seconds per byte of the collective of the slowest own flow alone at line rate.
+    for (const auto& f : flows) {
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      world_.host(f.src)->route_to(world_.host(f.dst), links, &latency);
+      double bandwidth = 0;
+      for (auto* l : links)
+        bandwidth = bandwidth == 0 ? l->get_bandwidth() : std::min(bandwidth, l->get_bandwidth());
+      if (bandwidth > 0) p.seconds_per_byte = std::max(p.seconds_per_byte, f.fraction / bandwidth);
+    }
+  }
   return plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -217,7 +304,8 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
   const std::string key = id_ + "#" + std::to_string(sequence_++);
   const int expected = world_.count_present(members_);
   if (closed_form_) {
-    const double seconds = closed_form_seconds(algorithm, bytes, size(), *closed_form_);
+    const double seconds = nccl_ ? nccl_price(algorithm, bytes).seconds
+                                 : closed_form_seconds(algorithm, bytes, size(), *closed_form_);
     if (expected == 1) {
       auto& stream = dynamic_cast<SimStream&>(s);
       auto state = std::make_shared<WorkState>();
@@ -239,9 +327,18 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
     });
   }
   const Plan& p = plan(algorithm, root);
-  return issue(s, [this, key, expected, &p, bytes](WorkState& w) {
+  double flow_bytes = bytes, extra_latency = p.extra_latency;
+  if (nccl_ && size() > 1 && algorithm != "barrier") {
+    // Scale the flows so that alone they take the tuner's bandwidth term, then add the
+    // tuner's latency less what SimGrid's routes already add.
+    const NcclChoice choice = nccl_price(algorithm, bytes);
+    if (p.seconds_per_byte > 0 && choice.algorithm_bandwidth > 0)
+      flow_bytes = bytes / choice.algorithm_bandwidth / p.seconds_per_byte;
+    extra_latency = std::max(0.0, choice.latency - p.route_latency);
+  }
+  return issue(s, [this, key, expected, &p, flow_bytes, extra_latency](WorkState& w) {
     auto rv = world_.rendezvous(key, expected);
-    meet(*rv, [&] { return run_flows(world_, p.flows, bytes, p.extra_latency); });
+    meet(*rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
     if (++rv->left == rv->expected) world_.forget(key);
     w.finish(rv->started, rv->finished, rv->started);
   });

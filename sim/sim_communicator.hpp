@@ -20,6 +20,17 @@
 //   p2p            one transfer per send, matched with the peer's receive
 // A ring's transfers are one SimGrid flow per hop carrying all its steps' bytes (the
 // ring's bandwidth term), plus (steps − 1) hop latencies (its latency term).
+//
+// NCCL as it runs (when the topology has an "nccl" section, sim/nccl_model.hpp): every
+// collective is priced by NCCL's tuner for the group's shape (ranks, nodes, NICs per node
+// it crosses), which picks the algorithm and protocol. A group inside one node is priced
+// in closed form by it. A group across nodes still runs as SimGrid flows, so groups that
+// share NICs slow each other: its ring is cut into one channel per NIC a node's members
+// use (channel c leaves every node through its c-th NIC; the NVLink hops inside a node
+// carry all channels), the flows' bytes are scaled so that alone on the platform they take
+// exactly the tuner's bandwidth term (achieved bus bandwidth below line rate, the
+// protocol's efficiency, a tree's rate), and the tuner's latency is added. Each operation
+// is recorded per (collective, algorithm, protocol, channels) in nccl_usage().
 #pragma once
 
 #include <deque>
@@ -32,10 +43,22 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "sim/collective_cost.hpp"
+#include "sim/nccl_model.hpp"
+#include "sim/platform.hpp"
 #include "sim/sim_world.hpp"
 #include "topology/topology.hpp"
 
 namespace tandem::sim {
+
+// What NCCL ran for one kind of operation of a communicator: how often, how many bytes
+// in all, and the seconds the tuner priced them at (alone on the platform; contention
+// with other groups comes on top in the flows).
+struct NcclUse {
+  std::int64_t count = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
 
 class SimCommunicator : public Communicator {
  public:
@@ -57,6 +80,12 @@ class SimCommunicator : public Communicator {
   // activity at all: it runs on the communicator's own clock, like a compute op.
   void set_closed_form(LinkSpec link) { closed_form_ = link; }
 
+  // The NCCL shape of this group (ranks, nodes, NICs per node its rings cross), and what
+  // NCCL ran so far, keyed "<collective> <algorithm>/<protocol> x<channels>", e.g.
+  // "all_reduce ring/LL x8". Empty without an NCCL model.
+  NcclShape nccl_shape() const { return shape_; }
+  const std::map<std::string, NcclUse>& nccl_usage() const { return usage_; }
+
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
   std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp op) override;
   std::unique_ptr<Work> all_gather(Stream& s, const Tensor& input, Tensor& output) override;
@@ -71,6 +100,10 @@ class SimCommunicator : public Communicator {
   struct Plan {
     std::vector<Flow> flows;  // with images
     double extra_latency = 0;
+    // NCCL model: seconds per byte of the collective its own flows take alone at line
+    // rate (the slowest), and the largest route latency SimGrid adds to them.
+    double seconds_per_byte = 0;
+    double route_latency = 0;
   };
 
  private:
@@ -83,6 +116,9 @@ class SimCommunicator : public Communicator {
   std::unique_ptr<Work> collective(Stream& s, const std::string& algorithm, double bytes,
                                    int root = 0);
   const Plan& plan(const std::string& algorithm, int root);
+  std::vector<Flow> nccl_ring(double fraction) const;  // channels over the NICs
+  // The tuner's choice for one operation, recorded in usage_.
+  NcclChoice nccl_price(const std::string& algorithm, double bytes);
   void serve();  // the communication actor's loop
 
   SimWorld& world_;
@@ -96,6 +132,9 @@ class SimCommunicator : public Communicator {
   std::map<std::pair<std::string, int>, Plan> plans_;
   std::map<std::pair<int, int>, std::vector<Flow>> p2p_flows_;  // (src, dst) → with images
   std::optional<LinkSpec> closed_form_;
+  const NcclPlatformInfo* nccl_ = nullptr;  // null: ideal rings at line rate
+  NcclShape shape_;
+  std::map<std::string, NcclUse> usage_;
   double clock_ = 0;  // closed-form collectives of a lone actor: when the last one ends
   std::deque<Task> queue_;
   simgrid::s4u::MutexPtr mutex_;

@@ -37,6 +37,7 @@ void add_checkpoint_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
+void add_nccl_tests_command(CLI::App& app);
 
 // Write `text` to `path` via a temporary file and rename (never a half-written output).
 void write_file(const std::string& path, const std::string& text);

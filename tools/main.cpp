@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     tandem::cli::add_simulate_command(app);
     tandem::cli::add_calibrate_command(app);
     tandem::cli::add_validate_command(app);
+    tandem::cli::add_nccl_tests_command(app);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -101,12 +101,59 @@ struct FabricSpec {
   bool operator==(const FabricSpec&) const = default;
 };
 
+// A figure per NCCL protocol: LL (8-byte flag+data stores, lowest latency), LL128
+// (128-byte lines with a flag, NVLink-only fast path) and Simple (bulk copies with fences).
+struct PerProtocol {
+  double ll = 0;
+  double ll128 = 0;
+  double simple = 0;
+
+  bool operator==(const PerProtocol&) const = default;
+};
+
+// A figure for one node, two nodes and more than two, as NCCL's tuner indexes its caps.
+struct PerNodeCount {
+  double one = 0;
+  double two = 0;
+  double more = 0;
+
+  bool operator==(const PerNodeCount&) const = default;
+};
+
+// How NCCL runs collectives on this hardware (sim/nccl_model.hpp): the bandwidths its
+// topology search finds, the achieved NIC rate, NVLink SHARP, and the constants of its
+// tuner (NVIDIA/nccl src/graph/tuning.cc: base and per-hop latencies per algorithm and
+// protocol, LL/LL128/tree bandwidth caps). Kept apart from NodeSpec and FabricSpec, which
+// describe the wires; this describes the library on them. `enabled` false (a preset
+// without an "nccl" object, e.g. cpu-host) keeps ideal rings at line rate.
+struct NcclSpec {
+  bool enabled = false;
+  BytesPerSecond nvlink_bus{};          // ring bus bandwidth inside a node (nChannels · bwIntra)
+  int channels = 1;                     // ring channels inside a node (NCCL_MIN/MAX_NCHANNELS)
+  BytesPerSecond nic_bus{};             // what one NIC carries for NCCL's rings (bwInter)
+  BytesPerSecond nvls_bus{};            // NVLink SHARP all-reduce bus bandwidth in a node; 0: none
+  Seconds nvls_latency{};               // NVLS per-operation latency (tuning.cc hwLat NVLINK NVLS)
+  PerNodeCount ll_max_bus;              // LL bus bandwidth cap, bytes/s (llMaxBws)
+  double ll128_max_channel = 0;         // ring LL128 per-channel cap, bytes/s
+  PerNodeCount tree_max_channel;        // tree per-channel cap, bytes/s
+  PerNodeCount tree_ll128_max_channel;  // tree LL128 per-channel cap, bytes/s
+  PerProtocol ring_base_latency, tree_base_latency;      // seconds per operation
+  PerProtocol ring_nvlink_latency, tree_nvlink_latency;  // seconds per NVLink step
+  PerProtocol ring_net_latency, tree_net_latency;        // seconds per network step
+  Seconds net_overhead{};     // host proxy cost per network step (AMD 2 µs, Intel 1 µs)
+  double ring_plateau = 1.0;  // multi-node ring Simple latency factor on large buffers
+  Sources sources;
+
+  bool operator==(const NcclSpec&) const = default;
+};
+
 struct Topology {
   std::string name;  // "dgx-a100-80g"
   std::string description;
   GpuSpec gpu;
   NodeSpec node;
   FabricSpec fabric;
+  NcclSpec nccl;
 
   bool operator==(const Topology&) const = default;
 };

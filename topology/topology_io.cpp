@@ -4,6 +4,7 @@
 #include "topology/topology_io.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -258,6 +259,65 @@ FabricSpec read_fabric(const json& body, Violations& out) {
   return f;
 }
 
+// Three non-negative numbers [a, b, c] scaled by `unit`, for the per-protocol
+// (LL, LL128, Simple) and per-node-count (1, 2, more) figures of the "nccl" section.
+std::array<double, 3> read_triple(const Section& s, std::string_view key, double unit,
+                                  Violations& out) {
+  std::array<double, 3> v{};
+  const json* t = s.find(key);
+  if (!t) return v;
+  const bool good =
+      t->is_array() && t->size() == 3 && std::all_of(t->begin(), t->end(), [](const json& x) {
+        return x.is_number() && x.get<double>() >= 0;
+      });
+  if (!good) {
+    out.push_back({s.field(key), shown(*t), "must be an array of three numbers ≥ 0"});
+    return v;
+  }
+  for (std::size_t i = 0; i < 3; ++i) v[i] = (*t)[i].get<double>() * unit;
+  return v;
+}
+
+PerProtocol per_protocol(const std::array<double, 3>& v) {
+  return {v[0], v[1], v[2]};
+}
+PerNodeCount per_node_count(const std::array<double, 3>& v) {
+  return {v[0], v[1], v[2]};
+}
+
+NcclSpec read_nccl(const json& body, Violations& out) {
+  Section s(body, "nccl",
+            {"nvlink_bus_gbs", "channels", "nic_bus_gbs", "nvls_bus_gbs", "nvls_latency_us",
+             "ll_max_bus_gbs", "ll128_max_channel_gbs", "tree_max_channel_gbs",
+             "tree_ll128_max_channel_gbs", "ring_base_latency_us", "tree_base_latency_us",
+             "ring_nvlink_latency_us", "tree_nvlink_latency_us", "ring_net_latency_us",
+             "tree_net_latency_us", "net_overhead_us", "ring_plateau", "source"},
+            out);
+  NcclSpec n;
+  if (!s.ok()) return n;
+  n.enabled = true;
+  n.nvlink_bus = BytesPerSecond(s.number("nvlink_bus_gbs", Range::positive) * kGiga);
+  n.channels = s.integer("channels", Range::at_least_one);
+  n.nic_bus = BytesPerSecond(s.number("nic_bus_gbs", Range::non_negative) * kGiga);
+  n.nvls_bus = BytesPerSecond(s.number("nvls_bus_gbs", Range::non_negative) * kGiga);
+  n.nvls_latency = Seconds(s.number("nvls_latency_us", Range::non_negative) * kMicro);
+  n.ll_max_bus = per_node_count(read_triple(s, "ll_max_bus_gbs", kGiga, out));
+  n.ll128_max_channel = s.number("ll128_max_channel_gbs", Range::positive) * kGiga;
+  n.tree_max_channel = per_node_count(read_triple(s, "tree_max_channel_gbs", kGiga, out));
+  n.tree_ll128_max_channel =
+      per_node_count(read_triple(s, "tree_ll128_max_channel_gbs", kGiga, out));
+  n.ring_base_latency = per_protocol(read_triple(s, "ring_base_latency_us", kMicro, out));
+  n.tree_base_latency = per_protocol(read_triple(s, "tree_base_latency_us", kMicro, out));
+  n.ring_nvlink_latency = per_protocol(read_triple(s, "ring_nvlink_latency_us", kMicro, out));
+  n.tree_nvlink_latency = per_protocol(read_triple(s, "tree_nvlink_latency_us", kMicro, out));
+  n.ring_net_latency = per_protocol(read_triple(s, "ring_net_latency_us", kMicro, out));
+  n.tree_net_latency = per_protocol(read_triple(s, "tree_net_latency_us", kMicro, out));
+  n.net_overhead = Seconds(s.number("net_overhead_us", Range::non_negative) * kMicro);
+  n.ring_plateau = s.number("ring_plateau", Range::at_least_one);
+  n.sources = s.sources();
+  return n;
+}
+
 std::string read_file_text(const std::filesystem::path& path) {
   const std::string where = path.string();
   std::error_code ec;
@@ -307,17 +367,53 @@ json sources_json(const Sources& sources) {
 Topology parse_topology(const nlohmann::json& j, std::string_view source) {
   Violations out;
   Topology t;
-  Section top(j, "", {"name", "description", "gpu", "node", "fabric"}, out);
+  Section top(j, "", {"name", "description", "gpu", "node", "fabric", "nccl"}, out);
   if (top.ok()) {
     t.name = top.text("name");
     if (j.contains("description")) t.description = top.text("description");
     if (const json* g = top.find("gpu")) t.gpu = read_gpu(*g, out);
     if (const json* n = top.find("node")) t.node = read_node(*n, out);
     if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
+    if (j.contains("nccl")) t.nccl = read_nccl(j.at("nccl"), out);  // optional
   }
   if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
   return t;
 }
+
+namespace {
+
+json triple(double a, double b, double c, double unit) {
+  return json::array({tidy(a / unit), tidy(b / unit), tidy(c / unit)});
+}
+json triple(const PerProtocol& p, double unit) {
+  return triple(p.ll, p.ll128, p.simple, unit);
+}
+json triple(const PerNodeCount& p, double unit) {
+  return triple(p.one, p.two, p.more, unit);
+}
+
+json nccl_json(const NcclSpec& n) {
+  return {{"nvlink_bus_gbs", tidy(n.nvlink_bus.value / kGiga)},
+          {"channels", n.channels},
+          {"nic_bus_gbs", tidy(n.nic_bus.value / kGiga)},
+          {"nvls_bus_gbs", tidy(n.nvls_bus.value / kGiga)},
+          {"nvls_latency_us", tidy(n.nvls_latency.value / kMicro)},
+          {"ll_max_bus_gbs", triple(n.ll_max_bus, kGiga)},
+          {"ll128_max_channel_gbs", tidy(n.ll128_max_channel / kGiga)},
+          {"tree_max_channel_gbs", triple(n.tree_max_channel, kGiga)},
+          {"tree_ll128_max_channel_gbs", triple(n.tree_ll128_max_channel, kGiga)},
+          {"ring_base_latency_us", triple(n.ring_base_latency, kMicro)},
+          {"tree_base_latency_us", triple(n.tree_base_latency, kMicro)},
+          {"ring_nvlink_latency_us", triple(n.ring_nvlink_latency, kMicro)},
+          {"tree_nvlink_latency_us", triple(n.tree_nvlink_latency, kMicro)},
+          {"ring_net_latency_us", triple(n.ring_net_latency, kMicro)},
+          {"tree_net_latency_us", triple(n.tree_net_latency, kMicro)},
+          {"net_overhead_us", tidy(n.net_overhead.value / kMicro)},
+          {"ring_plateau", n.ring_plateau},
+          {"source", sources_json(n.sources)}};
+}
+
+}  // namespace
 
 nlohmann::json to_json(const Topology& t) {
   const GpuSpec& g = t.gpu;
@@ -355,6 +451,7 @@ nlohmann::json to_json(const Topology& t) {
                  {"source", sources_json(t.fabric.sources)}};
   json j = {{"name", t.name}, {"gpu", gpu}, {"node", node}, {"fabric", fabric}};
   if (!t.description.empty()) j["description"] = t.description;
+  if (t.nccl.enabled) j["nccl"] = nccl_json(t.nccl);
   return j;
 }
 

@@ -140,8 +140,10 @@ TEST(TopologyPresets, EveryNumberOfTheDgxPresetsCitesASource) {
   for (const char* name : {"dgx-a100-80g", "dgx-h100"}) {
     const Topology t = load_topology(name);
     const json j = to_json(t);
-    const std::map<std::string, const Sources*> sections = {
-        {"gpu", &t.gpu.sources}, {"node", &t.node.sources}, {"fabric", &t.fabric.sources}};
+    const std::map<std::string, const Sources*> sections = {{"gpu", &t.gpu.sources},
+                                                            {"node", &t.node.sources},
+                                                            {"fabric", &t.fabric.sources},
+                                                            {"nccl", &t.nccl.sources}};
     for (const auto& [section, sources] : sections)
       for (const auto& [key, value] : j.at(section).items()) {
         if (key == "name" || key == "source" || key == "interconnect") continue;
@@ -175,6 +177,27 @@ TEST(TopologyPresets, EmbeddedTextEqualsTheFilesInTheRepository) {
     // A file loads to the same topology as its preset.
     EXPECT_EQ(load_topology((dir / (std::string(p.name) + ".json")).string()),
               load_topology(p.name));
+  }
+}
+
+TEST(TopologyJson, NcclSectionIsOptionalAndValidated) {
+  auto j = to_json(load_topology("dgx-a100-80g"));
+  ASSERT_TRUE(j.contains("nccl"));
+  j.erase("nccl");
+  EXPECT_FALSE(parse_topology(j).nccl.enabled);  // ideal rings, as before the section
+  auto bad = to_json(load_topology("dgx-a100-80g"));
+  bad["nccl"]["ring_base_latency_us"] = json::array({6.6, 14.0});
+  bad["nccl"]["channels"] = 0;
+  bad["nccl"]["nic_bus"] = 24;
+  try {
+    parse_topology(bad, "test.json");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    std::map<std::string, std::string> rules;
+    for (const auto& v : e.violations()) rules[v.field] = v.rule;
+    EXPECT_EQ(rules.at("nccl.ring_base_latency_us"), "must be an array of three numbers ≥ 0");
+    EXPECT_EQ(rules.at("nccl.channels"), "must be ≥ 1");
+    EXPECT_EQ(rules.at("nccl.nic_bus"), "unknown key; did you mean \"nic_bus_gbs\"?");
   }
 }
 
