@@ -136,8 +136,8 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
                             gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
   double compute = done_flops / (gpu_.peak(dtype).value * gpu_.gemm_peak_fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
-  if (tiling.tiles < gpu_.sm_count && gpu_.l2_bandwidth.value > 0) {
-    const SmallGemmPlan plan = small_gemm_plan(dtype, m, n, k, batch);
+  if (gpu_.l2_bandwidth.value > 0) {
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, tiling.tiles < gpu_.sm_count);
     if (plan.compute_seconds + plan.extra_seconds < compute) {
       compute = plan.compute_seconds;
       extra = plan.extra_seconds;
@@ -148,16 +148,18 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   return gpu_.kernel_launch.value + std::max(compute, memory) + extra;
 }
 
-// Rule 2b: the preset tile leaves SMs idle, so try halved tiles (down to 64 × 64) and
-// split K (k cut into s slices of at least 256, partial results reduced by a second
-// kernel), each tile at min(tensor rate, L2 operand traffic); keep the fastest.
-CostModel::SmallGemmPlan CostModel::small_gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
-                                                    std::int64_t k, std::int64_t batch) const {
+// Rule 2b: try the preset tile and its halvings (down to 64 × 64) and, when the preset
+// tile leaves SMs idle, split K (k cut into s slices of at least 256, partial results
+// reduced by a second kernel); each tile at min(tensor rate, L2 operand traffic); keep
+// the fastest.
+CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
+                                         std::int64_t k, std::int64_t batch,
+                                         bool allow_split_k) const {
   const double sms = std::max(gpu_.sm_count, 1);
   const double per_sm_flops = gpu_.peak(dtype).value * gpu_.gemm_peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
   const double size = static_cast<double>(dtype_size(dtype).value);
-  SmallGemmPlan best;
+  GemmPlan best;
   best.compute_seconds = std::numeric_limits<double>::infinity();
   for (std::int64_t tm = std::max(gpu_.gemm_tile_m, 1); tm >= 64 || tm == gpu_.gemm_tile_m;
        tm /= 2) {
@@ -165,7 +167,9 @@ CostModel::SmallGemmPlan CostModel::small_gemm_plan(DType dtype, std::int64_t m,
          tn /= 2) {
       const std::int64_t tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
       const std::int64_t max_split =
-          std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count / tiles, k / 256));
+          allow_split_k
+              ? std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count / tiles, k / 256))
+              : 1;
       for (std::int64_t split = 1; split <= max_split; split *= 2) {
         const double slice = static_cast<double>(ceil_div(k, split));
         const double waves = std::ceil(static_cast<double>(tiles * split) / sms);

@@ -11,13 +11,14 @@
 //    compute term is waves · sm_count · 2 · tile_m · tile_n · k / (peak · fraction).
 //    A100 bf16, 8192³: 2048 tiles of 256×128 → 19 waves of 108 → 99.8 % of the ideal.
 //    K is not quantised.
-//    2b. Small GEMMs. When the preset tile leaves SMs idle (fewer tiles than SMs: skinny,
-//    small-K, per-head attention and small-M·N weight-gradient GEMMs), cuBLAS's heuristics
-//    pick a smaller tile or split K. With GpuSpec::l2_bandwidth set the model tries tiles
-//    halved down to 64 × 64 and split-K in powers of two (slices of ≥ 256), prices each
-//    tile at max(2·tm·tn·k / per-SM tensor rate, (tm + tn)·k·bytes / per-SM L2 bandwidth)
-//    (a small tile reuses its operands less), adds the split-K reduction (a kernel
-//    reading s fp32 partials), and keeps the cheapest plan if it beats rule 2.
+//    2b. Tile choice and split-K. cuBLAS's heuristics pick the tile per shape. With
+//    GpuSpec::l2_bandwidth set the model tries the preset tile and its halvings down to
+//    64 × 64, and, when the preset tile leaves SMs idle (fewer tiles than SMs: skinny,
+//    small-K, per-head attention and small-M·N weight-gradient GEMMs), split-K in powers
+//    of two (slices of ≥ 256). Each tile costs max(2·tm·tn·k / per-SM tensor rate,
+//    (tm + tn)·k·bytes / per-SM L2 bandwidth) (a small tile reuses its operands less), a
+//    split adds its reduction (a kernel reading s fp32 partials); the cheapest plan wins.
+//    A100 bf16: 256×128 and 128×128 tiles are compute-bound, 64×64 runs at ~70 %.
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
@@ -96,13 +97,13 @@ class CostModel {
 
   double gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
                       std::int64_t batch, double bytes) const;
-  struct SmallGemmPlan {
+  struct GemmPlan {
     double compute_seconds = 0;  // waves of tiles, without launch
     double extra_seconds = 0;    // the split-K reduction kernel
     std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
   };
-  SmallGemmPlan small_gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                                std::int64_t batch) const;
+  GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                     std::int64_t batch, bool allow_split_k) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
 
