@@ -5,9 +5,9 @@
         [--preset topology/presets/dgx-a100-80g.json] [--limit N] [--jobs 2] [--rounds 3]
 
 Procedure (documented in sim/README.md): coordinate search. Start from the preset's
-values; for each parameter in turn try it multiplied by each factor of the current step
-(x0.5, x0.7, x1.4, x2 in the first round, the step's square root in the next), keep the
-best, and go on until a round changes nothing or --rounds rounds are done. Each trial is
+values; for each parameter in turn try it multiplied by each factor of the round (x0.5
+and x2 in the first round, their square roots in the next: x0.71, x1.41, then x0.84,
+x1.19) and keep the best; --rounds rounds. Each trial is
 one `tandem validate CSV --half calibration --topology TRIAL.json` (the calibration half
 only: FNV-1a 64 of the raw CSV line even), scored by the mean |error| of iteration time
 over that half. The validation half is never simulated here. No per-row factor: the
@@ -63,9 +63,8 @@ def main():
     best_score, h = score(a.tandem, a.csv, preset, best, a.limit, a.jobs)
     print(f"start {best} -> mean {best_score:.2f} % median {h['median_abs_error_percent']:.2f} "
           f"max {h['max_abs_error_percent']:.2f}", flush=True)
-    factors = [0.5, 0.7, 1.4, 2.0]
+    factors = [0.5, 2.0]
     for rnd in range(a.rounds):
-        changed = False
         for k in params:
             for fac in factors:
                 trial = dict(best)
@@ -75,11 +74,8 @@ def main():
                       f"{h['median_abs_error_percent']:.2f} max {h['max_abs_error_percent']:.2f}",
                       flush=True)
                 if s < best_score - 1e-6:
-                    best, best_score, changed = trial, s, True
-        if not changed:
-            factors = [f ** 0.5 for f in factors]
-            if max(factors) < 1.05:
-                break
+                    best, best_score = trial, s
+        factors = [f ** 0.5 for f in factors]
     print("best", json.dumps(best), f"mean |error| {best_score:.2f} % on the calibration half")
     if a.write:
         preset["gpu"].update(best)
