@@ -123,7 +123,11 @@ void SimDevice::host_work(double seconds, const std::string& what) {
 void SimDevice::run(Stream& s, OpDesc op) {
   host_work(options_.host.kernel_issue * kernels_of_op(op), "kernel issue");
   const double seconds = price_(op);
-  dynamic_cast<SimStream&>(s).enqueue(seconds);
+  auto& stream = dynamic_cast<SimStream&>(s);
+  const double starved_before = stream.host_starved();
+  const double start = stream.enqueue(seconds);
+  if (observer_ && &stream == default_stream_.get())
+    observer_(op, start, seconds, stream.host_starved() - starved_before);
   op_seconds_[op.op] += seconds;
   if (options_.record_ops) issued_.push_back({std::move(op), seconds});
 }

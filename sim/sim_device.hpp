@@ -138,6 +138,13 @@ class SimDevice : public Device {
   // Seconds the host spent per kind of work, all iterations.
   const std::map<std::string, double>& host_seconds() const { return host_seconds_; }
 
+  // Told every op run on the compute stream: the op, its start (s), its duration (s) and
+  // the seconds the stream starved for the host just before it (the predicted trace's
+  // op-class and host-bound slices).
+  using OpObserver =
+      std::function<void(const OpDesc& op, double start, double seconds, double starved)>;
+  void set_op_observer(OpObserver observer) { observer_ = std::move(observer); }
+
   const std::vector<IssuedOp>& issued_ops() const { return issued_; }
   // Seconds per op name over everything issued (all streams).
   const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
@@ -153,6 +160,7 @@ class SimDevice : public Device {
   SimDeviceOptions options_;
   double host_ = 0;  // when the host finishes issuing what it was given so far
   std::map<std::string, double> host_seconds_;
+  OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;
   std::unique_ptr<SimStream> default_stream_;
   std::vector<IssuedOp> issued_;

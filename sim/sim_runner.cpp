@@ -53,6 +53,36 @@ struct RankRun {
   // The device's books when the last iteration began, to report that iteration alone.
   std::map<std::string, double> ops_before, host_before;
   double host_bound_before = 0;
+  // The predicted trace's op-class slice being extended (consecutive ops of one class).
+  std::string pending_class;
+  double pending_start = -1, pending_end = 0;
+
+  void flush_ops() {
+    if (pending_start < 0) return;
+    trace.slice(pending_class, "op", kOpsThread, at(pending_start), at(pending_end));
+    pending_start = -1;
+  }
+  // Compute-stream ops merged into slices per op class, and the host-bound gaps.
+  void observe(const OpDesc& op, double begin, double seconds, double starved) {
+    if (starved > 0) {
+      flush_ops();
+      trace.slice("host-bound", "host", kOpsThread, at(begin - starved), at(begin));
+    }
+    std::string cls = op_class(op.op);
+    if (pending_start >= 0 && cls == pending_class && begin <= pending_end + 1e-12) {
+      pending_end = begin + seconds;
+      return;
+    }
+    flush_ops();
+    pending_class = std::move(cls);
+    pending_start = begin;
+    pending_end = begin + seconds;
+  }
+  static constexpr int kOpsThread = 4;  // after compute, pp, tp and dp comm
+  static RunTrace::Clock::time_point at(double seconds) {
+    return RunTrace::Clock::time_point(std::chrono::duration_cast<RunTrace::Clock::duration>(
+        std::chrono::duration<double>(seconds)));
+  }
 };
 
 std::string group_id(GroupKind kind, const std::vector<int>& members) {
@@ -202,6 +232,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
         std::make_unique<SimDevice>(o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
                                                                .record_ops = o.record_ops,
                                                                .host = host_costs(topology.gpu)});
+    if (!o.trace_path.empty())
+      rr.device->set_op_observer(
+          [&rr](const OpDesc& op, double start, double seconds, double starved) {
+            rr.observe(op, start, seconds, starved);
+          });
     std::map<GroupKind, Communicator*> used;
     for (GroupKind kind :
          {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding}) {
@@ -351,6 +386,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   r.fits_in_memory = r.gpu_memory_bytes <= 0 || r.max_peak_memory_bytes <= r.gpu_memory_bytes;
 
   if (!o.trace_path.empty()) {
+    for (auto& run : runs) run->flush_ops();
     std::vector<nlohmann::json> parts;
     std::vector<ParallelContext> ctxs;
     for (const auto& run : runs) {
