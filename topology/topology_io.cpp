@@ -432,12 +432,16 @@ nlohmann::json to_json(const Topology& t) {
               {"gemm_tile", {g.gemm_tile_m, g.gemm_tile_n}},
               {"pcie_gbs", tidy(g.pcie.bandwidth.value / kGiga)},
               {"pcie_latency_us", tidy(g.pcie.latency.value / kMicro)},
-              {"l2_bandwidth_gbs", tidy(g.l2_bandwidth.value / kGiga)},
-              {"host_kernel_issue_us", tidy(g.host_kernel_issue.value / kMicro)},
-              {"host_collective_issue_us", tidy(g.host_collective_issue.value / kMicro)},
-              {"host_microbatch_us", tidy(g.host_microbatch.value / kMicro)},
-              {"host_iteration_us", tidy(g.host_iteration.value / kMicro)},
               {"source", sources_json(g.sources)}};
+  // The optional figures appear only where the preset has them (absent reads as 0).
+  auto optional = [&gpu](const char* key, double value) {
+    if (value != 0) gpu[key] = tidy(value);
+  };
+  optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
+  optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);
+  optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
+  optional("host_microbatch_us", g.host_microbatch.value / kMicro);
+  optional("host_iteration_us", g.host_iteration.value / kMicro);
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},
                {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},
