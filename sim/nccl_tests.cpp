@@ -2,6 +2,8 @@
 // SimCommunicator over all ranks, each size issued by every rank at the same time.
 #include "sim/nccl_tests.hpp"
 
+#include <xbt/log.h>
+
 #include <cstdio>
 #include <memory>
 #include <simgrid/s4u/Actor.hpp>
@@ -49,6 +51,7 @@ std::vector<NcclTestRow> run_nccl_tests(const Topology& topology, const NcclTest
   int argc = 1;
   char name[] = "tandem-nccl-tests";
   char* argv[] = {name, nullptr};
+  xbt_log_control_set("xbt_cfg.thresh:warning");  // no banner per configuration change
   simgrid::s4u::Engine engine(&argc, argv);
   configure_network_model(engine);
   const Platform p = build_platform(topology, o.gpus);

@@ -180,40 +180,23 @@ NcclChoice SimCommunicator::nccl_price(const std::string& algorithm, double byte
   return choice;
 }
 
-// The group's ring as NCCL lays it over nodes: inside each node a chain of its members
-// (NVLink), and between consecutive nodes one channel per NIC, channel c leaving node k
-// from the member on its c-th NIC for the member on the c-th NIC of node k + 1, carrying
-// 1/channels of the ring's bytes.
+// The cross-node traffic of the group's ring as NCCL lays it out: NCCL runs one ring per
+// channel and each channel leaves a node through a different NIC, so every node boundary
+// carries the ring's bytes spread over the NICs of the node's members. Here each member
+// sends 1/L of the ring's bytes to its counterpart L places on (L members per node, so on
+// the next node), through its own NIC: a NIC that k of the node's members share carries
+// k/L of the bytes, as k of NCCL's channels would. The NVLink hops inside a node are left
+// to the tuner's bus bandwidth (sim/nccl_model.hpp). Unlike a ring of channels, this is
+// the same set of transfers under any rotation of the members, so symmetric mode's images
+// of a dp group under dp shifts are the group itself, not phantom traffic.
 std::vector<Flow> SimCommunicator::nccl_ring(double fraction) const {
-  std::vector<int> order;              // nodes in order of first appearance
-  std::map<int, std::vector<int>> on;  // node → its members, in group order
-  for (int m : members_) {
-    const int node = nccl_->node_of.at(static_cast<std::size_t>(m));
-    if (!on.count(node)) order.push_back(node);
-    on[node].push_back(m);
-  }
-  if (order.size() < 2) return ring(members_, fraction);
+  const int n = size();
+  if (shape_.nodes < 2 || n < 2) return ring(members_, fraction);
+  const int per_node = std::max(1, n / shape_.nodes);
   std::vector<Flow> flows;
-  for (int node : order) {
-    const auto& local = on[node];
-    for (std::size_t i = 0; i + 1 < local.size(); ++i)
-      flows.push_back({local[i], local[i + 1], fraction});
-  }
-  // Per node, the first member on each NIC, by NIC index.
-  auto by_nic = [&](int node) {
-    std::map<int, int> first;
-    for (int m : on[node]) first.emplace(nccl_->nic_of.at(static_cast<std::size_t>(m)), m);
-    std::vector<int> out;
-    for (const auto& [nic, m] : first) out.push_back(m);
-    return out;
-  };
-  const int channels = shape_.nics;
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const auto from = by_nic(order[k]), to = by_nic(order[(k + 1) % order.size()]);
-    for (int c = 0; c < channels; ++c)
-      flows.push_back({from[static_cast<std::size_t>(c)], to[static_cast<std::size_t>(c)],
-                       fraction / channels});
-  }
+  for (int i = 0; i < n; ++i)
+    flows.push_back({members_[static_cast<std::size_t>(i)],
+                     members_[static_cast<std::size_t>((i + per_node) % n)], fraction / per_node});
   return flows;
 }
 
@@ -252,6 +235,21 @@ std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkS
   return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
 }
 
+// In symmetric mode the images of a group under the shifts that map it onto itself (the dp
+// shifts of a dp group) are the group's own transfers relabelled, not other traffic: a
+// ring whose channels are not shift-invariant would otherwise count them twice. Keeps the
+// group's own flows and the images that leave it.
+std::vector<Flow> SimCommunicator::own_and_other_groups(std::vector<Flow> with_images,
+                                                        const std::vector<Flow>& own) const {
+  std::set<std::pair<int, int>> mine;
+  for (const auto& f : own) mine.insert({f.src, f.dst});
+  const std::set<int> members(members_.begin(), members_.end());
+  std::erase_if(with_images, [&](const Flow& f) {
+    return !mine.count({f.src, f.dst}) && members.count(f.src) && members.count(f.dst);
+  });
+  return with_images;
+}
+
 const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm, int root) {
   const auto key = std::make_pair(algorithm, root);
   auto it = plans_.find(key);
@@ -280,18 +278,21 @@ const SimCommunicator::Plan& SimCommunicator::plan(const std::string& algorithm,
   }
   double hop = 0;
   for (const auto& f : flows) hop = std::max(hop, world_.latency(f.src, f.dst));
-  Plan p{world_.with_images(flows), std::max(0.0, steps - 1) * hop, 0, hop};
+  Plan p{own_and_other_groups(world_.with_images(flows), flows), std::max(0.0, steps - 1) * hop, 0,
+         hop};
   if (nccl_) {
-    // Seconds per byte of the collective of the slowest own flow alone at line rate.
+    // Seconds per byte of the collective that the group's own flows take alone at line
+    // rate: the most loaded link (own flows that share a NIC add up).
+    std::map<simgrid::s4u::Link*, double> load;
     for (const auto& f : flows) {
       std::vector<simgrid::s4u::Link*> links;
       double latency = 0;
       world_.host(f.src)->route_to(world_.host(f.dst), links, &latency);
-      double bandwidth = 0;
-      for (auto* l : links)
-        bandwidth = bandwidth == 0 ? l->get_bandwidth() : std::min(bandwidth, l->get_bandwidth());
-      if (bandwidth > 0) p.seconds_per_byte = std::max(p.seconds_per_byte, f.fraction / bandwidth);
+      for (auto* l : links) load[l] += f.fraction;
     }
+    for (const auto& [link, fraction] : load)
+      if (link->get_bandwidth() > 0)
+        p.seconds_per_byte = std::max(p.seconds_per_byte, fraction / link->get_bandwidth());
   }
   return plans_.emplace(key, std::move(p)).first->second;
 }

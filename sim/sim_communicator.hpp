@@ -25,12 +25,12 @@
 // collective is priced by NCCL's tuner for the group's shape (ranks, nodes, NICs per node
 // it crosses), which picks the algorithm and protocol. A group inside one node is priced
 // in closed form by it. A group across nodes still runs as SimGrid flows, so groups that
-// share NICs slow each other: its ring is cut into one channel per NIC a node's members
-// use (channel c leaves every node through its c-th NIC; the NVLink hops inside a node
-// carry all channels), the flows' bytes are scaled so that alone on the platform they take
-// exactly the tuner's bandwidth term (achieved bus bandwidth below line rate, the
-// protocol's efficiency, a tree's rate), and the tuner's latency is added. Each operation
-// is recorded per (collective, algorithm, protocol, channels) in nccl_usage().
+// share NICs slow each other: its ring's bytes cross every node boundary spread over the
+// NICs of the node's members (NCCL's channels, one per NIC), the flows' bytes are scaled so
+// that alone on the platform they take exactly the tuner's bandwidth term (achieved bus
+// bandwidth below line rate, the protocol's efficiency, a tree's rate), and the tuner's
+// latency is added. Each operation is recorded per (collective, algorithm, protocol,
+// channels) in nccl_usage().
 #pragma once
 
 #include <deque>
@@ -117,6 +117,8 @@ class SimCommunicator : public Communicator {
                                    int root = 0);
   const Plan& plan(const std::string& algorithm, int root);
   std::vector<Flow> nccl_ring(double fraction) const;  // channels over the NICs
+  std::vector<Flow> own_and_other_groups(std::vector<Flow> with_images,
+                                         const std::vector<Flow>& own) const;
   // The tuner's choice for one operation, recorded in usage_.
   NcclChoice nccl_price(const std::string& algorithm, double bytes);
   void serve();  // the communication actor's loop

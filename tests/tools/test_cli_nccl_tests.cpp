@@ -1,0 +1,57 @@
+// tandem nccl-tests: the nccl-tests table of a preset, as JSON and text, and its input
+// checks (bad sizes and collectives rejected before anything runs).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/tools/run_tandem.hpp"
+
+namespace tandem {
+namespace {
+
+TEST(CliNcclTests, JsonRowsDoubleInSizeAndApproachTheBusBandwidth) {
+  const auto r = testing::run(
+      "nccl-tests --topology dgx-a100-80g --collective all_reduce --gpus 8 --bytes 1K:1G "
+      "--factor 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const auto& rows = j.at("rows");
+  ASSERT_EQ(rows.size(), 11u);  // 1 KiB, 4 KiB, …, 1 GiB
+  EXPECT_EQ(rows.front().at("bytes"), 1024);
+  EXPECT_EQ(rows.back().at("bytes"), 1LL << 30);
+  // Small sizes are latency-bound on a low-latency protocol; 1 GiB runs near the 240 GB/s
+  // NVLink bus bandwidth of NCCL's ring (busbw = algbw · 2(n−1)/n).
+  EXPECT_EQ(rows.front().at("algorithm"), "ring/LL x12");
+  EXPECT_LT(rows.front().at("busbw_gbs").get<double>(), 1.0);
+  EXPECT_NEAR(rows.back().at("busbw_gbs").get<double>(), 240, 0.02 * 240);
+  const double b = rows.back().at("bytes"), us = rows.back().at("time_us");
+  EXPECT_NEAR(rows.back().at("algbw_gbs").get<double>(), b / us / 1e3, 1e-6);
+}
+
+TEST(CliNcclTests, TextTableHasTheNcclTestsColumns) {
+  const auto r = testing::run("nccl-tests --topology dgx-h100 --gpus 16 --bytes 1M:4M");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all_reduce on 16 GPUs (2 nodes of dgx-h100)"), std::string::npos);
+  EXPECT_NE(r.output.find("busbw"), std::string::npos);
+  EXPECT_NE(r.output.find("1048576"), std::string::npos);
+  EXPECT_NE(r.output.find("4194304"), std::string::npos);
+}
+
+TEST(CliNcclTests, BadInputIsRejectedWithTheField) {
+  auto r = testing::run("nccl-tests --bytes 1K");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("bytes"), std::string::npos) << r.output;
+  r = testing::run("nccl-tests --bytes 1X:8G");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("1X:8G"), std::string::npos) << r.output;
+  r = testing::run("nccl-tests --collective allreduce");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("all_reduce | all_gather"), std::string::npos) << r.output;
+  r = testing::run("nccl-tests --gpus 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("at least 2 GPUs"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tandem
