@@ -4,7 +4,10 @@
 // microbatch/chunk numbers stripped ("F12.1" → "F", "B3" → "B", "allreduce tp" stays
 // "allreduce tp"); per class we count the complete ("X") slices over all ranks and sum
 // their durations, and put A and B side by side with the ratio B/A. Pure functions on the
-// trace JSON (DESIGN §9's schema), so they are tested on hand-written traces.
+// trace JSON (DESIGN §9's schema), so they are tested on hand-written traces. A predicted
+// trace (tandem simulate --trace) also holds, per rank, slices named by the op classes of
+// its report's breakdown — "gemm", "attention", "memory-bound", "optimizer", "transfer" —
+// and "host-bound" gaps, so the diff lists those classes too.
 //
 // Worked example: A holds F0 (2 ms) and F1 (4 ms), B holds F0.0 (3 ms); class "F" has
 // count 2 / total 6 ms / mean 3 ms in A, 1 / 3 ms / 3 ms in B: total B/A 0.5, mean B/A 1.

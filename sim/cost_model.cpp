@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -38,6 +39,20 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 }
 
 }  // namespace
+
+std::string op_class(const std::string& op) {
+  if (op == "gemm") return "gemm";
+  if (op == "attention" || op == "attention_backward") return "attention";
+  if (op == "adam" || op == "sum_squares") return "optimizer";
+  if (op == "upload" || op == "download") return "transfer";
+  return "memory-bound";
+}
+
+int kernels_of_op(const OpDesc& op) {
+  if (op.op == "attention") return 5;
+  if (op.op == "attention_backward") return 7;
+  return 1;
+}
 
 GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch) {
   GemmTiling t;
@@ -121,10 +136,63 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
   const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
                             gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
-  const double compute = done_flops / (gpu_.peak(dtype).value * gpu_.gemm_peak_fraction);
+  double compute = done_flops / (gpu_.peak(dtype).value * gpu_.gemm_peak_fraction);
+  double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
+  if (gpu_.l2_bandwidth.value > 0) {
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, tiling.tiles < gpu_.sm_count);
+    if (plan.compute_seconds + plan.extra_seconds < compute) {
+      compute = plan.compute_seconds;
+      extra = plan.extra_seconds;
+    }
+  }
   if (bytes <= 0) bytes = gemm_bytes(dtype, m, n, k, batch);
   const double memory = bytes / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
-  return gpu_.kernel_launch.value + std::max(compute, memory);
+  return gpu_.kernel_launch.value + std::max(compute, memory) + extra;
+}
+
+// Rule 2b: try the preset tile and its halvings (down to 64 × 64) and, when the preset
+// tile leaves SMs idle, split K (k cut into s slices of at least 256, partial results
+// reduced by a second kernel); each tile at min(tensor rate, L2 operand traffic); keep
+// the fastest.
+CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
+                                         std::int64_t k, std::int64_t batch,
+                                         bool allow_split_k) const {
+  const double sms = std::max(gpu_.sm_count, 1);
+  const double per_sm_flops = gpu_.peak(dtype).value * gpu_.gemm_peak_fraction / sms;
+  const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
+  const double size = static_cast<double>(dtype_size(dtype).value);
+  GemmPlan best;
+  best.compute_seconds = std::numeric_limits<double>::infinity();
+  for (std::int64_t tm = std::max(gpu_.gemm_tile_m, 1); tm >= 64 || tm == gpu_.gemm_tile_m;
+       tm /= 2) {
+    for (std::int64_t tn = std::max(gpu_.gemm_tile_n, 1); tn >= 64 || tn == gpu_.gemm_tile_n;
+         tn /= 2) {
+      const std::int64_t tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
+      const std::int64_t max_split =
+          allow_split_k
+              ? std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count / tiles, k / 256))
+              : 1;
+      for (std::int64_t split = 1; split <= max_split; split *= 2) {
+        const double slice = static_cast<double>(ceil_div(k, split));
+        const double waves = std::ceil(static_cast<double>(tiles * split) / sms);
+        const double tile_compute = 2.0 * static_cast<double>(tm * tn) * slice / per_sm_flops;
+        const double tile_operands = static_cast<double>(tm + tn) * slice * size / per_sm_l2;
+        const double compute = waves * std::max(tile_compute, tile_operands);
+        // Split K writes s fp32 partial C's and a second kernel sums them.
+        const double extra =
+            split == 1 ? 0.0
+                       : gpu_.kernel_launch.value +
+                             static_cast<double>(split + 1) * static_cast<double>(m * n * batch) *
+                                 4.0 / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
+        if (compute + extra < best.compute_seconds + best.extra_seconds) {
+          best = {compute, extra, tm, tn, split};
+        }
+      }
+      if (tn == 1) break;
+    }
+    if (tm == 1) break;
+  }
+  return best;
 }
 
 double CostModel::attention_seconds(const OpDesc& op, bool backward) const {

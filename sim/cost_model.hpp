@@ -10,7 +10,15 @@
 //    of sm_count (wave quantisation: the last wave costs as much as a full one), so the
 //    compute term is waves · sm_count · 2 · tile_m · tile_n · k / (peak · fraction).
 //    A100 bf16, 8192³: 2048 tiles of 256×128 → 19 waves of 108 → 99.8 % of the ideal.
-//    K is not quantised (no split-K).
+//    K is not quantised.
+//    2b. Tile choice and split-K. cuBLAS's heuristics pick the tile per shape. With
+//    GpuSpec::l2_bandwidth set the model tries the preset tile and its halvings down to
+//    64 × 64, and, when the preset tile leaves SMs idle (fewer tiles than SMs: skinny,
+//    small-K, per-head attention and small-M·N weight-gradient GEMMs), split-K in powers
+//    of two (slices of ≥ 256). Each tile costs max(2·tm·tn·k / per-SM tensor rate,
+//    (tm + tn)·k·bytes / per-SM L2 bandwidth) (a small tile reuses its operands less), a
+//    split adds its reduction (a kernel reading s fp32 partials); the cheapest plan wins.
+//    A100 bf16: 256×128 and 128×128 tiles are compute-bound, 64×64 runs at ~70 %.
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
@@ -48,6 +56,16 @@ struct OpDesc {
   double bytes = 0;        // bytes read + written from device memory
 };
 
+// The class a Device op's time is reported under (tandem simulate's breakdown, tandem
+// trace diff): "gemm"; "attention" (its batched GEMMs and softmax); "memory-bound" (norms,
+// elementwise, embedding, cross entropy: bandwidth + launch); "optimizer" (adam and the
+// gradient-norm reduction); "transfer" (upload, download over PCIe).
+std::string op_class(const std::string& op);
+
+// Kernels the host launches for one Device op: the parts rule 3 prices attention from
+// (5 forward, 7 backward), 1 for every other op. The host issue clock charges each.
+int kernels_of_op(const OpDesc& op);
+
 // How a GEMM's output splits into tiles and waves on a GPU (rule 2 above).
 struct GemmTiling {
   std::int64_t tiles = 0;  // ceil(m / tile_m) · ceil(n / tile_n) · batch
@@ -79,6 +97,13 @@ class CostModel {
 
   double gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
                       std::int64_t batch, double bytes) const;
+  struct GemmPlan {
+    double compute_seconds = 0;  // waves of tiles, without launch
+    double extra_seconds = 0;    // the split-K reduction kernel
+    std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
+  };
+  GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                     std::int64_t batch, bool allow_split_k) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
 

@@ -62,7 +62,9 @@ void SimStream::synchronize() {
 }
 
 double SimStream::enqueue(double seconds) {
-  const double start = std::max(ready_, sim_now());
+  const double free = std::max(ready_, sim_now());  // when the GPU could start it
+  const double start = host_ ? std::max(free, *host_) : free;
+  host_starved_ += start - free;
   ready_ = start + seconds;
   busy_ += seconds;
   return start;
@@ -72,11 +74,18 @@ void SimStream::wait_until(double time) {
   ready_ = std::max(ready_, time);
 }
 
+HostCosts host_costs(const GpuSpec& gpu) {
+  return {.kernel_issue = gpu.host_kernel_issue.value,
+          .collective_issue = gpu.host_collective_issue.value,
+          .microbatch = gpu.host_microbatch.value,
+          .iteration = gpu.host_iteration.value};
+}
+
 SimDevice::SimDevice(Pricer price, SimDeviceOptions options)
     : price_(std::move(price)),
       options_(options),
       memory_(std::make_shared<MemoryTracker>()),
-      default_stream_(std::make_unique<SimStream>("compute")) {}
+      default_stream_(std::make_unique<SimStream>("compute", &host_)) {}
 
 SimDevice::~SimDevice() = default;
 
@@ -86,7 +95,7 @@ Tensor SimDevice::allocate(const Shape& shape, DType dtype) {
 }
 
 std::unique_ptr<Stream> SimDevice::create_stream(std::string name) {
-  return std::make_unique<SimStream>(std::move(name));
+  return std::make_unique<SimStream>(std::move(name), &host_);
 }
 
 std::unique_ptr<Event> SimDevice::create_event() {
@@ -107,9 +116,20 @@ double SimDevice::activation_bytes(std::int64_t elements) const {
          static_cast<double>(dtype_size(options_.compute_dtype).value);
 }
 
+void SimDevice::host_work(double seconds, const std::string& what) {
+  if (seconds <= 0) return;
+  host_ = std::max(host_, sim_now()) + seconds;
+  host_seconds_[what] += seconds;
+}
+
 void SimDevice::run(Stream& s, OpDesc op) {
+  host_work(options_.host.kernel_issue * kernels_of_op(op), "kernel issue");
   const double seconds = price_(op);
-  dynamic_cast<SimStream&>(s).enqueue(seconds);
+  auto& stream = dynamic_cast<SimStream&>(s);
+  const double starved_before = stream.host_starved();
+  const double start = stream.enqueue(seconds);
+  if (observer_ && &stream == default_stream_.get())
+    observer_(op, start, seconds, stream.host_starved() - starved_before);
   op_seconds_[op.op] += seconds;
   if (options_.record_ops) issued_.push_back({std::move(op), seconds});
 }

@@ -5,8 +5,16 @@
 // on download, Event::synchronize, Stream::synchronize and Work::wait. Compute ops are
 // therefore not SimGrid activities at all — a stream is a number, the time at which the
 // work issued on it so far completes — which keeps a 175B iteration to a few seconds.
+//
+// The issuing host has a clock too (HostCosts): a real framework issues every kernel and
+// collective from one host thread, each costing host time, so a kernel starts no earlier
+// than the host finished issuing it. When kernels are shorter than their issue the stream
+// starves; that idle time is booked as host-bound. The host clock runs ahead of the
+// actor's simulated time lazily (no SimGrid activity per op): every later start, event
+// and synchronize of the device's streams honours it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,27 +27,45 @@
 
 namespace tandem::sim {
 
+// What the issuing host spends (seconds), from the GPU preset (GpuSpec host_*).
+struct HostCosts {
+  double kernel_issue = 0;      // per kernel of a Device op (kernels_of_op in cost_model)
+  double collective_issue = 0;  // per collective or p2p group
+  double microbatch = 0;        // fixed per microbatch (charged after its forward pass)
+  double iteration = 0;         // fixed per iteration (charged when the step begins)
+};
+HostCosts host_costs(const GpuSpec& gpu);
+
 // A stream of the sim device: the simulated time (seconds) at which its issued work ends.
 class SimStream : public Stream {
  public:
-  explicit SimStream(std::string name) : name_(std::move(name)) {}
+  // `host` is the issuing host's clock (the device's); null for a host that issues at once.
+  explicit SimStream(std::string name, const double* host = nullptr)
+      : name_(std::move(name)), host_(host) {}
   std::string_view name() const override { return name_; }
   void record(Event& event) override;
   void wait(Event& event) override;
   void synchronize() override;  // the host actor sleeps until ready()
 
-  double ready() const { return ready_; }
+  // The earliest start of work issued now: after the stream's issued work and after the
+  // host finished issuing everything so far.
+  double ready() const { return host_ ? std::max(ready_, *host_) : ready_; }
   // Runs an op of `seconds` after everything issued before it and after the host issued
-  // it (now); returns the op's start.
+  // it (now, or the host clock when that is later); returns the op's start.
   double enqueue(double seconds);
   // Later work on this stream starts no earlier than `time`.
   void wait_until(double time);
   double busy() const { return busy_; }  // seconds of ops run so far
+  // Seconds the stream stood idle, with nothing else to wait for, because the host had
+  // not yet issued its next op (host-bound time).
+  double host_starved() const { return host_starved_; }
 
  private:
   std::string name_;
+  const double* host_ = nullptr;
   double ready_ = 0;
   double busy_ = 0;
+  double host_starved_ = 0;
 };
 
 // What one priced op was, for tests and for `tandem calibrate`: the op sequence a rank
@@ -52,6 +78,7 @@ struct IssuedOp {
 struct SimDeviceOptions {
   DType compute_dtype = DType::fp32;  // precision the ops are priced in (bf16 on GPUs)
   bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
+  HostCosts host;                     // the issuing host; all zero: issue is free
 };
 
 class SimDevice : public Device {
@@ -107,6 +134,25 @@ class SimDevice : public Device {
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 
+  // The host spends `seconds` issuing something other than a Device op (a collective, a
+  // microbatch's or an iteration's fixed framework work): later work starts after it.
+  // `what` names the kind of host work in host_seconds(): "collective issue",
+  // "microbatch", "iteration" (Device ops book "kernel issue" themselves).
+  void host_work(double seconds, const std::string& what);
+  const HostCosts& host() const { return options_.host; }
+  double host_clock() const { return host_; }
+  // Seconds the compute stream starved for the host (see SimStream::host_starved).
+  double host_bound() const { return default_stream_->host_starved(); }
+  // Seconds the host spent per kind of work, all iterations.
+  const std::map<std::string, double>& host_seconds() const { return host_seconds_; }
+
+  // Told every op run on the compute stream: the op, its start (s), its duration (s) and
+  // the seconds the stream starved for the host just before it (the predicted trace's
+  // op-class and host-bound slices).
+  using OpObserver =
+      std::function<void(const OpDesc& op, double start, double seconds, double starved)>;
+  void set_op_observer(OpObserver observer) { observer_ = std::move(observer); }
+
   const std::vector<IssuedOp>& issued_ops() const { return issued_; }
   // Seconds per op name over everything issued (all streams).
   const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
@@ -120,6 +166,9 @@ class SimDevice : public Device {
 
   Pricer price_;
   SimDeviceOptions options_;
+  double host_ = 0;  // when the host finishes issuing what it was given so far
+  std::map<std::string, double> host_seconds_;
+  OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;
   std::unique_ptr<SimStream> default_stream_;
   std::vector<IssuedOp> issued_;

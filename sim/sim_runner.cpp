@@ -10,13 +10,14 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "train/run_trace.hpp"
-#include "train/trainer.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
+#include "sim/host_issue.hpp"
 #include "sim/platform.hpp"
 #include "sim/sim_communicator.hpp"
 #include "sim/simgrid_config.hpp"
+#include "train/run_trace.hpp"
+#include "train/trainer.hpp"
 
 namespace tandem::sim {
 namespace {
@@ -42,12 +43,46 @@ struct RankRun {
   ParallelContext ctx;
   std::unique_ptr<SimDevice> device;
   std::map<GroupKind, std::unique_ptr<SimCommunicator>> comms;
+  std::map<GroupKind, std::unique_ptr<HostIssueCommunicator>> issued;
   std::map<GroupKind, std::unique_ptr<TracingCommunicator>> traced;
   std::unique_ptr<SimCommunicator> world;
   RunTrace trace;
   std::unique_ptr<Trainer> trainer;
   double start = 0;
   std::vector<double> iteration_ends;
+  // The device's books when the last iteration began, to report that iteration alone.
+  std::map<std::string, double> ops_before, host_before;
+  double host_bound_before = 0;
+  // The predicted trace's op-class slice being extended (consecutive ops of one class).
+  std::string pending_class;
+  double pending_start = -1, pending_end = 0;
+
+  void flush_ops() {
+    if (pending_start < 0) return;
+    trace.slice(pending_class, "op", kOpsThread, at(pending_start), at(pending_end));
+    pending_start = -1;
+  }
+  // Compute-stream ops merged into slices per op class, and the host-bound gaps.
+  void observe(const OpDesc& op, double begin, double seconds, double starved) {
+    if (starved > 0) {
+      flush_ops();
+      trace.slice("host-bound", "host", kOpsThread, at(begin - starved), at(begin));
+    }
+    std::string cls = op_class(op.op);
+    if (pending_start >= 0 && cls == pending_class && begin <= pending_end + 1e-12) {
+      pending_end = begin + seconds;
+      return;
+    }
+    flush_ops();
+    pending_class = std::move(cls);
+    pending_start = begin;
+    pending_end = begin + seconds;
+  }
+  static constexpr int kOpsThread = 4;  // after compute, pp, tp and dp comm
+  static RunTrace::Clock::time_point at(double seconds) {
+    return RunTrace::Clock::time_point(std::chrono::duration_cast<RunTrace::Clock::duration>(
+        std::chrono::duration<double>(seconds)));
+  }
 };
 
 std::string group_id(GroupKind kind, const std::vector<int>& members) {
@@ -85,6 +120,35 @@ PassSpan passes_of(const nlohmann::json& part, double from_seconds) {
     p.busy += f - s;
   }
   return p;
+}
+
+// The breakdown of the rank whose compute stream is busiest (see IterationBreakdown).
+IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double iteration_seconds) {
+  IterationBreakdown b;
+  const RankReport* worst = nullptr;
+  double worst_busy = -1;
+  for (const auto& k : ranks) {
+    double busy = k.host_bound_seconds;
+    for (const auto& [op, secs] : k.iteration_op_seconds) busy += secs;
+    if (busy > worst_busy) {
+      worst_busy = busy;
+      worst = &k;
+    }
+  }
+  if (!worst) return b;
+  b.rank = worst->rank;
+  for (const auto& [op, secs] : worst->iteration_op_seconds)
+    b.compute_seconds[op_class(op)] += secs;
+  b.optimizer_seconds = b.compute_seconds.count("optimizer") ? b.compute_seconds["optimizer"] : 0;
+  b.host_bound_seconds = worst->host_bound_seconds;
+  b.exposed_seconds = worst->exposed_seconds;
+  for (const auto& [kind, secs] : worst->peer_wait_seconds)
+    (kind == "pp" ? b.pipeline_bubble_seconds : b.peer_wait_seconds) += secs;
+  double parts = b.host_bound_seconds + b.pipeline_bubble_seconds + b.peer_wait_seconds;
+  for (const auto& [cls, secs] : b.compute_seconds) parts += secs;
+  for (const auto& [kind, secs] : b.exposed_seconds) parts += secs;
+  b.other_seconds = iteration_seconds - parts;
+  return b;
 }
 
 }  // namespace
@@ -164,8 +228,15 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     auto run = std::make_unique<RankRun>();
     RankRun& rr = *run;
     rr.ctx = contexts[static_cast<std::size_t>(rank)];
-    rr.device = std::make_unique<SimDevice>(
-        o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s), .record_ops = o.record_ops});
+    rr.device =
+        std::make_unique<SimDevice>(o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
+                                                               .record_ops = o.record_ops,
+                                                               .host = host_costs(topology.gpu)});
+    if (!o.trace_path.empty())
+      rr.device->set_op_observer(
+          [&rr](const OpDesc& op, double start, double seconds, double starved) {
+            rr.observe(op, start, seconds, starved);
+          });
     std::map<GroupKind, Communicator*> used;
     for (GroupKind kind :
          {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding}) {
@@ -175,9 +246,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           world, members, rank, std::string(group_kind_name(kind)), group_id(kind, members));
       if (switched_node && within_one_node(members))
         rr.comms[kind]->set_closed_form(topology.node.gpu_link);
-      used[kind] = rr.comms[kind].get();
+      // The host issues each collective before the simulated transfers start.
+      rr.issued[kind] = std::make_unique<HostIssueCommunicator>(*rr.comms[kind], *rr.device);
+      used[kind] = rr.issued[kind].get();
       if (o.trace_path.empty()) continue;
-      rr.traced[kind] = std::make_unique<TracingCommunicator>(*rr.comms[kind], rr.trace, members,
+      rr.traced[kind] = std::make_unique<TracingCommunicator>(*rr.issued[kind], rr.trace, members,
                                                               trace_thread_of(kind));
       used[kind] = rr.traced[kind].get();
     }
@@ -190,6 +263,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
                                get(GroupKind::tp_pp), get(GroupKind::embedding)};
     rr.trace.set_slice_observer([&](const std::string& category) {
       if (category != "forward" && category != "backward") return;
+      // The framework's fixed work per microbatch (schedule step, batch, loss, wrappers).
+      if (category == "forward") rr.device->host_work(rr.device->host().microbatch, "microbatch");
       passes_done += 1;
       const double f = passes_done / passes_total;
       if (o.progress && f - last_reported >= 0.01) {
@@ -205,6 +280,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           rr.world->barrier();
           rr.start = sim_now();
           for (int i = 0; i < o.iterations; ++i) {
+            rr.ops_before = rr.device->op_seconds();
+            rr.host_before = rr.device->host_seconds();
+            rr.host_bound_before = rr.device->host_bound();
+            rr.device->host_work(rr.device->host().iteration, "iteration");
             rr.trainer->train_step();
             rr.iteration_ends.push_back(sim_now());
           }
@@ -274,6 +353,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     rank.peak_memory_bytes = run->device->memory().peak().value;
     rank.compute_busy_seconds = run->device->compute_busy();
     rank.op_seconds = run->device->op_seconds();
+    for (const auto& [op, secs] : run->device->op_seconds())
+      rank.iteration_op_seconds[op] =
+          secs - (run->ops_before.count(op) ? run->ops_before.at(op) : 0.0);
+    for (const auto& [what, secs] : run->device->host_seconds())
+      rank.host_seconds[what] =
+          secs - (run->host_before.count(what) ? run->host_before.at(what) : 0.0);
+    rank.host_bound_seconds = run->device->host_bound() - run->host_bound_before;
     const PassSpan& span = spans[r.ranks.size()];
     rank.bubble_fraction = last > first && first >= 0
                                ? std::max(0.0, 1.0 - static_cast<double>(span.busy) /
@@ -296,9 +382,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     r.ranks.push_back(std::move(rank));
   }
   r.bubble_fraction = runs.empty() ? 0 : bubble_sum / static_cast<double>(runs.size());
+  r.breakdown = breakdown_of(r.ranks, r.iteration_seconds);
   r.fits_in_memory = r.gpu_memory_bytes <= 0 || r.max_peak_memory_bytes <= r.gpu_memory_bytes;
 
   if (!o.trace_path.empty()) {
+    for (auto& run : runs) run->flush_ops();
     std::vector<nlohmann::json> parts;
     std::vector<ParallelContext> ctxs;
     for (const auto& run : runs) {
@@ -324,6 +412,9 @@ nlohmann::json to_json(const SimReport& r) {
                      {"peak_memory_bytes", k.peak_memory_bytes},
                      {"compute_busy_seconds", k.compute_busy_seconds},
                      {"op_seconds", k.op_seconds},
+                     {"iteration_op_seconds", k.iteration_op_seconds},
+                     {"host_seconds", k.host_seconds},
+                     {"host_bound_seconds", k.host_bound_seconds},
                      {"bubble_fraction", k.bubble_fraction},
                      {"exposed_seconds", k.exposed_seconds},
                      {"peer_wait_seconds", k.peer_wait_seconds}});
@@ -349,6 +440,15 @@ nlohmann::json to_json(const SimReport& r) {
           {"bubble_fraction", r.bubble_fraction},
           {"exposed_seconds", r.exposed_seconds},
           {"peer_wait_seconds", r.peer_wait_seconds},
+          {"breakdown",
+           {{"rank", r.breakdown.rank},
+            {"compute_seconds", r.breakdown.compute_seconds},
+            {"optimizer_seconds", r.breakdown.optimizer_seconds},
+            {"host_bound_seconds", r.breakdown.host_bound_seconds},
+            {"exposed_seconds", r.breakdown.exposed_seconds},
+            {"pipeline_bubble_seconds", r.breakdown.pipeline_bubble_seconds},
+            {"peer_wait_seconds", r.breakdown.peer_wait_seconds},
+            {"other_seconds", r.breakdown.other_seconds}}},
           {"max_peak_memory_bytes", r.max_peak_memory_bytes},
           {"gpu_memory_bytes", r.gpu_memory_bytes},
           {"fits_in_memory", r.fits_in_memory},
@@ -379,6 +479,20 @@ std::string format_report(const SimReport& r) {
     put("  exposed %-9s comm    %10.4f s per iteration (max over ranks; waiting for peers "
         "%.4f s)",
         kind.c_str(), secs, r.peer_wait_seconds.count(kind) ? r.peer_wait_seconds.at(kind) : 0.0);
+  const IterationBreakdown& b = r.breakdown;
+  const double it = r.iteration_seconds > 0 ? r.iteration_seconds : 1;
+  put("  where the iteration goes (rank %d, the busiest compute stream):", b.rank);
+  for (const auto& [cls, secs] : b.compute_seconds)
+    put("    compute %-14s %10.4f s  %5.1f %%", cls.c_str(), secs, 100 * secs / it);
+  put("    host-bound             %10.4f s  %5.1f %%  (stream starved for the host's issue)",
+      b.host_bound_seconds, 100 * b.host_bound_seconds / it);
+  for (const auto& [kind, secs] : b.exposed_seconds)
+    put("    exposed %-9s comm %10.4f s  %5.1f %%", kind.c_str(), secs, 100 * secs / it);
+  put("    pipeline bubble        %10.4f s  %5.1f %%  (waiting for pp peers)",
+      b.pipeline_bubble_seconds, 100 * b.pipeline_bubble_seconds / it);
+  put("    waiting for peers      %10.4f s  %5.1f %%  (other groups)", b.peer_wait_seconds,
+      100 * b.peer_wait_seconds / it);
+  put("    other                  %10.4f s  %5.1f %%", b.other_seconds, 100 * b.other_seconds / it);
   put("  memory high-water mark   %10.2f GiB per rank (max; GPU has %.0f GiB: %s)",
       static_cast<double>(r.max_peak_memory_bytes) / (1 << 30),
       static_cast<double>(r.gpu_memory_bytes) / (1 << 30),

@@ -36,14 +36,35 @@ struct SimulateOptions {
 struct RankReport {
   int rank = 0;
   RankCoordinates coords;
-  std::int64_t peak_memory_bytes = 0;        // the MemoryTracker's high-water mark
-  double compute_busy_seconds = 0;           // ops on the compute stream, all iterations
-  std::map<std::string, double> op_seconds;  // Device op → seconds, all iterations
-  double bubble_fraction = 0;                // idle share of the compute stream in forward/backward
+  std::int64_t peak_memory_bytes = 0;                  // the MemoryTracker's high-water mark
+  double compute_busy_seconds = 0;                     // ops on the compute stream, all iterations
+  std::map<std::string, double> op_seconds;            // Device op → seconds, all iterations
+  std::map<std::string, double> iteration_op_seconds;  // Device op → seconds, last iteration
+  // The issuing host in the last iteration: its work by kind ("kernel issue", "collective
+  // issue", "microbatch", "iteration") and the time the compute stream starved for it.
+  std::map<std::string, double> host_seconds;
+  double host_bound_seconds = 0;
+  double bubble_fraction = 0;  // idle share of the compute stream in forward/backward
   std::map<std::string, double> exposed_seconds;    // group kind → per iteration
   std::map<std::string, double> peer_wait_seconds;  // group kind → per iteration
   std::vector<IssuedOp> ops;                        // with record_ops
   std::vector<std::string> collectives;             // with record_ops (RankStats)
+};
+
+// Why an iteration takes what it takes, on the rank whose compute stream is busiest
+// (compute + host-bound): its iteration split into compute by op class (op_class() in
+// cost_model.hpp), time its compute stream starved for the host, exposed communication
+// per group kind, waiting for pipeline peers (the bubble) and for other groups' peers,
+// and the rest (idle the books do not attribute). The parts sum to the iteration time.
+struct IterationBreakdown {
+  int rank = 0;
+  std::map<std::string, double> compute_seconds;  // op class → seconds per iteration
+  double optimizer_seconds = 0;                   // = compute_seconds["optimizer"]
+  double host_bound_seconds = 0;
+  std::map<std::string, double> exposed_seconds;  // group kind → seconds
+  double pipeline_bubble_seconds = 0;             // waiting for pp peers
+  double peer_wait_seconds = 0;                   // waiting for peers of other groups
+  double other_seconds = 0;
 };
 
 struct SimReport {
@@ -70,6 +91,7 @@ struct SimReport {
   // group kind → max over ranks of the time spent waiting for the group's other members
   // (pp: the pipeline bubble seen from the p2p calls)
   std::map<std::string, double> peer_wait_seconds;
+  IterationBreakdown breakdown;
   std::int64_t max_peak_memory_bytes = 0;
   std::int64_t gpu_memory_bytes = 0;
   bool fits_in_memory = true;

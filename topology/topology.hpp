@@ -50,7 +50,19 @@ struct GpuSpec {
   double memory_peak_fraction = 1.0;
   int gemm_tile_m = 1;  // output tile of one thread block, rows
   int gemm_tile_n = 1;  // output tile of one thread block, columns
-  LinkSpec pcie{};      // host ↔ GPU (upload, download), per direction
+  // L2 → SM bandwidth, all SMs together (read). With it, a GEMM whose tiles do not fill
+  // one wave may run on smaller tiles or split K, each tile then limited by the operand
+  // traffic its size implies (sim/cost_model.hpp rule 2b). 0: one tile shape only.
+  BytesPerSecond l2_bandwidth{};
+  LinkSpec pcie{};  // host ↔ GPU (upload, download), per direction
+  // The host that issues the GPU's work (a Python framework over CUDA and NCCL). Every
+  // kernel and collective is issued by it, one after the other; when kernels are shorter
+  // than their issue, the stream starves (sim/sim_device.hpp: the host issue clock).
+  // All default to 0 (an infinitely fast host).
+  Seconds host_kernel_issue{};      // per kernel: framework dispatch + launch call
+  Seconds host_collective_issue{};  // per collective or p2p group (torch.distributed + NCCL)
+  Seconds host_microbatch{};        // fixed per microbatch (forward + backward of a chunk)
+  Seconds host_iteration{};         // fixed per iteration (optimizer step, loss scaler, logs)
   Sources sources;
 
   // The dense peak for an op computing in `dtype`: fp32 → the CUDA-core rate (cuBLAS

@@ -170,7 +170,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   Section s(body, "gpu",
             {"name", "peak_tflops", "hbm_bandwidth_gbs", "memory_gib", "sm_count",
              "kernel_launch_us", "gemm_peak_fraction", "memory_peak_fraction", "gemm_tile",
-             "pcie_gbs", "pcie_latency_us", "source"},
+             "pcie_gbs", "pcie_latency_us", "l2_bandwidth_gbs", "host_kernel_issue_us",
+             "host_collective_issue_us", "host_microbatch_us", "host_iteration_us", "source"},
             out);
   GpuSpec g;
   if (!s.ok()) return g;
@@ -207,6 +208,19 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   }
   g.pcie.bandwidth = BytesPerSecond(s.number("pcie_gbs", Range::positive) * kGiga);
   g.pcie.latency = Seconds(s.number("pcie_latency_us", Range::non_negative) * kMicro);
+  // The issuing host's costs are optional (absent: 0, a host that issues at once).
+  auto host_us = [&](std::string_view key) {
+    return s.body().contains(std::string(key))
+               ? Seconds(s.number(key, Range::non_negative) * kMicro)
+               : Seconds(0);
+  };
+  g.l2_bandwidth = BytesPerSecond(s.body().contains("l2_bandwidth_gbs")
+                                      ? s.number("l2_bandwidth_gbs", Range::non_negative) * kGiga
+                                      : 0.0);
+  g.host_kernel_issue = host_us("host_kernel_issue_us");
+  g.host_collective_issue = host_us("host_collective_issue_us");
+  g.host_microbatch = host_us("host_microbatch_us");
+  g.host_iteration = host_us("host_iteration_us");
   g.sources = s.sources();
   return g;
 }
@@ -423,6 +437,15 @@ nlohmann::json to_json(const Topology& t) {
               {"pcie_gbs", tidy(g.pcie.bandwidth.value / kGiga)},
               {"pcie_latency_us", tidy(g.pcie.latency.value / kMicro)},
               {"source", sources_json(g.sources)}};
+  // The optional figures appear only where the preset has them (absent reads as 0).
+  auto optional = [&gpu](const char* key, double value) {
+    if (value != 0) gpu[key] = tidy(value);
+  };
+  optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
+  optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);
+  optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
+  optional("host_microbatch_us", g.host_microbatch.value / kMicro);
+  optional("host_iteration_us", g.host_iteration.value / kMicro);
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},
                {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},

@@ -5,6 +5,7 @@
 // rows override the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -17,6 +18,13 @@ namespace {
 
 GpuSpec a100() {
   return load_topology("dgx-a100-80g").gpu;
+}
+
+// The preset without an L2 figure: one tile shape for every GEMM (rule 2 alone).
+GpuSpec a100_one_tile() {
+  GpuSpec g = a100();
+  g.l2_bandwidth = BytesPerSecond(0);
+  return g;
 }
 
 constexpr double kA100Bf16 = 312e12;  // FLOP/s, dense tensor (datasheet)
@@ -53,7 +61,7 @@ TEST(CostModelGemm, TinyGemmCostsAKernelLaunch) {
 }
 
 TEST(CostModelGemm, OneTilePastAFullWaveCostsASecondWave) {
-  const GpuSpec gpu = a100();
+  const GpuSpec gpu = a100_one_tile();
   const CostModel model(gpu);
   // 108 and 109 tiles of 256×128; fp32 keeps the shapes compute-bound (intensity ≈ 64
   // flop/byte against a ridge of 19.5e12 · 0.8 / (2039e9 · 0.85) ≈ 9).
@@ -69,7 +77,7 @@ TEST(CostModelGemm, OneTilePastAFullWaveCostsASecondWave) {
 }
 
 TEST(CostModelGemm, TileQuantisationRoundsUpToTheTile) {
-  const GpuSpec gpu = a100();
+  const GpuSpec gpu = a100_one_tile();
   const CostModel model(gpu);
   // m = 257 needs two 256-row tiles, like m = 512: 2 · 54 = 108 tiles, one wave each.
   const OpDesc ragged{.op = "gemm", .dtype = DType::fp32, .m = 257, .n = 54 * 128, .k = 2048};
@@ -80,6 +88,51 @@ TEST(CostModelGemm, TileQuantisationRoundsUpToTheTile) {
   // Batch entries are tiles of their own: 108 entries of one tile each are one wave.
   EXPECT_EQ(gemm_tiling(gpu, 256, 128, 108).waves, 1);
   EXPECT_EQ(gemm_tiling(gpu, 256, 128, 109).waves, 2);
+}
+
+// Rule 2b: a QKV-like GEMM of tp 8 at hidden 1024 (1024 tokens × 384 × 1024) fills 12 of
+// 108 SMs with 256×128 tiles; 64×64 tiles give 16 · 6 = 96 tiles, one wave, each bound by
+// its operand traffic (128 · 1024 · 2 bytes at 5 TB/s / 108) rather than its tensor work.
+TEST(CostModelGemm, SkinnyGemmRunsOnSmallTiles) {
+  const GpuSpec gpu = a100();
+  ASSERT_DOUBLE_EQ(gpu.l2_bandwidth.value, 5000e9);
+  const CostModel model(gpu);
+  const double per_sm_flops = kA100Bf16 * gpu.gemm_peak_fraction / kSms;
+  const double per_sm_l2 = 5000e9 / kSms;
+  const double tile =
+      std::max(2.0 * 64 * 64 * 1024 / per_sm_flops, (64 + 64) * 1024 * 2 / per_sm_l2);
+  const double t =
+      model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 1024, .n = 384, .k = 1024});
+  EXPECT_NEAR(t, kLaunch + tile, 1e-12);
+  // Rule 2 alone would charge one full wave of 256×128 tiles, 5.9 times as long.
+  const double one_wave = kSms * 2.0 * 256 * 128 * 1024 / (kA100Bf16 * gpu.gemm_peak_fraction);
+  EXPECT_NEAR(CostModel(a100_one_tile())
+                  .seconds({.op = "gemm", .dtype = DType::bf16, .m = 1024, .n = 384, .k = 1024}),
+              kLaunch + one_wave, 1e-12);
+  EXPECT_GT(one_wave / tile, 5);
+}
+
+// Split-K: a 128 × 128 output over k = 65536 is one tile; cut into slices it spreads over
+// the SMs and lands within 3× of the ideal 2·m·n·k / (peak · fraction) + launch, against
+// 50× the ideal for one tile doing all of k.
+TEST(CostModelGemm, SmallOutputLongKSplitsK) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const OpDesc op{.op = "gemm", .dtype = DType::bf16, .m = 128, .n = 128, .k = 65536};
+  const double ideal = 2.0 * 128 * 128 * 65536 / (kA100Bf16 * gpu.gemm_peak_fraction);
+  const double one_tile = kSms * 2.0 * 256 * 128 * 65536 / (kA100Bf16 * gpu.gemm_peak_fraction);
+  const double t = model.seconds(op);
+  EXPECT_GT(t, ideal + kLaunch);
+  EXPECT_LT(t, 3 * (ideal + kLaunch));
+  EXPECT_GT(one_tile / ideal, 50);
+  EXPECT_NEAR(CostModel(a100_one_tile()).seconds(op), kLaunch + one_tile, 1e-12);
+}
+
+// Large GEMMs keep rule 2's price when a smaller tile would not cut their waves: the
+// 8192³ GEMM is 2048 tiles of 256×128 or 4096 of 128×128, 19 waves' worth either way.
+TEST(CostModelGemm, LargeGemmKeepsItsTileWhenNoSmallerOneIsFaster) {
+  const OpDesc op{.op = "gemm", .dtype = DType::bf16, .m = 8192, .n = 8192, .k = 8192};
+  EXPECT_NEAR(CostModel(a100()).seconds(op), CostModel(a100_one_tile()).seconds(op), 1e-12);
 }
 
 TEST(CostModelGemm, MemoryBoundGemmTakesBytesOverBandwidth) {

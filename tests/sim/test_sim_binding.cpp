@@ -79,10 +79,16 @@ SimulateOptions options_for(const Topology& t, SimMode mode) {
   return o;
 }
 
+// The schedule and communication tests compare with closed forms of an idle host: the
+// preset's host costs (tested by SimHost below) are zeroed unless `with_host`.
 nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology, SimMode mode,
-                                 int iterations = 1) {
+                                 int iterations = 1, bool with_host = false) {
   return in_child([&] {
-    const Topology t = load_topology(topology);
+    Topology t = load_topology(topology);
+    if (!with_host) {
+      t.gpu.host_kernel_issue = t.gpu.host_collective_issue = Seconds(0);
+      t.gpu.host_microbatch = t.gpu.host_iteration = Seconds(0);
+    }
     SimulateOptions o = options_for(t, mode);
     o.iterations = iterations;
     return to_json(simulate(s, t, o));
@@ -329,6 +335,95 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
   EXPECT_LT(exposed_overlap, 0.5 * exposed_plain) << exposed_overlap << " vs " << exposed_plain;
   EXPECT_LT(overlapped.at("iteration_seconds").get<double>(),
             plain.at("iteration_seconds").get<double>());
+}
+
+}  // namespace
+}  // namespace tandem::sim
+
+namespace tandem::sim {
+namespace {
+
+// The host issue clock: `ops` fill kernels of `op_us` each, issued by a host that spends
+// `issue_us` per kernel, then one attention op (5 kernels); the stream drained.
+nlohmann::json issue_in_child(double op_us, double issue_us, int ops) {
+  return in_child([=] {
+    const Topology t = load_topology("dgx-a100-80g");
+    int argc = 1;
+    char name[] = "test";
+    char* argv[] = {name, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    const Platform p = build_platform(t, 1);
+    SimDevice device([op_us](const OpDesc& op) { return op.op == "fill" ? op_us * 1e-6 : 0.0; },
+                     SimDeviceOptions{.host = {.kernel_issue = issue_us * 1e-6}});
+    double end = 0, before_attention = 0, starved = 0, busy = 0;
+    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+      Tensor x = device.allocate(Shape{16}, DType::fp32);
+      for (int i = 0; i < ops; ++i) device.fill(device.default_stream(), x, 0.0f);
+      device.default_stream().synchronize();
+      end = sim_now();
+      before_attention = device.host_seconds().at("kernel issue");
+      starved = device.host_bound();
+      busy = device.compute_busy();
+      Tensor qkv = device.allocate(Shape{8, 1, 3, 2, 4}, DType::fp32);
+      Tensor out = device.allocate(Shape{8, 1, 2, 4}, DType::fp32);
+      Tensor probs = device.allocate(Shape{1, 2, 8, 8}, DType::fp32);
+      device.attention(device.default_stream(), {qkv, out, probs});
+    });
+    engine.run();
+    return nlohmann::json{
+        {"end", end},
+        {"starved", starved},
+        {"busy", busy},
+        {"issue", before_attention},
+        {"attention_issue", device.host_seconds().at("kernel issue") - before_attention}};
+  });
+}
+
+// Kernels of 1 µs issued every 10 µs: op i starts when issued (10·i µs) and the stream
+// waits 10 µs for the first and 9 µs for each later one. The 100th ends at 1001 µs.
+TEST(SimHost, AStreamStarvesWhenKernelsAreShorterThanTheirIssue) {
+  const auto j = issue_in_child(1, 10, 100);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NEAR(j["end"].get<double>(), 1001e-6, 1e-12);
+  EXPECT_NEAR(j["starved"].get<double>(), 10e-6 + 99 * 9e-6, 1e-12);
+  EXPECT_NEAR(j["busy"].get<double>(), 100e-6, 1e-12);
+  EXPECT_NEAR(j["issue"].get<double>(), 100 * 10e-6, 1e-12);
+  // Attention is launched as its 5 parts (sim/cost_model.hpp rule 3).
+  EXPECT_NEAR(j["attention_issue"].get<double>(), 5 * 10e-6, 1e-12);
+}
+
+// Kernels of 50 µs issued every 10 µs: the host runs ahead, only the first op waits for
+// its issue, and the stream ends at 10 + 100 · 50 µs.
+TEST(SimHost, LongKernelsHideTheHost) {
+  const auto j = issue_in_child(50, 10, 100);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NEAR(j["end"].get<double>(), 10e-6 + 100 * 50e-6, 1e-12);
+  EXPECT_NEAR(j["starved"].get<double>(), 10e-6, 1e-12);
+}
+
+// The preset's host costs reach the report: an iteration of a host-bound model is at
+// least its kernels' issue time, and the breakdown books the starved stream.
+TEST(SimHost, ReportSplitsTheIterationIntoItsCauses) {
+  Scenario s = small_gpt();
+  const auto j = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  const auto& rank = j["ranks"][0];
+  const double issue = rank["host_seconds"]["kernel issue"].get<double>();
+  EXPECT_GT(issue, 0);
+  EXPECT_GE(j["iteration_seconds"].get<double>(), issue);
+  const auto& b = j["breakdown"];
+  EXPECT_GT(b["host_bound_seconds"].get<double>(), 0);
+  // The parts add up to the iteration (other is what is left: under 10 % here).
+  double parts = b["host_bound_seconds"].get<double>() +
+                 b["pipeline_bubble_seconds"].get<double>() + b["peer_wait_seconds"].get<double>() +
+                 b["other_seconds"].get<double>();
+  for (const auto& [k, v] : b["compute_seconds"].items()) parts += v.get<double>();
+  for (const auto& [k, v] : b["exposed_seconds"].items()) parts += v.get<double>();
+  EXPECT_NEAR(parts, j["iteration_seconds"].get<double>(), 1e-9);
+  EXPECT_LT(std::abs(b["other_seconds"].get<double>()),
+            0.10 * j["iteration_seconds"].get<double>());
+  EXPECT_TRUE(b["compute_seconds"].contains("gemm"));
 }
 
 }  // namespace

@@ -1,0 +1,218 @@
+// `tandem validate FILE.csv`: measured runs (vTrain's columns) against the simulator, run
+// as a user runs it. Each row's prediction must equal `tandem simulate` of the scenario
+// the row stands for (written here by hand: fp16, full recomputation, 1F1B, vocabulary
+// 50257); each row's half must be the parity of FNV-1a 64 of its line, computed here by
+// an implementation of the published algorithm checked against its published test
+// vectors; the per-half median / mean / max are recomputed here from the rows; bad rows
+// are rejected before any simulation, naming line, column, value and rule.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/tools/run_tandem.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::run;
+
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const auto dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// FNV-1a, 64 bits (Fowler, Noll, Vo; IETF draft-eastlake-fnv): offset basis
+// 0xcbf29ce484222325, prime 0x100000001b3.
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+TEST(MeasuredRunsHash, Fnv1aMatchesThePublishedVectors) {
+  EXPECT_EQ(fnv1a(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a("foobar"), 0x85944171f73967e8ull);
+}
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct Row {
+  int gpus, gb, mb, h, heads, layers, seq, tp, dp, pp;
+  double factor;  // measured = predicted / factor
+};
+
+// The scenario a vTrain row stands for, written out independently of tandem's reader.
+std::string scenario_json(const Row& r) {
+  std::ostringstream s;
+  s << R"({"name": "row", "model": {"num_layers": )" << r.layers << R"(, "hidden_size": )" << r.h
+    << R"(, "num_attention_heads": )" << r.heads << R"(, "seq_length": )" << r.seq
+    << R"(, "vocab_size": 50257, "make_vocab_size_divisible_by": 128},
+    "parallelism": {"tensor_model_parallel_size": )"
+    << r.tp << R"(, "pipeline_model_parallel_size": )" << r.pp << R"(, "pipeline_schedule": ")"
+    << (r.pp > 1 ? "1f1b" : "auto") << R"("},
+    "training": {"micro_batch_size": )"
+    << r.mb << R"(, "global_batch_size": )" << r.gb
+    << R"(, "fp16": true, "recompute_granularity": "full", "recompute_method": "uniform",
+                 "recompute_num_layers": 1},
+    "cluster": {"world_size": )"
+    << r.gpus << R"(, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})";
+  return s.str();
+}
+
+TEST(ValidateMeasured, RowsMatchSimulateAndSplitByHash) {
+  const auto dir = fresh_dir("tandem_validate_measured");
+  const std::vector<Row> rows = {{2, 4, 1, 512, 8, 4, 512, 1, 1, 2, 1.02},
+                                 {4, 8, 2, 512, 8, 4, 512, 2, 2, 1, 0.9},
+                                 {4, 4, 1, 1024, 16, 4, 512, 4, 1, 1, 1.5}};
+  std::vector<double> predicted_ms;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto file = dir / ("row" + std::to_string(i) + ".json");
+    write(file, scenario_json(rows[i]));
+    const auto out = dir / ("row" + std::to_string(i) + ".report.json");
+    const auto r = run("simulate " + file.string() + " --quiet --json " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    predicted_ms.push_back(read_json(out)["iteration_seconds"].get<double>() * 1e3);
+  }
+  std::string csv =
+      "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+      "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::ostringstream l;
+    l << r.gpus << "," << r.gb << "," << r.mb << "," << r.h << "," << r.heads << "," << r.layers
+      << "," << r.seq << "," << r.tp << "," << r.dp << "," << r.pp << ","
+      << number(predicted_ms[i] / r.factor);
+    lines.push_back(l.str());
+    csv += l.str() + "\n";
+  }
+  write(dir / "runs.csv", csv);
+  const auto json = dir / "v.json";
+  const auto r =
+      run("validate " + (dir / "runs.csv").string() + " --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(json);
+  ASSERT_EQ(j["rows"].size(), rows.size());
+  std::map<std::string, std::vector<double>> errors;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = j["rows"][i];
+    EXPECT_EQ(row["line"], static_cast<int>(i) + 2);
+    const std::string half = fnv1a(lines[i]) % 2 == 0 ? "calibration" : "validation";
+    EXPECT_EQ(row["half"], half) << lines[i];
+    EXPECT_NEAR(row["predicted_ms"].get<double>(), predicted_ms[i], 1e-9 * predicted_ms[i]);
+    const double err = (rows[i].factor - 1) * 100;  // (pred − pred/f) / (pred/f)
+    EXPECT_NEAR(row["error_percent"].get<double>(), err, 1e-6) << i;
+    errors[half].push_back(std::abs(err));
+    // The breakdown of the run comes with each row.
+    EXPECT_TRUE(row.contains("breakdown")) << row.dump();
+  }
+  for (const auto& [half, e] : errors) {
+    const auto& s = j["halves"][half];
+    EXPECT_EQ(s["rows"], static_cast<int>(e.size()));
+    EXPECT_NEAR(s["median_abs_error_percent"].get<double>(), median(e), 1e-6);
+    EXPECT_NEAR(s["max_abs_error_percent"].get<double>(), *std::max_element(e.begin(), e.end()),
+                1e-6);
+    double sum = 0;
+    for (double x : e) sum += x;
+    EXPECT_NEAR(s["mean_abs_error_percent"].get<double>(), sum / static_cast<double>(e.size()),
+                1e-6);
+  }
+  // One half at a time: --half picks its rows only.
+  const auto only = run("validate " + (dir / "runs.csv").string() + " --half calibration --json " +
+                        (dir / "c.json").string());
+  ASSERT_EQ(only.exit_code, 0) << only.output;
+  const auto c = read_json(dir / "c.json");
+  EXPECT_EQ(c["rows"].size(), errors["calibration"].size());
+  for (const auto& row : c["rows"]) EXPECT_EQ(row["half"], "calibration");
+}
+
+TEST(ValidateMeasured, BadRowsAreNamedBeforeAnySimulation) {
+  const auto dir = fresh_dir("tandem_validate_measured_bad");
+  write(dir / "runs.csv",
+        "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+        "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time "
+        "(ms),precision\n"
+        "6,8,1,512,8,4,512,2,2,1,10,fp16\n"
+        "2,8,1.5,512,8,4,512,1,2,1,10,fp16\n"
+        "2,8,1,512,8,4,512,1,2,1,-3,fp16\n"
+        "2,8,1,512,8,4,512,1,2,1,10,fp8\n");
+  const auto r = run("validate " + (dir / "runs.csv").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const std::string expected :
+       {"line 2, # GPUs = 6: must equal tensor × data × pipeline parallelism (4)",
+        "line 3, micro batch = 1.5: must be an integer ≥ 1",
+        "line 4, iteration time (ms) = -3: must be a positive number",
+        "line 5, precision = fp8: must be fp16, bf16 or fp32"})
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+  EXPECT_EQ(r.output.find("simulated"), std::string::npos) << r.output;
+
+  write(dir / "runs.csv", "# GPUs,global batch\n2,8\n");
+  const auto h = run("validate " + (dir / "runs.csv").string());
+  EXPECT_EQ(h.exit_code, 2) << h.output;
+  EXPECT_NE(h.output.find("line 1, header = micro batch: required column missing"),
+            std::string::npos)
+      << h.output;
+}
+
+// The vTrain single-node set in the repository: every row valid, and the halves are the
+// parities of the rows' hashes, counted here from the file itself.
+TEST(ValidateMeasured, VtrainSetIsValidAndSplitByHash) {
+  const fs::path csv = fs::path(TANDEM_SOURCE_DIR) / "scenarios/measured/vtrain_single_node.csv";
+  std::ifstream in(csv);
+  ASSERT_TRUE(in) << csv;
+  std::string line;
+  std::getline(in, line);  // header
+  int rows = 0, calibration = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    ++rows;
+    calibration += fnv1a(line) % 2 == 0;
+  }
+  EXPECT_EQ(rows, 1440);  // the vTrain README's count
+  const auto r = run("validate " + csv.string() + " --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string expected = "1440 run(s), all valid; 1440 selected (calibration " +
+                               std::to_string(calibration) + ", validation " +
+                               std::to_string(rows - calibration) + ")";
+  EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+}
+
+}  // namespace

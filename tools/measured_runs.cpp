@@ -1,0 +1,310 @@
+// Reading measured runs, drawing their halves and summarising errors per half (see
+// measured_runs.hpp).
+#include "tools/measured_runs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "tools/published_table.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::cli {
+namespace {
+
+// vTrain's header, in its order; the optional columns may follow in any order.
+const std::vector<std::string> kRequired = {"# GPUs",
+                                            "global batch",
+                                            "micro batch",
+                                            "hidden size",
+                                            "attention heads",
+                                            "# layers",
+                                            "sequence length",
+                                            "tensor parallelism",
+                                            "data parallelism",
+                                            "pipeline parallelism",
+                                            "iteration time (ms)"};
+const std::vector<std::string> kOptional = {"precision", "recompute", "schedule", "topology"};
+
+std::string where(int line, const std::string& column) {
+  return "line " + std::to_string(line) + ", " + column;
+}
+
+std::optional<double> parse_number(const std::string& text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> raw_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::string_view half_name(Half h) {
+  return h == Half::calibration ? "calibration" : "validation";
+}
+
+std::uint64_t fnv1a64(std::string_view text) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a offset basis
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;  // FNV prime
+  }
+  return hash;
+}
+
+Half half_of(std::string_view csv_line) {
+  return fnv1a64(csv_line) % 2 == 0 ? Half::calibration : Half::validation;
+}
+
+MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::string& topology) {
+  MeasuredTable table;
+  table.csv = csv;
+  const std::string source = csv.string();
+  std::ifstream in(csv);
+  if (!in) throw ConfigError("measured runs", source, "cannot be opened");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  const auto lines_text = raw_lines(text);
+  std::vector<int> lines;
+  const auto records = parse_csv(text, &lines);
+  if (records.empty()) throw ConfigError("measured runs", source, "is empty");
+  std::map<std::string, std::size_t> column;
+  std::vector<Violation> problems;
+  for (std::size_t i = 0; i < records[0].size(); ++i) {
+    const std::string& name = records[0][i];
+    if (std::find(kRequired.begin(), kRequired.end(), name) == kRequired.end() &&
+        std::find(kOptional.begin(), kOptional.end(), name) == kOptional.end())
+      problems.push_back({where(1, "header"), name,
+                          "unknown column; the columns are vTrain's (# GPUs, …, iteration time "
+                          "(ms)) and optionally precision, recompute, schedule, topology"});
+    column[name] = i;
+  }
+  for (const auto& name : kRequired)
+    if (!column.count(name))
+      problems.push_back({where(1, "header"), name, "required column missing"});
+  if (!problems.empty()) throw ConfigError(std::move(problems), source);
+
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    const auto& f = records[r];
+    const int line = lines[r];
+    if (f.size() != records[0].size()) {
+      problems.push_back({where(line, "row"), std::to_string(f.size()) + " fields",
+                          "the header has " + std::to_string(records[0].size())});
+      continue;
+    }
+    auto text_of = [&](const std::string& name, const std::string& fallback) {
+      const auto it = column.find(name);
+      return it == column.end() || f[it->second].empty() ? fallback : f[it->second];
+    };
+    bool ok = true;
+    auto integer = [&](const std::string& name) {
+      const auto v = parse_number(f[column.at(name)]);
+      if (!v || *v < 1 || *v != std::floor(*v) || *v > 1e9) {
+        problems.push_back({where(line, name), f[column.at(name)], "must be an integer ≥ 1"});
+        ok = false;
+        return 1;
+      }
+      return static_cast<int>(*v);
+    };
+    MeasuredRun run;
+    run.line = line;
+    run.text = static_cast<std::size_t>(line - 1) < lines_text.size()
+                   ? lines_text[static_cast<std::size_t>(line - 1)]
+                   : "";
+    run.half = half_of(run.text);
+    const int gpus = integer("# GPUs"), gb = integer("global batch"), mb = integer("micro batch");
+    const int hidden = integer("hidden size"), heads = integer("attention heads");
+    const int layers = integer("# layers"), seq = integer("sequence length");
+    const int tp = integer("tensor parallelism"), dp = integer("data parallelism");
+    const int pp = integer("pipeline parallelism");
+    const auto ms = parse_number(f[column.at("iteration time (ms)")]);
+    if (!ms || *ms <= 0) {
+      problems.push_back({where(line, "iteration time (ms)"), f[column.at("iteration time (ms)")],
+                          "must be a positive number"});
+      ok = false;
+    }
+    const std::string precision = text_of("precision", "fp16");
+    const std::string recompute = text_of("recompute", "full");
+    const std::string schedule = text_of("schedule", "1f1b");
+    const std::string topo = topology.empty() ? text_of("topology", "dgx-a100-80g") : topology;
+    if (precision != "fp16" && precision != "bf16" && precision != "fp32") {
+      problems.push_back({where(line, "precision"), precision, "must be fp16, bf16 or fp32"});
+      ok = false;
+    }
+    if (!ok) continue;
+    if (gpus != tp * dp * pp) {
+      problems.push_back({where(line, "# GPUs"), std::to_string(gpus),
+                          "must equal tensor × data × pipeline parallelism (" +
+                              std::to_string(tp * dp * pp) + ")"});
+      continue;
+    }
+    Scenario s = default_scenario();
+    s.name = "line-" + std::to_string(line);
+    s.description = "measured run, " + source + " line " + std::to_string(line);
+    s.source = source;
+    s.model.num_layers = layers;
+    s.model.hidden_size = hidden;
+    s.model.num_attention_heads = heads;
+    s.model.seq_length = seq;
+    s.model.vocab_size = 50257;
+    s.model.make_vocab_size_divisible_by = 128;
+    s.parallelism.tensor_model_parallel_size = tp;
+    s.parallelism.pipeline_model_parallel_size = pp;
+    s.parallelism.pipeline_schedule = pp == 1 && schedule == "1f1b" ? "auto" : schedule;
+    s.parallelism.sequence_parallel = false;
+    s.parallelism.use_distributed_optimizer = false;
+    s.parallelism.overlap_grad_reduce = false;
+    s.parallelism.overlap_param_gather = false;
+    s.training.micro_batch_size = mb;
+    s.training.global_batch_size = gb;
+    s.training.rampup_batch_size.clear();
+    s.training.fp16 = precision == "fp16";
+    s.training.bf16 = precision == "bf16";
+    s.training.recompute_granularity = recompute;
+    s.training.recompute_method = "uniform";
+    s.training.recompute_num_layers = 1;
+    s.cluster.world_size = gpus;
+    s.cluster.topology = topo;
+    try {
+      const Topology t = load_topology(topo);
+      s.cluster.gpus_per_node = t.node.gpus_per_node;
+      validate(s);
+    } catch (const ConfigError& e) {
+      problems.push_back({where(line, "row"), run.text, e.what()});
+      continue;
+    }
+    run.scenario = std::move(s);
+    run.iteration_ms = *ms;
+    char label[160];
+    std::snprintf(label, sizeof label, "%d GPUs tp%d dp%d pp%d h%d L%d mb%d gb%d", gpus, tp, dp, pp,
+                  hidden, layers, mb, gb);
+    run.label = label;
+    table.rows.push_back(std::move(run));
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems), source);
+  return table;
+}
+
+HalfSummary summarize(const std::vector<double>& abs_errors) {
+  HalfSummary h;
+  h.rows = static_cast<int>(abs_errors.size());
+  if (abs_errors.empty()) return h;
+  h.median_abs_error_percent = median(abs_errors);
+  double sum = 0;
+  for (double e : abs_errors) {
+    sum += e;
+    h.max_abs_error_percent = std::max(h.max_abs_error_percent, e);
+  }
+  h.mean_abs_error_percent = sum / static_cast<double>(abs_errors.size());
+  return h;
+}
+
+MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
+                                    const std::map<std::size_t, nlohmann::json>& reports,
+                                    MeasuredTarget target) {
+  MeasuredValidation v;
+  v.target = target;
+  std::map<std::string, std::vector<double>> errors;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    MeasuredResult r;
+    r.run = runs[i];
+    const auto it = reports.find(i);
+    if (it != reports.end() && it->second.contains("iteration_seconds")) {
+      r.predicted_ms = it->second.at("iteration_seconds").get<double>() * 1e3;
+      r.error_percent = (*r.predicted_ms - r.run->iteration_ms) / r.run->iteration_ms * 100;
+      errors[std::string(half_name(r.run->half))].push_back(std::abs(*r.error_percent));
+    }
+    v.rows.push_back(r);
+  }
+  for (const auto& [half, e] : errors) v.halves[half] = summarize(e);
+  // The target is the validation half's; a run of the calibration half alone is held to it
+  // too (ctest checks both halves).
+  bool any_validation = false;
+  for (const MeasuredRun* run : runs) any_validation |= run->half == Half::validation;
+  v.target_half = any_validation ? "validation" : "calibration";
+  bool failed = false;
+  for (const auto& r : v.rows) failed |= !r.predicted_ms && half_name(r.run->half) == v.target_half;
+  const auto it = v.halves.find(v.target_half);
+  v.target_met = !failed && it != v.halves.end() && it->second.rows > 0 &&
+                 it->second.median_abs_error_percent <= v.target.median_abs_error_percent &&
+                 it->second.max_abs_error_percent <= v.target.max_abs_error_percent;
+  return v;
+}
+
+std::string format_measured(const MeasuredValidation& v) {
+  std::ostringstream out;
+  char line[320];
+  std::snprintf(line, sizeof line, "%-6s %-11s %-44s %12s %12s %8s\n", "line", "half", "run",
+                "measured ms", "predicted ms", "error %");
+  out << line;
+  for (const auto& r : v.rows) {
+    if (r.predicted_ms)
+      std::snprintf(line, sizeof line, "%-6d %-11s %-44s %12.2f %12.2f %+8.1f\n", r.run->line,
+                    std::string(half_name(r.run->half)).c_str(), r.run->label.c_str(),
+                    r.run->iteration_ms, *r.predicted_ms, *r.error_percent);
+    else
+      std::snprintf(line, sizeof line, "%-6d %-11s %-44s %12.2f %12s %8s\n", r.run->line,
+                    std::string(half_name(r.run->half)).c_str(), r.run->label.c_str(),
+                    r.run->iteration_ms, "FAILED", "");
+    out << line;
+  }
+  for (const auto& [half, s] : v.halves) {
+    std::snprintf(line, sizeof line,
+                  "%s half: %d row(s), |error| median %.1f %%, mean %.1f %%, max %.1f %%\n",
+                  half.c_str(), s.rows, s.median_abs_error_percent, s.mean_abs_error_percent,
+                  s.max_abs_error_percent);
+    out << line;
+  }
+  std::snprintf(line, sizeof line,
+                "target on the %s half (median |error| <= %.0f %%, max <= %.0f %%): %s\n",
+                v.target_half.c_str(), v.target.median_abs_error_percent,
+                v.target.max_abs_error_percent, v.target_met ? "met" : "MISSED");
+  out << line;
+  return out.str();
+}
+
+nlohmann::json to_json(const MeasuredValidation& v) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : v.rows) {
+    nlohmann::json j = {{"line", r.run->line},
+                        {"half", std::string(half_name(r.run->half))},
+                        {"run", r.run->label},
+                        {"measured_ms", r.run->iteration_ms}};
+    j["predicted_ms"] = r.predicted_ms ? nlohmann::json(*r.predicted_ms) : nlohmann::json(nullptr);
+    j["error_percent"] =
+        r.error_percent ? nlohmann::json(*r.error_percent) : nlohmann::json(nullptr);
+    rows.push_back(j);
+  }
+  nlohmann::json halves = nlohmann::json::object();
+  for (const auto& [half, s] : v.halves)
+    halves[half] = {{"rows", s.rows},
+                    {"median_abs_error_percent", s.median_abs_error_percent},
+                    {"mean_abs_error_percent", s.mean_abs_error_percent},
+                    {"max_abs_error_percent", s.max_abs_error_percent}};
+  return {{"rows", rows},
+          {"halves", halves},
+          {"target",
+           {{"half", v.target_half},
+            {"median_abs_error_percent", v.target.median_abs_error_percent},
+            {"max_abs_error_percent", v.target.max_abs_error_percent}}},
+          {"target_met", v.target_met}};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,90 @@
+// Measured training runs `tandem validate FILE.csv` compares the simulator against, one run
+// per row: vTrain's columns (# GPUs, global batch, micro batch, hidden size, attention
+// heads, # layers, sequence length, tensor parallelism, data parallelism, pipeline
+// parallelism, iteration time (ms)) plus the optional columns precision (fp16 | bf16 |
+// fp32, default fp16), recompute (none | selective | full, default full), schedule (1f1b |
+// gpipe | interleaved | auto, default 1f1b) and topology (a preset name or file, default
+// dgx-a100-80g). The defaults are what vTrain's Megatron-DeepSpeed runs used or most likely
+// used (scenarios/measured/README.md). Every row is checked (numbers, GPUs = tp · dp · pp,
+// the scenario it makes validates) and all problems are thrown together before anything
+// is simulated.
+//
+// The halves: a row is in the calibration half when the FNV-1a 64-bit hash of its raw CSV
+// line (without the line end) is even, in the validation half when it is odd. Parameters
+// are fitted on the calibration half only (scripts/fit_host_model.py).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/scenario.hpp"
+
+namespace tandem::cli {
+
+enum class Half { calibration, validation };
+std::string_view half_name(Half h);  // "calibration", "validation"
+
+std::uint64_t fnv1a64(std::string_view text);
+Half half_of(std::string_view csv_line);  // even hash: calibration
+
+struct MeasuredRun {
+  int line = 0;      // line in the CSV (header = 1)
+  std::string text;  // the raw line, what the half is drawn from
+  Half half = Half::calibration;
+  Scenario scenario;  // validated
+  double iteration_ms = 0;
+  std::string label;  // "8 GPUs tp4 dp1 pp2 h2048 L20 mb2 gb8"
+};
+
+struct MeasuredTable {
+  std::filesystem::path csv;
+  std::vector<MeasuredRun> rows;
+};
+
+// `topology` overrides every row's topology when not empty.
+MeasuredTable read_measured_runs(const std::filesystem::path& csv,
+                                 const std::string& topology = "");
+
+struct MeasuredResult {
+  const MeasuredRun* run = nullptr;
+  std::optional<double> predicted_ms;   // absent when the simulation failed
+  std::optional<double> error_percent;  // (predicted − measured) / measured · 100
+};
+
+struct HalfSummary {
+  int rows = 0;  // rows with a prediction
+  double median_abs_error_percent = 0, mean_abs_error_percent = 0, max_abs_error_percent = 0;
+};
+
+// The target on the validation half: median |error| ≤ 5 %, max |error| ≤ 20 %.
+struct MeasuredTarget {
+  double median_abs_error_percent = 5;
+  double max_abs_error_percent = 20;
+};
+
+struct MeasuredValidation {
+  std::vector<MeasuredResult> rows;
+  std::map<std::string, HalfSummary> halves;  // "calibration", "validation"
+  MeasuredTarget target;
+  // The half held to the target: validation when it was simulated, else calibration.
+  std::string target_half = "validation";
+  bool target_met = false;  // false also when a row of that half failed
+};
+
+// Joins runs with the reports (index → simulate --json report; missing = failed) and holds
+// the target half to `target` (the fidelity target unless a caller asks for another).
+MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
+                                    const std::map<std::size_t, nlohmann::json>& reports,
+                                    MeasuredTarget target = {});
+HalfSummary summarize(const std::vector<double>& abs_errors);
+
+std::string format_measured(const MeasuredValidation& v);
+nlohmann::json to_json(const MeasuredValidation& v);
+
+}  // namespace tandem::cli
