@@ -46,6 +46,12 @@ class HostIssueCommunicator : public Communicator {
     issue();
     return inner_.all_to_all(s, input, output);
   }
+  std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
+                                     std::span<const std::int64_t> send_counts, Tensor& output,
+                                     std::span<const std::int64_t> recv_counts) override {
+    issue();
+    return inner_.all_to_all_v(s, input, send_counts, output, recv_counts);
+  }
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     issue();
     return inner_.batch_p2p(s, ops);
