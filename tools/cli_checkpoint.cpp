@@ -6,8 +6,8 @@
 #include <iomanip>
 #include <iostream>
 
-#include "train/checkpoint_params.hpp"
 #include "tools/cli.hpp"
+#include "train/checkpoint_params.hpp"
 
 namespace tandem::cli {
 namespace {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "data/sample_dataset.hpp"
-#include "train/run_trace.hpp"
 #include "model/gpt_chunk.hpp"
 #include "schedules/step_interpreter.hpp"
+#include "train/run_trace.hpp"
 
 namespace tandem {
 

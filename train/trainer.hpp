@@ -15,11 +15,11 @@
 
 #include "core/parallel_context.hpp"
 #include "core/scenario.hpp"
+#include "model/optimizer.hpp"
+#include "schedules/microbatches.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gpt_stage_program.hpp"
 #include "train/grad_buckets.hpp"
-#include "model/optimizer.hpp"
-#include "schedules/microbatches.hpp"
 
 namespace tandem {
 

@@ -18,7 +18,6 @@
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/mpi/group_communicators.hpp"
 #include "exec/mpi/mpi_runtime.hpp"
-#include "train/trainer.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "schedules/layout.hpp"
 #include "sim/cost_model.hpp"
@@ -26,6 +25,7 @@
 #include "tests/sim/counting_samples.hpp"
 #include "tests/sim/recording_device.hpp"
 #include "topology/topology_io.hpp"
+#include "train/trainer.hpp"
 
 namespace tandem {
 namespace {

@@ -5,11 +5,11 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "data/dataset_builder.hpp"
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
-#include "data/dataset_builder.hpp"
-#include "train/trainer.hpp"
 #include "schedules/layout.hpp"
+#include "train/trainer.hpp"
 
 namespace tandem {
 namespace {
