@@ -10,6 +10,7 @@
 
 #include "schedules/layout.hpp"
 #include "sim/collective_cost.hpp"
+#include "sim/host_issue.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim::search {
@@ -161,7 +162,9 @@ int rank_of_stage(const Layout& layout, int stage) {
 StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
                       const SimDevice::Pricer& pricer) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
-  SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s)});
+  // The issuing host as the simulator has it (sim_runner), so host-bound steps bound tight.
+  SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
+                                            .host = host_costs(topology.gpu)});
   StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;
@@ -175,6 +178,7 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
     return true;
   };
   std::map<GroupKind, std::unique_ptr<InstantCommunicator>> comms;
+  std::map<GroupKind, std::unique_ptr<HostIssueCommunicator>> issued;
   auto get = [&](GroupKind kind) -> Communicator* {
     const auto& members = ctx.group(kind);
     if (members.empty()) return nullptr;
@@ -191,7 +195,8 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
     comms[kind] = std::make_unique<InstantCommunicator>(
         me, static_cast<int>(members.size()), std::string(group_kind_name(kind)), &stage_clock,
         &device.default_stream(), closed_form, flow_bandwidth, pp ? &notes : nullptr);
-    return comms[kind].get();
+    issued[kind] = std::make_unique<HostIssueCommunicator>(*comms[kind], device);
+    return issued[kind].get();
   };
   const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
                              get(GroupKind::tp_pp), get(GroupKind::embedding)};
