@@ -2,9 +2,9 @@
 // 5% for every op longer than 100 µs. Timings only reproduce on a quiet machine, so the test
 // first measures the noise it is under — the drift between the medians of five batches of
 // timed runs of two fixed reference ops (a 256³ fp32 gemm on one thread, compute-bound, and a
-// 7.5 MB fill, memory-bound: a neighbour streaming memory slows the second, not the first) — before and after
-// the two calibrations, prints it, and asserts the 5% agreement only when that drift stayed
-// under 2% (the measurement cannot be sharper than the machine). On a busier machine it says
+// 7.5 MB fill, memory-bound: a neighbour streaming memory slows the second, not the first) — before
+// and after the two calibrations, prints it, and asserts the 5% agreement only when that drift
+// stayed under 2% (the measurement cannot be sharper than the machine). On a busier machine it says
 // how noisy it found it and is skipped, not passed.
 #include <gtest/gtest.h>
 
