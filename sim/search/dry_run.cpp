@@ -162,7 +162,7 @@ int rank_of_stage(const Layout& layout, int stage) {
 StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
                       const SimDevice::Pricer& pricer) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
-  // The issuing host as the simulator has it (sim_runner), so host-bound steps bound tight.
+  // The issuing host as the simulator has it (sim_runner): its span bounds host-bound steps.
   SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
                                             .host = host_costs(topology.gpu)});
   StageClock stage_clock{&device};
@@ -206,9 +206,11 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
     Trainer trainer(s, ctx, device, groups, samples, nullptr);
     device.default_stream().synchronize();
     const double before = stage_clock.now();
+    const double host_before = device.host_clock();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
     trainer.train_step();
     notes.busy_seconds = stage_clock.now() - before;
+    notes.host_seconds = device.host_clock() - host_before;
     notes.before_first_recv -= before;
     notes.at_first_send -= before;
     notes.at_last_recv -= before;
@@ -231,7 +233,8 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
   for (int stage : stages) {
     r.stages.push_back(run_stage(s, topology, layout, stage, pricer));
     r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
-    r.busy_lower_bound = std::max(r.busy_lower_bound, r.stages.back().busy_seconds);
+    r.busy_lower_bound =
+        std::max({r.busy_lower_bound, r.stages.back().busy_seconds, r.stages.back().host_seconds});
   }
   r.lower_bound_seconds = std::max(r.busy_lower_bound, pipeline_lower_bound(r.stages, pp));
   return r;

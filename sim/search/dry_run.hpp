@@ -27,7 +27,10 @@ namespace tandem::sim::search {
 struct StageDryRun {
   int stage = 0;
   std::int64_t peak_memory_bytes = 0;
-  double busy_seconds = 0;       // every op on the compute stream in one iteration
+  double busy_seconds = 0;  // every op on the compute stream in one iteration
+  // The issuing host's span over the iteration (issue costs and its waits for the device):
+  // the host issues serially, and with real communication its waits only grow.
+  double host_seconds = 0;
   double before_first_recv = 0;  // busy when the first pipeline receive is issued
   double at_first_send = 0;      // busy when the first pipeline send is issued
   double at_last_recv = 0;       // busy when the last pipeline receive is issued
