@@ -46,6 +46,12 @@ void search(benchmark::State& state, const std::string& scenario, int world, int
           : 0;
 }
 
+// GPT-2 medium's shape on one 8-GPU node: seconds, what the test command's smoke run uses.
+void BM_SearchDefaultOn8(benchmark::State& state) {
+  search(state, "default.json", 8, 2);
+}
+BENCHMARK(BM_SearchDefaultOn8)->Unit(benchmark::kSecond)->UseManualTime()->Iterations(1);
+
 void BM_Search175BOn1024(benchmark::State& state) {
   search(state, "gpt3-175b-1536gpu.json", 1024, 2);
 }
