@@ -23,43 +23,13 @@
 #include "sim/sim_communicator.hpp"
 #include "sim/sim_device.hpp"
 #include "sim/simgrid_config.hpp"
+#include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::sim {
 namespace {
 
-nlohmann::json in_child(const std::function<nlohmann::json()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out;
-    try {
-      out = body().dump();
-    } catch (const std::exception& e) {
-      out = nlohmann::json{{"error", e.what()}}.dump();
-    }
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    close(fds[1]);
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (text.empty()) return nlohmann::json{{"error", "child produced nothing"}};
-  return nlohmann::json::parse(text);
-}
+using testing::in_child;
 
 Topology with_nics(const std::string& preset, int nics) {
   auto j = to_json(load_topology(preset));

@@ -30,46 +30,14 @@
 #include "sim/simgrid_config.hpp"
 #include "tests/sim/counting_samples.hpp"
 #include "tests/sim/recording_device.hpp"
+#include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim {
 namespace {
 
-// Runs `body` in a forked child and returns the JSON it produced (or {"error": …}).
-nlohmann::json in_child(const std::function<nlohmann::json()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out;
-    try {
-      out = body().dump();
-    } catch (const std::exception& e) {
-      out = nlohmann::json{{"error", e.what()}}.dump();
-    }
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    close(fds[1]);
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
-    text.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (text.empty())
-    return {{"error", "child produced nothing (status " + std::to_string(status) + ")"}};
-  return nlohmann::json::parse(text);
-}
+using testing::in_child;
 
 SimulateOptions options_for(const Topology& t, SimMode mode) {
   auto cost = std::make_shared<CostModel>(t.gpu);
