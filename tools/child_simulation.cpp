@@ -104,4 +104,38 @@ std::vector<ChildResult> run_child_simulations(
   return results;
 }
 
+void run_pulled_simulations(
+    int jobs, const std::function<std::optional<ChildSimulation>()>& next,
+    const std::function<void(const ChildSimulation&, const ChildResult&)>& on_done) {
+  if (jobs < 1) jobs = 1;
+  std::map<pid_t, std::pair<ChildSimulation, Clock::time_point>> running;
+  bool exhausted = false;
+  while (true) {
+    while (!exhausted && static_cast<int>(running.size()) < jobs) {
+      std::optional<ChildSimulation> sim = next();
+      if (!sim) {
+        exhausted = true;
+        break;
+      }
+      const pid_t pid = spawn_child(*sim);
+      running.emplace(pid, std::make_pair(std::move(*sim), Clock::now()));
+    }
+    if (running.empty()) return;
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("waiting for child simulations: ") +
+                               std::strerror(errno));
+    }
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;  // not one of ours
+    const auto [sim, started] = std::move(it->second);
+    running.erase(it);
+    ChildResult result = read_result(sim, status);
+    result.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    on_done(sim, result);
+  }
+}
+
 }  // namespace tandem::cli

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,13 @@ struct ChildResult {
 std::vector<ChildResult> run_child_simulations(
     const std::vector<ChildSimulation>& sims, int jobs,
     const std::function<void(std::size_t, const ChildResult&)>& on_done = {});
+
+// Keeps `jobs` children busy with what `next()` hands out, in that order, until it hands
+// out nothing (std::nullopt: it is not asked again) and every child has finished;
+// `on_done(sim, result)` is called as each child finishes, before `next()` is asked for
+// the child to replace it.
+void run_pulled_simulations(
+    int jobs, const std::function<std::optional<ChildSimulation>()>& next,
+    const std::function<void(const ChildSimulation&, const ChildResult&)>& on_done);
 
 }  // namespace tandem::cli

@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -570,8 +571,8 @@ void run_search(SearchCliOptions& o) {
   // The baseline is simulated in the first round whatever its bound, to say where it ranks.
   const std::size_t baseline = e.valid.front().baseline ? 0 : e.valid.size();
 
-  // Rounds of R × J simulations in bound order; stop when the next bound exceeds the K-th
-  // best simulated iteration time.
+  // Simulate in bound order; stop when the next bound exceeds the K-th best simulated
+  // iteration time.
   const std::size_t round_size =
       static_cast<std::size_t>(ranks.size) * static_cast<std::size_t>(o.jobs);
   std::vector<double> times;  // simulated iteration times, sorted
@@ -591,7 +592,77 @@ void run_search(SearchCliOptions& o) {
       if (outs[order[k]].lower_bound_seconds <= kth_best()) ++n;
     return n;
   };
-  while (true) {
+  auto make_sim = [&](std::size_t i) {
+    const auto& c = e.valid[i];
+    const auto file = scratch.path() / ("c" + std::to_string(c.id) + ".json");
+    std::ofstream(file) << to_json(c.scenario).dump(2);
+    ChildSimulation sim{c.label,
+                        {"simulate", file.string(), "--quiet", "--mode", "symmetric"},
+                        scratch.path() / ("c" + std::to_string(c.id) + ".out.json"),
+                        scratch.path() / ("c" + std::to_string(c.id) + ".log")};
+    sim.args.insert(sim.args.end(), {"--json", sim.json.string()});
+    if (!o.calibration.empty()) sim.args.insert(sim.args.end(), {"--calibration", o.calibration});
+    return sim;
+  };
+  auto outcome_of = [](std::size_t i, const ChildResult& result) {
+    json r{{"index", i}, {"ok", result.ok}};
+    if (result.ok) {
+      json rep = result.report;
+      rep.erase("ranks");
+      r["report"] = rep;
+    } else {
+      r["error"] = result.error;
+    }
+    return r;
+  };
+  auto record = [&](const json& r) {
+    const auto i = r["index"].get<std::size_t>();
+    if (r["ok"].get<bool>()) {
+      outs[i].status = "simulated";
+      outs[i].report = r["report"];
+      const double t = r["report"]["iteration_seconds"].get<double>();
+      times.insert(std::upper_bound(times.begin(), times.end(), t), t);
+      ++simulated;
+    } else {
+      outs[i].status = "failed";
+      outs[i].error = r["error"].get<std::string>();
+      ++failed;
+    }
+  };
+  auto progress = [&] {
+    bar.update(simulated + failed, simulated + failed + qualifying(),
+               "  (K-th best " + std::to_string(kth_best()).substr(0, 6) + " s)");
+  };
+  if (ranks.size == 1) {
+    // One process: a new child starts as soon as one finishes, with the next candidate in
+    // bound order whose bound is still under the K-th best simulated time. The K-th best
+    // only falls, so a candidate refused once stays refused: the top K is as exact as in
+    // rounds, with no core idle while a round's slowest simulation finishes.
+    std::map<std::filesystem::path, std::size_t> index_of;
+    auto next_sim = [&]() -> std::optional<ChildSimulation> {
+      std::size_t pick = e.valid.size();
+      if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
+        pick = baseline;
+      } else {
+        while (next < order.size() && order[next] == baseline) ++next;
+        if (next < order.size() && outs[order[next]].lower_bound_seconds <= kth_best())
+          pick = order[next++];
+      }
+      first_round = false;
+      if (pick == e.valid.size()) return std::nullopt;
+      ChildSimulation sim = make_sim(pick);
+      index_of[sim.json] = pick;
+      return sim;
+    };
+    run_pulled_simulations(o.jobs, next_sim,
+                           [&](const ChildSimulation& sim, const ChildResult& result) {
+                             record(outcome_of(index_of.at(sim.json), result));
+                             progress();
+                           });
+  }
+  // Several processes (mpirun): rounds of R × J simulations in bound order, gathered after
+  // each round so that every rank decides the next round alike.
+  while (ranks.size > 1) {
     std::vector<std::size_t> batch;
     if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only")
       batch.push_back(baseline);  // and never again below
@@ -606,49 +677,16 @@ void run_search(SearchCliOptions& o) {
     std::vector<std::size_t> which;
     for (std::size_t b = static_cast<std::size_t>(ranks.rank); b < batch.size();
          b += static_cast<std::size_t>(ranks.size)) {
-      const auto& c = e.valid[batch[b]];
-      const auto file = scratch.path() / ("c" + std::to_string(c.id) + ".json");
-      std::ofstream(file) << to_json(c.scenario).dump(2);
-      ChildSimulation sim{c.label,
-                          {"simulate", file.string(), "--quiet", "--mode", "symmetric"},
-                          scratch.path() / ("c" + std::to_string(c.id) + ".out.json"),
-                          scratch.path() / ("c" + std::to_string(c.id) + ".log")};
-      sim.args.insert(sim.args.end(), {"--json", sim.json.string()});
-      if (!o.calibration.empty()) sim.args.insert(sim.args.end(), {"--calibration", o.calibration});
-      sims.push_back(std::move(sim));
+      sims.push_back(make_sim(batch[b]));
       which.push_back(batch[b]);
     }
     const auto results = run_child_simulations(sims, o.jobs);
     json part = json::array();
-    for (std::size_t k = 0; k < results.size(); ++k) {
-      json r{{"index", which[k]}, {"ok", results[k].ok}};
-      if (results[k].ok) {
-        json rep = results[k].report;
-        rep.erase("ranks");
-        r["report"] = rep;
-      } else {
-        r["error"] = results[k].error;
-      }
-      part.push_back(r);
-    }
+    for (std::size_t k = 0; k < results.size(); ++k)
+      part.push_back(outcome_of(which[k], results[k]));
     for (const auto& text : all_gather_text(ranks, part.dump()))
-      for (const auto& r : json::parse(text)) {
-        const auto i = r["index"].get<std::size_t>();
-        if (r["ok"].get<bool>()) {
-          outs[i].status = "simulated";
-          outs[i].report = r["report"];
-          times.insert(std::upper_bound(times.begin(), times.end(),
-                                        r["report"]["iteration_seconds"].get<double>()),
-                       r["report"]["iteration_seconds"].get<double>());
-          ++simulated;
-        } else {
-          outs[i].status = "failed";
-          outs[i].error = r["error"].get<std::string>();
-          ++failed;
-        }
-      }
-    bar.update(simulated + failed, simulated + failed + qualifying(),
-               "  (K-th best " + std::to_string(kth_best()).substr(0, 6) + " s)");
+      for (const auto& r : json::parse(text)) record(r);
+    progress();
   }
   bar.done();
   const double sim_seconds = std::chrono::duration<double>(Clock::now() - ts0).count();
