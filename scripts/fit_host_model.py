@@ -11,7 +11,9 @@ x1.19) and keep the best; --rounds rounds. Each trial is
 one `tandem validate CSV --half calibration --topology TRIAL.json` (the calibration half
 only: FNV-1a 64 of the raw CSV line even), scored by the mean |error| of iteration time
 over that half. The validation half is never simulated here. No per-row factor: the
-fitted values are the preset's, one set for every row.
+fitted values are the preset's, one set for every row. --params may name other GpuSpec
+fields of the preset too (gemm_peak_fraction, memory_peak_fraction: stepped by the
+factors' fourth roots, at most 1).
 
 Prints every trial and the best values; --write stores them into the preset file.
 """
@@ -24,6 +26,15 @@ import tempfile
 
 PARAMS = ["host_kernel_issue_us", "host_collective_issue_us", "host_microbatch_us",
           "host_iteration_us"]
+# Fractions of a peak: stepped by the factor's fourth root (x0.84 / x1.19 in the first
+# round) and held at most 1.
+FRACTIONS = {"gemm_peak_fraction", "memory_peak_fraction"}
+
+
+def trial_value(name, value, factor):
+    if name in FRACTIONS:
+        return min(1.0, round(value * factor ** 0.25, 4))
+    return round(value * factor, 3) if value > 0 else round(factor * 5.0, 3)
 
 
 def score(tandem, csv, preset, values, limit, jobs, half="calibration"):
@@ -68,7 +79,9 @@ def main():
         for k in params:
             for fac in factors:
                 trial = dict(best)
-                trial[k] = round(best[k] * fac, 3) if best[k] > 0 else round(fac * 5.0, 3)
+                trial[k] = trial_value(k, best[k], fac)
+                if trial[k] == best[k]:
+                    continue
                 s, h = score(a.tandem, a.csv, preset, trial, a.limit, a.jobs)
                 print(f"round {rnd} {k}={trial[k]} -> mean {s:.2f} % median "
                       f"{h['median_abs_error_percent']:.2f} max {h['max_abs_error_percent']:.2f}",

@@ -40,7 +40,8 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 
 }  // namespace
 
-std::string op_class(const std::string& op) {
+std::string op_class(const std::string& key) {
+  const std::string op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
   if (op == "gemm") return "gemm";
   if (op == "attention" || op == "attention_backward") return "attention";
   if (op == "adam" || op == "sum_squares") return "optimizer";
@@ -49,9 +50,28 @@ std::string op_class(const std::string& op) {
 }
 
 int kernels_of_op(const OpDesc& op) {
-  if (op.op == "attention") return 5;
-  if (op.op == "attention_backward") return 7;
+  // The unfused softmax is 5 kernels instead of 1 each way (rule 3b).
+  const int softmax_extra = megatron_fused_softmax(op) ? 0 : 4;
+  if (op.op == "attention") return 5 + softmax_extra;
+  if (op.op == "attention_backward") return 7 + softmax_extra;
   return 1;
+}
+
+bool megatron_fused_softmax(const OpDesc& op) {
+  if (op.op != "attention" && op.op != "attention_backward") return true;
+  if (op.dtype != DType::fp16 && op.dtype != DType::bf16) return true;  // priced as before
+  const std::int64_t sk = op.m, sq = op.m, batches = op.batch;
+  if (!(sk > 16 && sk <= 4096 && sq % 4 == 0 && sk % 4 == 0 && batches % 4 == 0)) return false;
+  std::int64_t pow2 = 1;
+  while (pow2 < sk) pow2 *= 2;
+  const std::int64_t warp = std::min<std::int64_t>(pow2, 32);
+  const std::int64_t rows_per_warp = pow2 <= 128 ? 2 : 1;
+  const std::int64_t batch_per_block = (128 / warp) * rows_per_warp;
+  return batches % batch_per_block == 0;
+}
+
+std::string op_report_key(const OpDesc& op) {
+  return megatron_fused_softmax(op) ? op.op : op.op + ":unfused-softmax";
 }
 
 GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -207,19 +227,40 @@ double CostModel::attention_seconds(const OpDesc& op, bool backward) const {
     return gemm_seconds(op.dtype, m, n, k, bh, 0);
   };
   if (!backward) {
-    return roofline_seconds(0, 2 * 3 * head_elems * size)     // qkv → q, k, v head-major
-           + gemm(t, t, d)                                    // S = Q·Kᵀ
-           + roofline_seconds(5 * scores, 2 * scores * size)  // scale, mask, softmax
-           + gemm(t, d, t)                                    // O = P·V
-           + roofline_seconds(0, 2 * head_elems * size);      // O → (B, T, heads, D)
+    return roofline_seconds(0, 2 * 3 * head_elems * size)  // qkv → q, k, v head-major
+           + gemm(t, t, d)                                 // S = Q·Kᵀ
+           + softmax_seconds(op, scores, false)            // scale, mask, softmax
+           + gemm(t, d, t)                                 // O = P·V
+           + roofline_seconds(0, 2 * head_elems * size);   // O → (B, T, heads, D)
   }
   return roofline_seconds(0, 2 * head_elems * size)         // dO → head-major
          + gemm(t, t, d)                                    // dP = dO·Vᵀ
          + gemm(t, d, t)                                    // dV = Pᵀ·dO
-         + roofline_seconds(4 * scores, 3 * scores * size)  // dS = P ⊙ (dP − rowsum(dP ⊙ P))
+         + softmax_seconds(op, scores, true)                // dS = P ⊙ (dP − rowsum(dP ⊙ P))
          + gemm(t, d, t)                                    // dQ = dS·K
          + gemm(t, d, t)                                    // dK = dSᵀ·Q
          + roofline_seconds(0, 2 * 3 * head_elems * size);  // dq, dk, dv → grad_qkv
+}
+
+double CostModel::softmax_seconds(const OpDesc& op, double scores, bool backward) const {
+  const double size = static_cast<double>(dtype_size(op.dtype).value);
+  if (megatron_fused_softmax(op)) {
+    return backward ? roofline_seconds(4 * scores, 3 * scores * size)   // read P, dP; write dS
+                    : roofline_seconds(5 * scores, 2 * scores * size);  // read S; write P
+  }
+  // Rule 3b, PyTorch in fp32 (bytes per score: 16-bit `size`, fp32 4, bool mask 1).
+  if (!backward) {
+    return roofline_seconds(0, (size + 4) * scores)     // scores.float()
+           + roofline_seconds(scores, 8 * scores)       // · scale
+           + roofline_seconds(0, 9 * scores)            // masked_fill_(mask, -10000)
+           + roofline_seconds(5 * scores, 8 * scores)   // softmax
+           + roofline_seconds(0, (4 + size) * scores);  // .half()
+  }
+  return roofline_seconds(0, (size + 4) * scores)     // grad of .half(): to fp32
+         + roofline_seconds(4 * scores, 12 * scores)  // softmax backward (P, dP → dS)
+         + roofline_seconds(0, 9 * scores)            // masked_fill backward
+         + roofline_seconds(scores, 8 * scores)       // grad of · scale
+         + roofline_seconds(0, (4 + size) * scores);  // grad of .float(): to 16 bits
 }
 
 }  // namespace tandem::sim

@@ -23,6 +23,10 @@
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
 //    backward + dQ = dS·K + dK = dSᵀ·Q + rearrange into grad_qkv. Each part is one kernel.
+//    3b. The softmax is Megatron's fused scale-mask-softmax kernel where Megatron can use
+//    it (megatron_fused_softmax below); elsewhere Megatron falls back to PyTorch ops in
+//    fp32, five kernels each way over the scores: B·heads = 2 (tp 8 of 16 heads, micro
+//    batch 1), T = 1024 → 9 kernels forward instead of 5, 37 instead of 4 bytes per score.
 // 4. upload/download cross PCIe: pcie latency + bytes / pcie bandwidth, no launch.
 //
 // A CalibrationTable (sim/calibration.hpp) overrides the model: an exact row gives the
@@ -63,8 +67,27 @@ struct OpDesc {
 std::string op_class(const std::string& op);
 
 // Kernels the host launches for one Device op: the parts rule 3 prices attention from
-// (5 forward, 7 backward), 1 for every other op. The host issue clock charges each.
+// (5 forward, 7 backward; 4 more each way when the softmax runs unfused, rule 3b), 1 for
+// every other op. The host issue clock charges each.
 int kernels_of_op(const OpDesc& op);
+
+// Rule 3b: whether Megatron runs the causal softmax of an "attention" /
+// "attention_backward" op (batch = B·heads on this tensor-parallel rank, m = T) as its
+// fused CUDA kernel. Megatron's FusedScaleMaskSoftmax.is_kernel_available
+// (megatron/model/fused_softmax.py; the same test in Megatron-DeepSpeed) takes the kernel
+// only for 16-bit scores with 16 < sk ≤ 4096, sq and sk multiples of 4, and attn_batches
+// = B·heads a multiple of 4 and of the kernel's batches per block (get_batch_per_block in
+// scaled_upper_triang_masked_softmax.h: 128 threads, one warp of min(32, 2^⌈log2 sk⌉)
+// lanes per row, 2 rows per warp when 2^⌈log2 sk⌉ ≤ 128: 4 for sk = 1024, 8 for sk ≤ 128).
+// Otherwise it runs PyTorch ops in fp32: scores.float(), · scale, masked_fill_, softmax,
+// .half() forward and their five autograd kernels backward. fp32 scores are priced as
+// fused (rule 3) as before.
+bool megatron_fused_softmax(const OpDesc& attention);
+
+// The key a Device op's seconds are booked under in per-op reports (SimDevice::op_seconds,
+// tandem simulate --json's op_seconds): the op name, with ":unfused-softmax" appended to
+// attention ops whose softmax runs unfused (rule 3b). op_class() ignores the suffix.
+std::string op_report_key(const OpDesc& op);
 
 // How a GEMM's output splits into tiles and waves on a GPU (rule 2 above).
 struct GemmTiling {
@@ -106,6 +129,8 @@ class CostModel {
                      std::int64_t batch, bool allow_split_k) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
+  // The softmax part of attention (rules 3 and 3b): `scores` elements of the (T, T) maps.
+  double softmax_seconds(const OpDesc& op, double scores, bool backward) const;
 
   GpuSpec gpu_;
   std::map<RowKey, double> measured_;                      // exact rows → seconds

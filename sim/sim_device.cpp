@@ -130,7 +130,7 @@ void SimDevice::run(Stream& s, OpDesc op) {
   const double start = stream.enqueue(seconds);
   if (observer_ && &stream == default_stream_.get())
     observer_(op, start, seconds, stream.host_starved() - starved_before);
-  op_seconds_[op.op] += seconds;
+  op_seconds_[op_report_key(op)] += seconds;
   if (options_.record_ops) issued_.push_back({std::move(op), seconds});
 }
 

@@ -154,7 +154,8 @@ class SimDevice : public Device {
   void set_op_observer(OpObserver observer) { observer_ = std::move(observer); }
 
   const std::vector<IssuedOp>& issued_ops() const { return issued_; }
-  // Seconds per op name over everything issued (all streams).
+  // Seconds per op over everything issued (all streams), keyed by op_report_key (the op
+  // name; attention ops with Megatron's unfused softmax apart).
   const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
   // Seconds of ops run on the default stream (the compute stream).
   double compute_busy() const { return default_stream_->busy(); }

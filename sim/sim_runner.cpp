@@ -137,8 +137,10 @@ IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double ite
   }
   if (!worst) return b;
   b.rank = worst->rank;
-  for (const auto& [op, secs] : worst->iteration_op_seconds)
+  for (const auto& [op, secs] : worst->iteration_op_seconds) {
     b.compute_seconds[op_class(op)] += secs;
+    if (op.ends_with(":unfused-softmax")) b.unfused_softmax_attention_seconds += secs;
+  }
   b.optimizer_seconds = b.compute_seconds.count("optimizer") ? b.compute_seconds["optimizer"] : 0;
   b.host_bound_seconds = worst->host_bound_seconds;
   b.exposed_seconds = worst->exposed_seconds;
@@ -444,6 +446,7 @@ nlohmann::json to_json(const SimReport& r) {
            {{"rank", r.breakdown.rank},
             {"compute_seconds", r.breakdown.compute_seconds},
             {"optimizer_seconds", r.breakdown.optimizer_seconds},
+            {"unfused_softmax_attention_seconds", r.breakdown.unfused_softmax_attention_seconds},
             {"host_bound_seconds", r.breakdown.host_bound_seconds},
             {"exposed_seconds", r.breakdown.exposed_seconds},
             {"pipeline_bubble_seconds", r.breakdown.pipeline_bubble_seconds},
@@ -484,6 +487,9 @@ std::string format_report(const SimReport& r) {
   put("  where the iteration goes (rank %d, the busiest compute stream):", b.rank);
   for (const auto& [cls, secs] : b.compute_seconds)
     put("    compute %-14s %10.4f s  %5.1f %%", cls.c_str(), secs, 100 * secs / it);
+  if (b.unfused_softmax_attention_seconds > 0)
+    put("      of which attention with Megatron's unfused softmax %.4f s",
+        b.unfused_softmax_attention_seconds);
   put("    host-bound             %10.4f s  %5.1f %%  (stream starved for the host's issue)",
       b.host_bound_seconds, 100 * b.host_bound_seconds / it);
   for (const auto& [kind, secs] : b.exposed_seconds)

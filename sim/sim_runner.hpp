@@ -60,6 +60,9 @@ struct IterationBreakdown {
   int rank = 0;
   std::map<std::string, double> compute_seconds;  // op class → seconds per iteration
   double optimizer_seconds = 0;                   // = compute_seconds["optimizer"]
+  // Of compute_seconds["attention"]: the attention ops whose softmax ran as PyTorch's
+  // unfused fp32 ops (cost_model.hpp rule 3b); their extra kernels' issue is host time.
+  double unfused_softmax_attention_seconds = 0;
   double host_bound_seconds = 0;
   std::map<std::string, double> exposed_seconds;  // group kind → seconds
   double pipeline_bubble_seconds = 0;             // waiting for pp peers

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -215,6 +216,64 @@ TEST(CostModelAttention, BackwardIsTheSumOfItsParts) {
   const OpDesc op{
       .op = "attention_backward", .dtype = DType::bf16, .m = 2048, .k = 128, .batch = 64};
   EXPECT_NEAR(model.seconds(op), expected, expected * 1e-12);
+}
+
+// Megatron's fused causal softmax needs B·heads to be a multiple of 4 and of the kernel's
+// batches per block (4 rows of 1024 per block of 128 threads; 8 rows when sk <= 128), 16 <
+// sk <= 4096, and 16-bit scores; the cases below are read off Megatron's
+// FusedScaleMaskSoftmax.is_kernel_available and get_batch_per_block by hand.
+TEST(CostModelAttention, MegatronFusedSoftmaxAvailability) {
+  auto fused = [](std::int64_t batch, std::int64_t t, DType dtype = DType::fp16) {
+    return megatron_fused_softmax(
+        {.op = "attention", .dtype = dtype, .m = t, .k = 64, .batch = batch});
+  };
+  EXPECT_TRUE(fused(16, 1024));  // tp 1, 16 heads, micro batch 1
+  EXPECT_TRUE(fused(4, 1024));   // tp 8, 16 heads, micro batch 2
+  EXPECT_FALSE(fused(2, 1024));  // tp 8, 16 heads, micro batch 1
+  EXPECT_FALSE(fused(6, 1024));  // not a multiple of 4
+  EXPECT_FALSE(fused(4, 128));   // sk <= 128: 8 rows per block
+  EXPECT_TRUE(fused(8, 128));
+  EXPECT_FALSE(fused(16, 8192));             // sk > 4096
+  EXPECT_FALSE(fused(16, 16));               // sk must exceed 16
+  EXPECT_TRUE(fused(2, 1024, DType::fp32));  // fp32 scores: priced as before
+  // Only attention ops have a softmax to fall back.
+  EXPECT_TRUE(megatron_fused_softmax({.op = "gemm", .dtype = DType::fp16, .m = 2, .batch = 2}));
+}
+
+// The unfused softmax of B·heads = 2, T = 1024 in fp16: five fp32 PyTorch kernels each way
+// (cast, scale, masked_fill, softmax, cast back) instead of one, redone here from their
+// bytes per score; the rest of the op is unchanged, so the difference between B·heads = 2
+// unfused and the fused price of the same op (computed from the parts) is the softmax's.
+TEST(CostModelAttention, UnfusedSoftmaxCostsFivePyTorchKernelsEachWay) {
+  const GpuSpec gpu = a100_one_tile();  // 64 tiles < 108 SMs: no tile choice (rule 2b) here
+  const CostModel model(gpu);
+  const double bh = 2, t = 1024, d = 64;
+  const double scores = bh * t * t, heads = bh * t * d;
+  const double fp16 = 2;
+  const double rest_fwd = pass_time(gpu, 2 * 3 * heads * fp16) + gemm_time(gpu, bh, t, t, d) +
+                          gemm_time(gpu, bh, t, d, t) + pass_time(gpu, 2 * heads * fp16);
+  const double unfused_fwd = pass_time(gpu, 6 * scores) + pass_time(gpu, 8 * scores) +
+                             pass_time(gpu, 9 * scores) + pass_time(gpu, 8 * scores) +
+                             pass_time(gpu, 6 * scores);
+  const OpDesc fwd{.op = "attention", .dtype = DType::fp16, .m = 1024, .k = 64, .batch = 2};
+  ASSERT_FALSE(megatron_fused_softmax(fwd));
+  EXPECT_NEAR(model.seconds(fwd), rest_fwd + unfused_fwd, (rest_fwd + unfused_fwd) * 1e-12);
+  EXPECT_EQ(kernels_of_op(fwd), 9);
+  const double rest_bwd = pass_time(gpu, 2 * heads * fp16) + gemm_time(gpu, bh, t, t, d) +
+                          3 * gemm_time(gpu, bh, t, d, t) + pass_time(gpu, 2 * 3 * heads * fp16);
+  const double unfused_bwd = pass_time(gpu, 6 * scores) + pass_time(gpu, 12 * scores) +
+                             pass_time(gpu, 9 * scores) + pass_time(gpu, 8 * scores) +
+                             pass_time(gpu, 6 * scores);
+  const OpDesc bwd{
+      .op = "attention_backward", .dtype = DType::fp16, .m = 1024, .k = 64, .batch = 2};
+  EXPECT_NEAR(model.seconds(bwd), rest_bwd + unfused_bwd, (rest_bwd + unfused_bwd) * 1e-12);
+  EXPECT_EQ(kernels_of_op(bwd), 11);
+  // The fused kernel of B·heads = 4 moves 4 bytes per score forward, the fallback 37.
+  const OpDesc fused{.op = "attention", .dtype = DType::fp16, .m = 1024, .k = 64, .batch = 4};
+  EXPECT_EQ(kernels_of_op(fused), 5);
+  EXPECT_EQ(op_report_key(fused), "attention");
+  EXPECT_EQ(op_report_key(fwd), "attention:unfused-softmax");
+  EXPECT_EQ(op_class(op_report_key(bwd)), "attention");
 }
 
 TEST(CostModelCheck, UnknownOpsAndNegativeSizesAreRejected) {
