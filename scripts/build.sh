@@ -13,8 +13,10 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 if [ ! -f "$dir/CMakeCache.txt" ]; then
   mkdir -p "$(dirname "$dir")"
   echo "configuring $dir (log: $dir.configure.log)"
+  start=$SECONDS
   cmake -S "$root" -B "$dir" "${generator[@]}" "${options[@]}" >"$dir.configure.log" 2>&1 ||
     { cat "$dir.configure.log"; exit 1; }
+  echo "configured $dir in $((SECONDS - start)) s"
 else
   cmake "$dir" "${options[@]}" >/dev/null
 fi

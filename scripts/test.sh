@@ -8,21 +8,44 @@ cd "$root"
 bash scripts/setup.sh
 jobs="$(nproc)"
 
-echo "== data (GPT-2 vocabulary, Brown corpus)"
+# Each phase ends with its wall time and the CPU time (user + sys) of the processes it ran,
+# and the run ends with a table of them: where the minutes go on this machine.
+summary=()
+phase_name="" phase_wall=0 phase_cpu=0
+times_file="$(mktemp)"
+trap 'rm -f "$times_file"' EXIT
+phase() { # phase NAME: ends the running phase (if any) and starts NAME
+  local cpu wall
+  # user + sys of every child so far: bash's `times`, run in this shell (a subshell's are 0)
+  times >"$times_file"
+  cpu="$(tail -1 "$times_file" | awk '{ s = 0
+    for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] }
+    printf "%.0f", s }')"
+  wall=$SECONDS
+  if [ -n "$phase_name" ]; then
+    summary+=("$(printf '%-28s %5d s wall %6d s cpu' "$phase_name" $((wall - phase_wall)) $((cpu - phase_cpu)))")
+    echo "-- $phase_name: $((wall - phase_wall)) s wall, $((cpu - phase_cpu)) s cpu"
+  fi
+  phase_name="$1" phase_wall=$wall phase_cpu=$cpu
+  [ -n "$phase_name" ] && echo "== $phase_name ($(date -u +%H:%M:%S) UTC)"
+  return 0
+}
+
+phase "data (GPT-2 vocabulary, Brown corpus)"
 bash scripts/fetch-data.sh
 
-echo "== format (clang-format)"
+phase "format (clang-format)"
 mapfile -t sources < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' 2>/dev/null || true)
 if [ ${#sources[@]} -gt 0 ]; then
   clang-format --dry-run --Werror "${sources[@]}"
 fi
 
-echo "== build (Release, warnings as errors)"
+phase "build (Release, -Werror)"
 bash scripts/build.sh build
-echo "== tests"
+phase "tests (ctest)"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== benchmarks (smoke run)"
+phase "benchmarks (smoke run)"
 # bench_search's full-scale cases (175B on 1024 GPUs, 1T on 3072) take minutes: the smoke
 # run takes its small case; run the program alone for the figures.
 for b in build/tests/bench/bench_*; do
@@ -32,9 +55,13 @@ for b in build/tests/bench/bench_*; do
   "$b" --benchmark_min_time=0.01 --benchmark_filter="$filter" >/dev/null
 done
 
-echo "== unit tests under ASan + UBSan"
+phase "build (Debug, ASan + UBSan)"
 TANDEM_TARGETS="tandem_unit_tests" \
   bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTANDEM_SANITIZE=ON \
   -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCHMARKS=OFF
+phase "unit tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+phase ""
+echo "== done in $SECONDS s"
+printf '%s\n' "${summary[@]}"
