@@ -314,18 +314,23 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   r.iteration_seconds = last_end - prev_end;
   const double tokens = static_cast<double>(t.global_batch_size) * s.model.seq_length;
   r.tokens_per_second = tokens / r.iteration_seconds;
-  const FlopsShape shape{
-      static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
-      static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
-      static_cast<double>(padded_vocab_size(s))};
-  r.model_flops = paper_model_flops(shape);
-  r.megatron_log_flops = megatron_log_flops(shape);
-  r.hardware_flops = t.recompute_granularity == "full" ? paper_model_flops(shape, true)
-                     : t.recompute_granularity == "selective"
-                         ? paper_model_flops(shape) +
-                               72.0 * shape.global_batch * shape.seq * shape.layers * shape.hidden *
-                                   shape.hidden * shape.seq / (6.0 * shape.hidden)
-                         : r.model_flops;
+  // Megatron's num_floating_point_operations for the model's own shape (GQA, SwiGLU,
+  // kv_channels, untied output), which counts the causal half of the attention scores;
+  // the model FLOPs of the papers' tables count all of them (for a GPT with a 4h MLP this
+  // is Narayanan et al. 2021 / Korthikanti et al. 2022 eq. 7 exactly).
+  const DenseShape dense = dense_shape(s);
+  const double batch = static_cast<double>(t.global_batch_size);
+  const double attention_half =
+      6.0 * batch * dense.seq * dense.seq * dense.layers * dense.kv_channels * dense.heads;
+  const double logits = 6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab;
+  r.megatron_log_flops = num_floating_point_operations(dense, batch);
+  r.model_flops = r.megatron_log_flops + attention_half;
+  // Recomputation: full adds every layer's forward (a third of the layers' FLOPs, eq. 7's
+  // 96), selective the attention scores.
+  r.hardware_flops = t.recompute_granularity == "full"
+                         ? r.model_flops + (r.model_flops - logits) / 3
+                     : t.recompute_granularity == "selective" ? r.model_flops + 2 * attention_half
+                                                              : r.model_flops;
   const double gpu_seconds = r.iteration_seconds * world_size;
   r.model_tflops_per_gpu = r.model_flops / gpu_seconds / 1e12;
   r.hardware_tflops_per_gpu = r.hardware_flops / gpu_seconds / 1e12;
@@ -430,8 +435,10 @@ nlohmann::json to_json(const SimReport& r) {
           {"iteration_seconds", r.iteration_seconds},
           {"tokens_per_second", r.tokens_per_second},
           {"flops_formula",
-           "model: 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) (Narayanan et al. 2021; Korthikanti et "
-           "al. 2022 eq. 7); megatron_log: s/(12h) attention term"},
+           "megatron_log: Megatron-LM's num_floating_point_operations (causal half of the "
+           "attention scores); model: the same with all of them, = 72*B*s*L*h^2*(1 + s/(6h) + "
+           "V/(12*L*h)) for a GPT with a 4h MLP (Narayanan et al. 2021; Korthikanti et al. 2022 "
+           "eq. 7)"},
           {"model_flops_per_iteration", r.model_flops},
           {"hardware_flops_per_iteration", r.hardware_flops},
           {"megatron_log_flops_per_iteration", r.megatron_log_flops},

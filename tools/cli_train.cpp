@@ -208,10 +208,9 @@ void run_training(TrainOptions& o) {
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
     const bool tty = log->reporter() && isatty(STDERR_FILENO);
     const auto& t = s.training;
-    const FlopsShape flops{
-        static_cast<double>(t.global_batch_size), static_cast<double>(s.model.seq_length),
-        static_cast<double>(s.model.num_layers), static_cast<double>(s.model.hidden_size),
-        static_cast<double>(padded_vocab_size(s))};
+    // Megatron's log line: num_floating_point_operations for the model's own shape.
+    const double flops_per_iteration =
+        num_floating_point_operations(dense_shape(s), static_cast<double>(t.global_batch_size));
     auto save = [&] {
       save_checkpoint(o.save, trainer.checkpoint_state());
       mpi.world().barrier();
@@ -233,7 +232,7 @@ void run_training(TrainOptions& o) {
         if (tty) std::cerr << "\r\033[K";
         log->line(format_iteration_log(
             {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
-             megatron_log_flops(flops) / (per_iter * launched * 1e12), r.learning_rate,
+             flops_per_iteration / (per_iter * launched * 1e12), r.learning_rate,
              r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0, std::isfinite(r.lm_loss) ? 0 : 1},
             std::time(nullptr)));
         interval_seconds = 0;

@@ -266,4 +266,27 @@ TEST(CliMegatron, TrainRunsFromFlagsAlone) {
   EXPECT_NE(r.output.find("iteration        3/       3"), std::string::npos) << r.output;
 }
 
+// The reported FLOPs follow the model's own shape (GQA, SwiGLU, untied output), worked by
+// hand from Megatron-LM's num_floating_point_operations (training.py): per token
+// 6·L·h·(ffn·3 + q + 2·kv + q) + 6·h·V, plus 6·B·s²·L·q for the causal half of the scores;
+// the model FLOPs count all the scores (another 6·B·s²·L·q). llama-small: L 4, h 256,
+// 8 heads of 32 in 2 groups (q 256, kv 64), ffn 640, V 50304 (no padding), s 128, B 8.
+TEST(CliSimulate, FlopsFollowTheLlamaShape) {
+  const auto out = std::filesystem::path(::testing::TempDir()) / "tandem_llama_flops.json";
+  const auto r = run("simulate " + std::string(TANDEM_SOURCE_DIR) +
+                     "/scenarios/llama-small.json --ffn-hidden-size 640 --vocab-size 50304 "
+                     "--quiet --json " +
+                     out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  const double per_token = 6.0 * 4 * 256 * (640.0 * 3 + 256 + 2 * 64 + 256) + 6.0 * 256 * 50304;
+  const double half_scores = 6.0 * 8 * 128.0 * 128 * 4 * 256;
+  const double log_flops = 8 * 128 * per_token + half_scores;  // 96,032,784,384
+  EXPECT_DOUBLE_EQ(j["megatron_log_flops_per_iteration"].get<double>(), log_flops);
+  EXPECT_DOUBLE_EQ(j["model_flops_per_iteration"].get<double>(), log_flops + half_scores);
+  // No recomputation in llama-small: the hardware does the model's FLOPs.
+  EXPECT_DOUBLE_EQ(j["hardware_flops_per_iteration"].get<double>(), log_flops + half_scores);
+}
+
 }  // namespace
