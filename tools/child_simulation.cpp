@@ -77,30 +77,23 @@ ChildResult read_result(const ChildSimulation& sim, int status) {
 std::vector<ChildResult> run_child_simulations(
     const std::vector<ChildSimulation>& sims, int jobs,
     const std::function<void(std::size_t, const ChildResult&)>& on_done) {
-  if (jobs < 1) jobs = 1;
   std::vector<ChildResult> results(sims.size());
-  std::map<pid_t, std::pair<std::size_t, Clock::time_point>> running;
+  std::map<std::filesystem::path, std::size_t> index_of;  // each child's report file
   std::size_t next = 0;
-  while (next < sims.size() || !running.empty()) {
-    while (next < sims.size() && static_cast<int>(running.size()) < jobs) {
-      running[spawn_child(sims[next])] = {next, Clock::now()};
-      ++next;
-    }
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("waiting for child simulations: ") +
-                               std::strerror(errno));
-    }
-    const auto it = running.find(pid);
-    if (it == running.end()) continue;  // not one of ours
-    const auto [index, started] = it->second;
-    running.erase(it);
-    results[index] = read_result(sims[index], status);
-    results[index].wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    if (on_done) on_done(index, results[index]);
-  }
+  run_pulled_simulations(
+      jobs,
+      [&]() -> std::optional<ChildSimulation> {
+        if (next == sims.size()) return std::nullopt;
+        if (!index_of.emplace(sims[next].json, next).second)
+          throw std::logic_error("two child simulations write the same report " +
+                                 sims[next].json.string());
+        return sims[next++];
+      },
+      [&](const ChildSimulation& sim, const ChildResult& result) {
+        const std::size_t index = index_of.at(sim.json);
+        results[index] = result;
+        if (on_done) on_done(index, results[index]);
+      });
   return results;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/tools/run_tandem.hpp"
+#include "tests/tools/scratch_files.hpp"
 
 namespace {
 
@@ -25,23 +26,9 @@ namespace fs = std::filesystem;
 using tandem::testing::Result;
 using tandem::testing::run;
 
-void write(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-// One folder per test: ctest runs the tests of this program in parallel processes.
-fs::path fresh_dir(const std::string& name) {
-  const auto dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using tandem::testing::fresh_dir;
+using tandem::testing::read_json;
+using tandem::testing::write;
 
 // Two small GPTs on one DGX A100 node: tp 2 × pp 2 × dp 2, and pp 4 × dp 2.
 void write_small_scenarios(const fs::path& dir) {

@@ -21,28 +21,16 @@
 #include <vector>
 
 #include "tests/tools/run_tandem.hpp"
+#include "tests/tools/scratch_files.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using tandem::testing::run;
 
-void write(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-fs::path fresh_dir(const std::string& name) {
-  const auto dir = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using tandem::testing::fresh_dir;
+using tandem::testing::read_json;
+using tandem::testing::write;
 
 // FNV-1a, 64 bits (Fowler, Noll, Vo; IETF draft-eastlake-fnv): offset basis
 // 0xcbf29ce484222325, prime 0x100000001b3.
