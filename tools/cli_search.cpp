@@ -6,8 +6,8 @@
 // in order of a lower bound on their iteration time, until that bound exceeds the K-th
 // best simulated time: every candidate left unsimulated is provably slower than the top K,
 // so the top K is exact. Under `mpirun -np R` the dry runs and the simulations are split
-// over the ranks and gathered; the rounds are the same as a single process with R × J
-// jobs, so the result is too.
+// over the ranks and gathered after each round of R × J simulations; the top K is exact
+// either way, so its ranking is the single process's.
 #include <mpi.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -5,8 +5,6 @@
 // load; symmetric mode applies the representative's split to every member.
 // SimGrid's engine can start once per process, so each simulation runs in a child.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -22,6 +20,7 @@
 #include "sim/sim_communicator.hpp"
 #include "sim/sim_device.hpp"
 #include "sim/simgrid_config.hpp"
+#include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::sim {
@@ -31,30 +30,7 @@ using Matrix = std::vector<std::vector<std::int64_t>>;  // [src][dst] elements, 
 
 // Runs `body` in a forked child and returns the number it produced (or throws its error).
 double in_child(const std::function<double()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out;
-    try {
-      out = nlohmann::json{{"seconds", body()}}.dump();
-    } catch (const std::exception& e) {
-      out = nlohmann::json{{"error", e.what()}}.dump();
-    }
-    if (write(fds[1], out.data(), out.size()) < 0) _exit(1);
-    close(fds[1]);
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
-    text.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const auto j = nlohmann::json::parse(text.empty() ? "{\"error\": \"no output\"}" : text);
+  const auto j = testing::in_child([&] { return nlohmann::json{{"seconds", body()}}; });
   if (j.contains("error")) throw std::runtime_error(j.at("error").get<std::string>());
   return j.at("seconds").get<double>();
 }
