@@ -47,7 +47,8 @@ struct CalibrateOptions {
   double min_time = 0.05;          // seconds of timed runs per shape, at least
   double spread_threshold = 0.10;  // median / min − 1 above which a row is flagged
   double evict_mib = 0;
-  int skip_iterations = 1;  // --from-trace: the set-up and the cold first iteration
+  bool warm_caches = false;  // cpu: leave each op's data where the previous ops left it
+  int skip_iterations = 1;   // --from-trace: the set-up and the cold first iteration
   bool quiet = false;
 };
 
@@ -214,6 +215,7 @@ void run_calibrate(CalibrateOptions& o) {
                                  .min_time_seconds = o.min_time,
                                  .max_repetitions = std::max(1000, o.repetitions),
                                  .evict_bytes = static_cast<std::int64_t>(o.evict_mib * (1 << 20)),
+                                 .flush_host_caches = o.device == "cpu" && !o.warm_caches,
                                  .op_case = {}};
     mo.op_case.vocab_rows = padded_vocab_size(s) / s.parallelism.tensor_model_parallel_size;
     const bool tty = !o.quiet && isatty(STDERR_FILENO);
@@ -291,6 +293,10 @@ void add_calibrate_command(CLI::App& app) {
                   "from the caches (0: none; each op finds its data where the other ops left it)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_flag("--warm-caches", opts->warm_caches,
+                "cpu: do not flush each op's tensors from the caches before its timed runs "
+                "(its data is then where the ops before it left it, which changes as shapes "
+                "finish)");
   cmd->add_option("--mode", opts->mode,
                   "Which simulated ranks give the shapes: symmetric (one per stage) or full")
       ->check(CLI::IsMember({"full", "symmetric"}))

@@ -5,6 +5,10 @@
 #include <chrono>
 #include <stdexcept>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tandem::calibrate {
 
 namespace {
@@ -13,6 +17,27 @@ std::int64_t bytes_of(const OpCase& c) {
   std::int64_t total = 0;
   for (const Tensor& t : c.tensors()) total += t.bytes().value;
   return total;
+}
+
+// Writes back and invalidates every cache line of the case's tensors, and waits for that.
+void flush_from_caches(const OpCase& c) {
+  for (const Tensor& t : c.tensors()) {
+    if (!t.has_data()) continue;
+    const char* p = static_cast<const char*>(tensor_data_or_throw(t));
+    const std::int64_t n = t.bytes().value;
+    for (std::int64_t i = 0; i < n; i += 64) {
+#if defined(__x86_64__)
+      _mm_clflush(p + i);
+#elif defined(__aarch64__)
+      asm volatile("dc civac, %0" : : "r"(p + i) : "memory");
+#endif
+    }
+  }
+#if defined(__x86_64__)
+  _mm_mfence();
+#elif defined(__aarch64__)
+  asm volatile("dsb sy" : : : "memory");
+#endif
 }
 
 }  // namespace
@@ -53,6 +78,7 @@ std::vector<std::vector<double>> measure_samples(Device& device, std::span<OpCas
       if (i >= options.repetitions && total[c] >= options.min_time_seconds) continue;
       ran = true;
       for (std::size_t j = 0; j < scratch.size(); j += 8) scratch[j] += i;  // a write per line
+      if (options.flush_host_caches) flush_from_caches(cases[c]);
       const auto start = std::chrono::steady_clock::now();
       cases[c].run(s);
       s.synchronize();

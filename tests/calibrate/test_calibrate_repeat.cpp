@@ -1,13 +1,13 @@
-// `tandem calibrate` run twice in a row gives the same table: over the ops longer than
-// 100 µs, the typical row's median agrees within 5% (asserted) and the worst row's is
-// printed (issue 15's per-row target, not met yet). Timings only reproduce on a quiet machine, so
-// the test first measures the noise it is under — the drift between the medians of five batches of
+// `tandem calibrate` run twice in a row gives the same table: every row of an op longer than
+// 100 µs agrees within 5% (issue 15). Timings only reproduce on a quiet machine, so the test
+// first measures the noise it is under — the drift between the medians of five batches of
 // timed runs of two fixed reference ops (a 256³ fp32 gemm on one thread, compute-bound, and a
-// 7.5 MB fill, memory-bound: a neighbour streaming memory slows the second, not the first),
-// and how their speed moved between probes taken before, between and after the two
-// calibrations — prints it, and asserts the 5% agreement only when all of that stayed under
-// 2% (the measurement cannot be sharper than the machine). On a busier machine it says
-// how noisy it found it and is skipped, not passed.
+// 7.5 MB fill flushed from the caches before each run as the calibration flushes its ops,
+// bound by the memory bandwidth the other tenants of the host share), and how their speed
+// moved between probes taken before, between and after the two calibrations — prints it, and
+// asserts the 5% agreement only when all of that stayed under 3% (the measurement cannot be
+// sharper than the machine). On a busier machine it says how noisy it found it and is
+// skipped, not passed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,17 +28,19 @@
 namespace tandem {
 namespace {
 
-constexpr double kQuietDrift = 0.02;  // the noise under which the 5% claim is tested
+constexpr double kQuietDrift = 0.03;  // the noise under which the 5% claim is tested
 constexpr double kAgreement = 0.05;   // per-row medians of two calibrations
 constexpr double kLongOp = 100e-6;    // rows shorter than this are not held to it
 
-// The medians of five batches of 11 timed runs of one reference op.
+// The medians of five batches of timed runs (11 at least, 20 ms at least) of one reference op.
 std::vector<double> batch_medians(const calibrate::OpShape& shape) {
   CpuDevice device;
   kernels::cpu::set_num_threads(1);
   calibrate::MeasureOptions o;
   o.warmup = 3;
   o.repetitions = 11;
+  o.flush_host_caches = true;
+  o.min_time_seconds = 0.02;  // a batch of 11 runs of 0.2 ms moves with one interrupt
   std::vector<double> medians;
   for (int batch = 0; batch < 5; ++batch)
     medians.push_back(calibrate::measure_op(device, shape, o).seconds);
@@ -87,7 +89,7 @@ std::string calibrate_to(const std::filesystem::path& table) {
   return r.output;
 }
 
-TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnTheTypicalRowOnAQuietMachine) {
+TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnEveryLongRowOnAQuietMachine) {
   const auto dir = std::filesystem::path(::testing::TempDir());
   std::vector<Probe> probes{probe()};
   calibrate_to(dir / "tandem_repeat_a.json");
@@ -124,13 +126,14 @@ TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnTheTypicalRowOnAQuietM
   std::sort(diffs.begin(), diffs.end());
   const double typical = diffs[diffs.size() / 2];
   const double noise = noise_of(probes);
-  std::cout << "reference ops (gemm 256³, fill 7.5 MB) before / between / after: gemm";
+  std::cout << "reference ops (gemm 256³, fill 7.5 MB from memory) before / between / after: gemm";
   for (const Probe& p : probes) std::cout << " " << p.gemm * 1e6;
   std::cout << " µs, fill";
   for (const Probe& p : probes) std::cout << " " << p.fill * 1e6;
   std::cout << " µs; noise " << 100 * noise << "%; " << long_rows
             << " rows over 100 µs, median disagreement " << 100 * typical << "%, worst "
             << 100 * worst << "%\n";
+  if (worst > kAgreement) std::cout << "rows that moved more than 5%:\n" << report.str();
   RecordProperty("noise_percent", std::to_string(100 * noise));
   RecordProperty("worst_disagreement_percent", std::to_string(100 * worst));
   if (noise > kQuietDrift)
@@ -138,13 +141,7 @@ TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnTheTypicalRowOnAQuietM
                     "batch medians drifted "
                  << 100 * noise << "% (needs ≤ " << 100 * kQuietDrift
                  << "%); worst row disagreement seen " << 100 * worst << "%";
-  // What the calibration achieves on a quiet machine: the typical row reproduces within 5%.
-  // Every row within 5% (issue 15's target) does not hold yet on this kind of VM — single
-  // rows move 6-28% while the reference ops stay within 1% — so it is printed, not asserted.
-  EXPECT_LE(typical, kAgreement) << "rows whose medians moved more than 5%:\n" << report.str();
-  if (worst > kAgreement)
-    std::cout << "not yet every row within 5% (issue 15's target); rows that moved more:\n"
-              << report.str();
+  EXPECT_LE(worst, kAgreement) << "rows whose medians moved more than 5%:\n" << report.str();
 }
 
 }  // namespace

@@ -174,5 +174,29 @@ TEST(MeasureOp, MinTimeRunsShortOpsMoreOften) {
   EXPECT_THROW(measure_op(device, {.op = "add", .m = 16}, o), std::invalid_argument);
 }
 
+TEST(MeasureOp, FlushingTheCachesKeepsWhatTheOpWrote) {
+  // A flush writes dirty lines back before it drops them: the product a gemm left in its
+  // output must still be there, and be the product, after runs measured with flushes.
+  CpuDevice device;
+  kernels::cpu::set_num_threads(1);
+  std::vector<OpCase> cases;
+  cases.push_back(make_op_case(device, {.op = "gemm", .m = 33, .n = 17, .k = 65}));
+  MeasureOptions o;
+  o.warmup = 1;
+  o.repetitions = 5;
+  o.flush_host_caches = true;
+  const auto samples = measure_samples(device, cases, o);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].size(), 5u);
+  const auto& t = cases[0].tensors();
+  const float *a = t[0].data<float>(), *b = t[1].data<float>(), *out = t[2].data<float>();
+  for (int i = 0; i < 33; ++i)
+    for (int j = 0; j < 17; ++j) {
+      double want = 0;
+      for (int p = 0; p < 65; ++p) want += static_cast<double>(a[i * 65 + p]) * b[p * 17 + j];
+      EXPECT_NEAR(out[i * 17 + j], want, 1e-4) << i << "," << j;
+    }
+}
+
 }  // namespace
 }  // namespace tandem::calibrate
