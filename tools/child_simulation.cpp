@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -41,6 +43,38 @@ pid_t spawn_child(const ChildSimulation& sim) {
     throw std::runtime_error("cannot start a child simulation for " + sim.name + ": " +
                              std::strerror(rc));
   return pid;
+}
+
+// A fork of this process with the child's stdin, stdout and stderr as spawn_child's, which
+// runs `run(args)` and exits with its code without running this process's exit handlers.
+pid_t fork_child(const ChildSimulation& sim, const ChildRunner& run) {
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0)
+    throw std::runtime_error("cannot fork a child simulation for " + sim.name + ": " +
+                             std::strerror(errno));
+  if (pid > 0) return pid;
+  int rc = 1;
+  const int null_in = open("/dev/null", O_RDONLY);
+  const int log = open(sim.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (null_in >= 0 && log >= 0 && dup2(null_in, STDIN_FILENO) >= 0 &&
+      dup2(log, STDOUT_FILENO) >= 0 && dup2(log, STDERR_FILENO) >= 0) {
+    close(null_in);
+    close(log);
+    try {
+      std::vector<std::string> args{"tandem"};
+      args.insert(args.end(), sim.args.begin(), sim.args.end());
+      rc = run(args);
+    } catch (const std::exception& e) {
+      std::cerr << "tandem: error: " << e.what() << "\n";
+    }
+  }
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  std::fflush(nullptr);
+  _exit(rc);
 }
 
 std::string tail_of(const std::filesystem::path& path, std::size_t max_chars) {
@@ -99,7 +133,8 @@ std::vector<ChildResult> run_child_simulations(
 
 void run_pulled_simulations(
     int jobs, const std::function<std::optional<ChildSimulation>()>& next,
-    const std::function<void(const ChildSimulation&, const ChildResult&)>& on_done) {
+    const std::function<void(const ChildSimulation&, const ChildResult&)>& on_done,
+    const ChildRunner& in_fork) {
   if (jobs < 1) jobs = 1;
   std::map<pid_t, std::pair<ChildSimulation, Clock::time_point>> running;
   bool exhausted = false;
@@ -110,7 +145,7 @@ void run_pulled_simulations(
         exhausted = true;
         break;
       }
-      const pid_t pid = spawn_child(*sim);
+      const pid_t pid = in_fork ? fork_child(*sim, in_fork) : spawn_child(*sim);
       running.emplace(pid, std::make_pair(std::move(*sim), Clock::now()));
     }
     if (running.empty()) return;

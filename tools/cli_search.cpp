@@ -35,6 +35,7 @@
 #include "sim/sim_runner.hpp"
 #include "tools/child_simulation.hpp"
 #include "tools/cli.hpp"
+#include "tools/command_line.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::cli {
@@ -241,7 +242,8 @@ struct Outcome {
   double lower_bound_seconds = 0;
   json report;  // the simulation's summary when simulated
   std::string error;
-  int rank = 0;  // 1-based among simulated, by iteration time
+  int rank = 0;           // 1-based among simulated, by iteration time
+  int simulated_as = -1;  // the id of the candidate whose simulation this one shares
 };
 
 double gib(std::int64_t b) {
@@ -428,6 +430,7 @@ json candidate_json(const ss::Candidate& c, const Outcome& o) {
          {"outcome", o.status},
          {"peak_memory_bytes", o.peak_memory_bytes},
          {"lower_bound_seconds", o.lower_bound_seconds}};
+  if (o.simulated_as >= 0) j["simulated_as"] = o.simulated_as;
   if (o.status == "simulated") {
     j["rank"] = o.rank;
     for (const char* k : {"iteration_seconds", "tokens_per_second", "model_tflops_per_gpu",
@@ -578,7 +581,7 @@ void run_search(SearchCliOptions& o) {
   std::vector<double> times;  // simulated iteration times, sorted
   std::size_t next = 0;
   bool first_round = true;
-  std::size_t simulated = 0, failed = 0;
+  std::size_t simulated = 0, failed = 0, shared = 0;
   const auto ts0 = Clock::now();
   const Progress bar(tty, "simulating");
   auto kth_best = [&] {
@@ -615,6 +618,37 @@ void run_search(SearchCliOptions& o) {
     }
     return r;
   };
+  // Candidates equal up to a rank order that only renumbers the nodes (ss::placement_key)
+  // simulate alike: the first one picked is simulated, the others take its result.
+  std::map<std::string, std::size_t> simulated_for;             // key → the candidate simulated
+  std::map<std::size_t, std::vector<std::size_t>> waiting_for;  // in flight → its twins
+  auto share = [&](std::size_t from, std::size_t to) {
+    outs[to].status = outs[from].status;
+    outs[to].report = outs[from].report;
+    outs[to].error = outs[from].error;
+    outs[to].simulated_as = e.valid[from].id;
+    if (outs[to].status == "simulated") {
+      const double t = outs[to].report["iteration_seconds"].get<double>();
+      times.insert(std::upper_bound(times.begin(), times.end(), t), t);
+      ++simulated;
+    } else {
+      ++failed;
+    }
+    ++shared;
+  };
+  // Whether candidate i needs a simulation of its own; if not, it has (or will get) its twin's.
+  auto needs_simulation = [&](std::size_t i) {
+    const std::string key = dry_run_key(e.valid[i].scenario) + "\n" +
+                            ss::placement_key(e.valid[i].scenario, topology.node.gpus_per_node);
+    const auto [it, first] = simulated_for.emplace(key, i);
+    if (first) return true;
+    const std::size_t twin = it->second;
+    if (outs[twin].status == "simulated" || outs[twin].status == "failed")
+      share(twin, i);
+    else
+      waiting_for[twin].push_back(i);
+    return false;
+  };
   auto record = [&](const json& r) {
     const auto i = r["index"].get<std::size_t>();
     if (r["ok"].get<bool>()) {
@@ -628,6 +662,8 @@ void run_search(SearchCliOptions& o) {
       outs[i].error = r["error"].get<std::string>();
       ++failed;
     }
+    for (const std::size_t twin : waiting_for[i]) share(i, twin);
+    waiting_for.erase(i);
   };
   auto progress = [&] {
     bar.update(simulated + failed, simulated + failed + qualifying(),
@@ -643,10 +679,13 @@ void run_search(SearchCliOptions& o) {
       std::size_t pick = e.valid.size();
       if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
         pick = baseline;
+        needs_simulation(baseline);
       } else {
-        while (next < order.size() && order[next] == baseline) ++next;
-        if (next < order.size() && outs[order[next]].lower_bound_seconds <= kth_best())
-          pick = order[next++];
+        while (pick == e.valid.size() && next < order.size() &&
+               outs[order[next]].lower_bound_seconds <= kth_best()) {
+          const std::size_t i = order[next++];
+          if (i != baseline && needs_simulation(i)) pick = i;
+        }
       }
       first_round = false;
       if (pick == e.valid.size()) return std::nullopt;
@@ -654,21 +693,34 @@ void run_search(SearchCliOptions& o) {
       index_of[sim.json] = pick;
       return sim;
     };
-    run_pulled_simulations(o.jobs, next_sim,
-                           [&](const ChildSimulation& sim, const ChildResult& result) {
-                             record(outcome_of(index_of.at(sim.json), result));
-                             progress();
-                           });
+    // Not under mpirun, this process holds no threads, MPI or SimGrid engine (the dry runs
+    // ran in forked workers): the children are forks that run the command line.
+    const ChildRunner in_fork = [](const std::vector<std::string>& args) {
+      std::vector<std::string> text = args;
+      std::vector<char*> argv;
+      for (auto& a : text) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      return run_command_line(static_cast<int>(text.size()), argv.data());
+    };
+    run_pulled_simulations(
+        o.jobs, next_sim,
+        [&](const ChildSimulation& sim, const ChildResult& result) {
+          record(outcome_of(index_of.at(sim.json), result));
+          progress();
+        },
+        ranks.mpi ? ChildRunner{} : in_fork);
   }
   // Several processes (mpirun): rounds of R × J simulations in bound order, gathered after
   // each round so that every rank decides the next round alike.
   while (ranks.size > 1) {
     std::vector<std::size_t> batch;
-    if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only")
+    if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
       batch.push_back(baseline);  // and never again below
+      needs_simulation(baseline);
+    }
     while (batch.size() < round_size && next < order.size() &&
            outs[order[next]].lower_bound_seconds <= kth_best()) {
-      if (order[next] != baseline) batch.push_back(order[next]);
+      if (order[next] != baseline && needs_simulation(order[next])) batch.push_back(order[next]);
       ++next;
     }
     first_round = false;
@@ -716,14 +768,15 @@ void run_search(SearchCliOptions& o) {
   std::cout << line;
   std::snprintf(line, sizeof line,
                 "  enumerated %lld: invalid %lld, duplicate %lld, valid %zu (%zu dry runs in "
-                "%.1f s); over memory %lld; simulated %zu (%zu failed) in %.1f s (%.2f s each on "
-                "%d core(s)); estimated only %zu\n",
+                "%.1f s); over memory %lld; simulated %zu (%zu failed; %zu by a twin's "
+                "simulation: same layout up to node numbering) in %.1f s (%.2f s each on %d "
+                "core(s)); estimated only %zu\n",
                 static_cast<long long>(e.enumerated), static_cast<long long>(invalid),
                 static_cast<long long>(duplicates), e.valid.size(), keyed.size(), dry_seconds,
-                static_cast<long long>(pruned_memory), simulated, failed, sim_seconds,
-                simulated + failed > 0
-                    ? sim_seconds * o.jobs * ranks.size / static_cast<double>(simulated + failed)
-                    : 0.0,
+                static_cast<long long>(pruned_memory), simulated, failed, shared, sim_seconds,
+                simulated + failed > shared ? sim_seconds * o.jobs * ranks.size /
+                                                  static_cast<double>(simulated + failed - shared)
+                                            : 0.0,
                 o.jobs * ranks.size, estimated_only);
   std::cout << line;
   if (estimated_only > 0) {
@@ -793,6 +846,7 @@ void run_search(SearchCliOptions& o) {
              {"dry_runs", keyed.size()},
              {"pruned_memory", pruned_memory},
              {"simulated", simulated},
+             {"shared_simulation", shared},
              {"failed", failed},
              {"estimated_only", estimated_only}}},
            {"pruned", pruned},

@@ -195,6 +195,35 @@ std::string candidate_label(const Scenario& s) {
   return l;
 }
 
+std::string placement_key(const Scenario& s, int gpus_per_node) {
+  const auto& p = s.parallelism;
+  if (p.expert_model_parallel_size > 1) return p.order;
+  const std::map<std::string, int> size{{"tp", p.tensor_model_parallel_size},
+                                        {"cp", p.context_parallel_size},
+                                        {"ep", p.expert_model_parallel_size},
+                                        {"dp", data_parallel_size(s)},
+                                        {"pp", p.pipeline_model_parallel_size}};
+  std::vector<std::string> dims;  // the order's dimensions of size > 1
+  std::stringstream in(p.order);
+  for (std::string d; std::getline(in, d, '-');)
+    if (auto it = size.find(d); it == size.end() || it->second > 1) dims.push_back(d);
+  std::string key;
+  std::int64_t product = 1;
+  std::size_t i = 0;
+  while (i < dims.size()) {
+    const auto it = size.find(dims[i]);
+    product *= it == size.end() ? 1 : it->second;
+    key += (i > 0 ? "-" : "") + dims[i];
+    ++i;
+    if (gpus_per_node > 0 && product % gpus_per_node == 0) break;
+  }
+  if (i == dims.size()) return key;
+  std::sort(dims.begin() + static_cast<std::ptrdiff_t>(i), dims.end());
+  key += " | nodes by";
+  for (; i < dims.size(); ++i) key += " " + dims[i];
+  return key;
+}
+
 Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace& space) {
   Scenario base = base_in;
   base.cluster.world_size = world_size;

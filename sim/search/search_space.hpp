@@ -58,4 +58,16 @@ Enumeration enumerate(const Scenario& base, int world_size, const SearchSpace& s
 
 std::string candidate_label(const Scenario& s);
 
+// What of the rank order a simulation can see, for a scenario on nodes of `gpus_per_node`
+// GPUs: two scenarios equal up to rank order simulate alike when their keys are equal.
+// Ranks are numbered by the order (first dimension fastest) and fill node after node, so
+// the dimensions up to the first whose running product of sizes is a multiple of
+// gpus_per_node lay out each node (with an identical such prefix, every node holds the same
+// pattern of ranks), and the later ones only say which node is which. The fabrics tandem
+// builds treat every node alike (one tree or one spine over all of them, NIC i of each node
+// on rail i), so renumbering nodes changes no route and no contention: the key is that
+// prefix, then the later dimensions sorted. Dimensions of size 1 place nothing and are
+// left out. With expert parallelism the key is the whole order.
+std::string placement_key(const Scenario& s, int gpus_per_node);
+
 }  // namespace tandem::sim::search

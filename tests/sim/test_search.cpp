@@ -154,5 +154,65 @@ TEST(DryRun, MemoryEqualsTheSimulatedHighWaterMarkAndTheBoundHolds) {
   EXPECT_GT(pipelined, 10);
 }
 
+Scenario with_layout(Scenario s, int world, int tp, int pp, const std::string& order) {
+  s.cluster.world_size = world;
+  s.parallelism.tensor_model_parallel_size = tp;
+  s.parallelism.pipeline_model_parallel_size = pp;
+  s.parallelism.order = order;
+  return s;
+}
+
+TEST(PlacementKey, OrdersThatOnlyRenumberNodesShareAKey) {
+  const Scenario m = small_model();
+  const std::string a = "tp-cp-ep-dp-pp", b = "tp-cp-ep-pp-dp";
+  // tp 8 fills each 8-GPU node; dp and pp only say which node is which.
+  EXPECT_EQ(placement_key(with_layout(m, 32, 8, 2, a), 8), "tp | nodes by dp pp");
+  EXPECT_EQ(placement_key(with_layout(m, 32, 8, 2, b), 8), "tp | nodes by dp pp");
+  // tp 4: the second dimension shares each node with tp (dp pairs or pp pairs on a node).
+  EXPECT_EQ(placement_key(with_layout(m, 32, 4, 2, a), 8), "tp-dp | nodes by pp");
+  EXPECT_EQ(placement_key(with_layout(m, 32, 4, 2, b), 8), "tp-pp | nodes by dp");
+  // All on one node: nothing renumbers, the whole order counts (size-1 dimensions left out).
+  EXPECT_EQ(placement_key(with_layout(m, 8, 2, 2, a), 8), "tp-dp-pp");
+  EXPECT_EQ(placement_key(with_layout(m, 8, 2, 2, b), 8), "tp-pp-dp");
+  // dp 1: the two orders are one placement.
+  EXPECT_EQ(placement_key(with_layout(m, 16, 8, 2, a), 8), "tp | nodes by pp");
+  EXPECT_EQ(placement_key(with_layout(m, 16, 8, 2, b), 8), "tp | nodes by pp");
+  // tp 2 · dp 4 = 8 fills a node in the first order; tp 2 · pp 2 · dp 4 in the second.
+  EXPECT_EQ(placement_key(with_layout(m, 16, 2, 2, a), 8), "tp-dp | nodes by pp");
+  EXPECT_EQ(placement_key(with_layout(m, 16, 2, 2, b), 8), "tp-pp-dp");
+  // Expert parallelism: the whole order.
+  Scenario moe = with_layout(m, 32, 8, 2, a);
+  moe.parallelism.expert_model_parallel_size = 2;
+  EXPECT_EQ(placement_key(moe, 8), a);
+}
+
+// What lets the search simulate one of two twins: their simulations agree exactly.
+TEST(PlacementKey, TwinsSimulateToTheSameTime) {
+  Scenario m = small_model();
+  m.training.global_batch_size = 64;
+  m.parallelism.overlap_grad_reduce = true;
+  for (const auto& [world, tp, pp] : {std::tuple{32, 8, 2}, std::tuple{64, 8, 4}}) {
+    std::vector<double> times;
+    for (const std::string order : {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}) {
+      const Scenario s = with_layout(m, world, tp, pp, order);
+      validate(s);
+      const auto sim = in_child([&] {
+        const Topology t = load_topology("dgx-a100-80g");
+        SimulateOptions o;
+        o.mode = SimMode::symmetric;
+        o.pricer = pricer_for(t);
+        auto j = to_json(simulate(s, t, o));
+        j.erase("ranks");
+        return j;
+      });
+      ASSERT_FALSE(sim.contains("error")) << sim.dump();
+      times.push_back(sim["iteration_seconds"].get<double>());
+    }
+    EXPECT_EQ(placement_key(with_layout(m, world, tp, pp, "tp-cp-ep-dp-pp"), 8),
+              placement_key(with_layout(m, world, tp, pp, "tp-cp-ep-pp-dp"), 8));
+    EXPECT_DOUBLE_EQ(times[0], times[1]) << "world " << world << ", tp " << tp << ", pp " << pp;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::sim::search

@@ -1,0 +1,66 @@
+// tandem's command line: builds it, runs the chosen subcommand, and turns library errors
+// into messages and exit codes (2 for bad input, 1 for anything else). main() is this; a
+// search's forked child simulations run it too.
+#include "tools/command_line.hpp"
+
+#include <iostream>
+
+#include "core/error.hpp"
+#include "sim/simgrid_config.hpp"
+#include "tools/cli.hpp"
+#if TANDEM_WITH_CUDA
+#include "exec/cuda/cuda_info.hpp"
+#endif
+
+namespace {
+
+std::string backends() {
+  std::string s = "sim (SimGrid " + tandem::sim::simgrid_version() + "), cpu (Eigen + MPI)";
+#if TANDEM_WITH_CUDA
+  s += ", cuda (" + tandem::cuda_versions() + ")";
+#endif
+  return s;
+}
+
+}  // namespace
+
+namespace tandem::cli {
+
+int run_command_line(int argc, char** argv) {
+  CLI::App app{
+      "tandem: Megatron-LM-style GPT pretraining, simulated (SimGrid) and real (MPI + Eigen, "
+      "NCCL + CUDA), with one timeline trace format.\n"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version",
+                       std::string("tandem ") + TANDEM_VERSION + "\nbackends: " + backends());
+  app.footer("Run 'tandem SUBCOMMAND --help' for a subcommand's options.");
+  auto* info = app.add_subcommand("info", "Print the version and the backends built in");
+  info->callback(
+      [] { std::cout << "tandem " << TANDEM_VERSION << "\nbackends: " << backends() << "\n"; });
+  try {
+    tandem::cli::add_layout_command(app);
+    tandem::cli::add_schedule_command(app);
+    tandem::cli::add_scenario_command(app);
+    tandem::cli::add_trace_command(app);
+    tandem::cli::add_preprocess_command(app);
+    tandem::cli::add_train_command(app);
+    tandem::cli::add_checkpoint_command(app);
+    tandem::cli::add_simulate_command(app);
+    tandem::cli::add_calibrate_command(app);
+    tandem::cli::add_validate_command(app);
+    tandem::cli::add_nccl_tests_command(app);
+    tandem::cli::add_search_command(app);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tandem::ConfigError& e) {
+    std::cerr << "tandem: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tandem: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli
