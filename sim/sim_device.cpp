@@ -122,15 +122,42 @@ void SimDevice::host_work(double seconds, const std::string& what) {
   host_seconds_[what] += seconds;
 }
 
+std::size_t SimDevice::OpHash::operator()(const OpDesc& op) const {
+  std::size_t h = std::hash<std::string>{}(op.op);
+  for (const std::size_t v : {static_cast<std::size_t>(op.dtype), static_cast<std::size_t>(op.m),
+                              static_cast<std::size_t>(op.n), static_cast<std::size_t>(op.k),
+                              static_cast<std::size_t>(op.batch), std::hash<double>{}(op.flops),
+                              std::hash<double>{}(op.bytes)})
+    h = h * 1099511628211ULL ^ v;
+  return h;
+}
+
+bool SimDevice::OpEqual::operator()(const OpDesc& a, const OpDesc& b) const {
+  return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch && a.dtype == b.dtype &&
+         a.flops == b.flops && a.bytes == b.bytes && a.op == b.op;
+}
+
+const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {
+  auto it = priced_.find(op);
+  if (it == priced_.end())
+    it = priced_
+             .emplace(op, PricedOp{.seconds = price_(op),
+                                   .issue_seconds = options_.host.kernel_issue * kernels_of_op(op),
+                                   .report_total = &op_seconds_[op_report_key(op)]})
+             .first;
+  return it->second;
+}
+
 void SimDevice::run(Stream& s, OpDesc op) {
-  host_work(options_.host.kernel_issue * kernels_of_op(op), "kernel issue");
-  const double seconds = price_(op);
+  const PricedOp& p = priced(op);
+  host_work(p.issue_seconds, "kernel issue");
+  const double seconds = p.seconds;
   auto& stream = dynamic_cast<SimStream&>(s);
   const double starved_before = stream.host_starved();
   const double start = stream.enqueue(seconds);
   if (observer_ && &stream == default_stream_.get())
     observer_(op, start, seconds, stream.host_starved() - starved_before);
-  op_seconds_[op_report_key(op)] += seconds;
+  *p.report_total += seconds;
   if (options_.record_ops) issued_.push_back({std::move(op), seconds});
 }
 

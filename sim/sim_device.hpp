@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.hpp"
@@ -83,6 +84,7 @@ struct SimDeviceOptions {
 
 class SimDevice : public Device {
  public:
+  // Seconds of one op; a function of the op alone (it is asked once per distinct op).
   using Pricer = std::function<double(const OpDesc&)>;
   SimDevice(Pricer price, SimDeviceOptions options = {});
   ~SimDevice() override;
@@ -165,8 +167,25 @@ class SimDevice : public Device {
   // Bytes of `elements` values in the compute precision.
   double activation_bytes(std::int64_t elements) const;
 
+  // What run() derives from an op alone, once per distinct op: a step issues the same few
+  // hundred shapes thousands of times, and pricing, counting kernels and naming the report
+  // key took a third of a dry run.
+  struct PricedOp {
+    double seconds = 0;
+    double issue_seconds = 0;        // the host's kernel issue cost
+    double* report_total = nullptr;  // its op_seconds_ entry (std::map nodes stay put)
+  };
+  struct OpHash {
+    std::size_t operator()(const OpDesc& op) const;
+  };
+  struct OpEqual {
+    bool operator()(const OpDesc& a, const OpDesc& b) const;
+  };
+  const PricedOp& priced(const OpDesc& op);
+
   Pricer price_;
   SimDeviceOptions options_;
+  std::unordered_map<OpDesc, PricedOp, OpHash, OpEqual> priced_;
   double host_ = 0;  // when the host finishes issuing what it was given so far
   std::map<std::string, double> host_seconds_;
   OpObserver observer_;

@@ -106,19 +106,17 @@ DType compute_dtype(const Scenario& s) {
 struct PassSpan {
   std::int64_t first = -1, last = 0, busy = 0;
 };
-PassSpan passes_of(const nlohmann::json& part, double from_seconds) {
+PassSpan passes_of(const RunTrace& trace, double from_seconds) {
   const auto from = static_cast<std::int64_t>(from_seconds * 1e9);
   PassSpan p;
-  for (const auto& e : part) {
-    if (e.at("ph") != "X") continue;
-    const auto cat = e.at("cat").get<std::string>();
-    if (cat != "forward" && cat != "backward") continue;
-    const auto s = e.at("start_ns").get<std::int64_t>(), f = e.at("end_ns").get<std::int64_t>();
-    if (s < from) continue;
+  trace.visit([&](const TraceEvent& e) {
+    if (e.phase != 'X' || (e.category != "forward" && e.category != "backward")) return;
+    const std::int64_t s = e.start_ns, f = e.end_ns;
+    if (s < from) return;
     p.first = p.first < 0 ? s : std::min(p.first, s);
     p.last = std::max(p.last, f);
     p.busy += f - s;
-  }
+  });
   return p;
 }
 
@@ -347,7 +345,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     const double iteration_start =
         o.iterations > 1 ? run->iteration_ends[static_cast<std::size_t>(o.iterations - 2)]
                          : run->start;
-    spans.push_back(passes_of(run->trace.part(), iteration_start));
+    spans.push_back(passes_of(run->trace, iteration_start));
     if (spans.back().first >= 0)
       first = first < 0 ? spans.back().first : std::min(first, spans.back().first);
     last = std::max(last, spans.back().last);

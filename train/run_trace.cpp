@@ -51,23 +51,44 @@ void RunTrace::slice(std::string name, std::string category, int tid, Clock::tim
                      Clock::time_point end, nlohmann::json args) {
   if (observer_) observer_(category);
   std::lock_guard lock(mutex_);
-  events_.push_back({{"name", std::move(name)},
-                     {"cat", std::move(category)},
-                     {"ph", "X"},
-                     {"tid", tid},
-                     {"start_ns", ns(start)},
-                     {"end_ns", ns(end)},
-                     {"args", std::move(args)}});
+  events_.push_back({.phase = 'X',
+                     .name = std::move(name),
+                     .category = std::move(category),
+                     .tid = tid,
+                     .start_ns = ns(start),
+                     .end_ns = ns(end),
+                     .args = std::move(args)});
 }
 
 void RunTrace::flow(std::int64_t id, bool start, int tid, Clock::time_point at) {
   std::lock_guard lock(mutex_);
-  events_.push_back({{"ph", start ? "s" : "f"}, {"id", id}, {"tid", tid}, {"start_ns", ns(at)}});
+  events_.push_back({.phase = start ? 's' : 'f', .tid = tid, .start_ns = ns(at), .flow_id = id});
 }
 
 nlohmann::json RunTrace::part() const {
   std::lock_guard lock(mutex_);
-  return events_;
+  nlohmann::json out = nlohmann::json::array();
+  for (const TraceEvent& e : events_) {
+    if (e.phase == 'X')
+      out.push_back({{"name", e.name},
+                     {"cat", e.category},
+                     {"ph", "X"},
+                     {"tid", e.tid},
+                     {"start_ns", e.start_ns},
+                     {"end_ns", e.end_ns},
+                     {"args", e.args.is_null() ? nlohmann::json::object() : e.args}});
+    else
+      out.push_back({{"ph", std::string(1, e.phase)},
+                     {"id", e.flow_id},
+                     {"tid", e.tid},
+                     {"start_ns", e.start_ns}});
+  }
+  return out;
+}
+
+void RunTrace::visit(const std::function<void(const TraceEvent&)>& f) const {
+  std::lock_guard lock(mutex_);
+  for (const TraceEvent& e : events_) f(e);
 }
 
 int trace_thread_of(GroupKind kind) {
