@@ -175,6 +175,7 @@ std::string dry_run_key(const Scenario& s) {
 
 json dry_run_to_json(const ss::DryRun& d) {
   return {{"peak_memory_bytes", d.peak_memory_bytes},
+          {"over_budget_before_step", d.over_budget_before_step},
           {"lower_bound_seconds", d.lower_bound_seconds},
           {"busy_lower_bound", d.busy_lower_bound}};
 }
@@ -182,8 +183,8 @@ json dry_run_to_json(const ss::DryRun& d) {
 // Dry-runs `scenarios` in `jobs` forked children (each its own SimGrid engine); returns
 // their results in order. The first child draws the progress bar for its share.
 std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
-                                   const sim::SimDevice::Pricer& pricer, int jobs,
-                                   const std::filesystem::path& dir, bool progress) {
+                                   const sim::SimDevice::Pricer& pricer, std::int64_t memory_budget,
+                                   int jobs, const std::filesystem::path& dir, bool progress) {
   jobs = std::max(1, std::min<int>(jobs, static_cast<int>(scenarios.size())));
   std::vector<pid_t> pids;
   std::cout << std::flush;
@@ -200,7 +201,7 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const
           mine.push_back(scenarios[i]);
         const Progress bar(progress && j == 0, "dry run (memory, bound)");
         // One engine for the whole share; progress comes from chunks of it.
-        const auto results = ss::dry_run(mine, topology, pricer);
+        const auto results = ss::dry_run(mine, topology, pricer, memory_budget);
         bar.done();
         json out = json::array();
         for (const auto& r : results) out.push_back(dry_run_to_json(r));
@@ -239,6 +240,7 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const
 struct Outcome {
   std::string status;  // pruned_memory, estimated_only, simulated, failed
   std::int64_t peak_memory_bytes = 0;
+  bool peak_is_lower_bound = false;  // over memory from building the model alone (no step run)
   double lower_bound_seconds = 0;
   json report;  // the simulation's summary when simulated
   std::string error;
@@ -429,6 +431,7 @@ json candidate_json(const ss::Candidate& c, const Outcome& o) {
          {"order", p.order},
          {"outcome", o.status},
          {"peak_memory_bytes", o.peak_memory_bytes},
+         {"peak_memory_is_lower_bound", o.peak_is_lower_bound},
          {"lower_bound_seconds", o.lower_bound_seconds}};
   if (o.simulated_as >= 0) j["simulated_as"] = o.simulated_as;
   if (o.status == "simulated") {
@@ -461,12 +464,14 @@ std::string csv_of(const json& cands) {
                                       "overlap_param_gather",
                                       "order",
                                       "peak_memory_bytes",
+                                      "peak_memory_is_lower_bound",
                                       "lower_bound_seconds",
                                       "iteration_seconds",
                                       "tokens_per_second",
                                       "model_tflops_per_gpu",
                                       "mfu",
-                                      "bubble_fraction"};
+                                      "bubble_fraction",
+                                      "simulated_as"};
   std::ostringstream out;
   for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
   for (const char* k : {"tp", "pp", "dp"}) out << ",exposed_" << k << "_seconds";
@@ -536,8 +541,11 @@ void run_search(SearchCliOptions& o) {
   for (std::size_t k = static_cast<std::size_t>(ranks.rank); k < keyed.size();
        k += static_cast<std::size_t>(ranks.size))
     my_keys.push_back(keyed[k]);
+  const auto gpu_bytes = static_cast<double>(topology.gpu.memory.value);
+  const double budget = gpu_bytes * (1 - o.memory_headroom);
   const auto td0 = Clock::now();
-  const auto mine = parallel_dry_run(my_keys, topology, pricer, o.jobs, scratch.path(), tty);
+  const auto mine = parallel_dry_run(my_keys, topology, pricer, static_cast<std::int64_t>(budget),
+                                     o.jobs, scratch.path(), tty);
   const MpiSession mpi(ranks);
   std::vector<json> dry(keyed.size());
   {
@@ -551,14 +559,14 @@ void run_search(SearchCliOptions& o) {
   }
   const double dry_seconds = std::chrono::duration<double>(Clock::now() - td0).count();
 
-  const auto gpu_bytes = static_cast<double>(topology.gpu.memory.value);
-  const double budget = gpu_bytes * (1 - o.memory_headroom);
   std::vector<Outcome> outs(e.valid.size());
   std::vector<std::size_t> order;
-  std::int64_t pruned_memory = 0;
+  std::int64_t pruned_memory = 0, pruned_before_step = 0;
   for (std::size_t i = 0; i < e.valid.size(); ++i) {
     const json& d = dry[key_of[i]];
     outs[i].peak_memory_bytes = d["peak_memory_bytes"].get<std::int64_t>();
+    outs[i].peak_is_lower_bound = d["over_budget_before_step"].get<bool>();
+    pruned_before_step += outs[i].peak_is_lower_bound;
     outs[i].lower_bound_seconds = d["lower_bound_seconds"].get<double>();
     if (static_cast<double>(outs[i].peak_memory_bytes) > budget) {
       outs[i].status = "pruned_memory";
@@ -792,7 +800,8 @@ void run_search(SearchCliOptions& o) {
   if (pruned_memory > 0)
     std::cout << "    " << pruned_memory << "  memory: high-water mark (dry run) over "
               << (1 - o.memory_headroom) * 100 << " % of " << gib(topology.gpu.memory.value)
-              << " GiB\n";
+              << " GiB (" << pruned_before_step
+              << " of them already with the model built, before a step)\n";
   std::cout
       << "\nrank  iter (s)    tokens/s  TFLOP/s   MFU  bubble exp tp  exp pp  exp dp  mem GiB "
          " layout\n";
@@ -845,6 +854,7 @@ void run_search(SearchCliOptions& o) {
              {"valid", e.valid.size()},
              {"dry_runs", keyed.size()},
              {"pruned_memory", pruned_memory},
+             {"pruned_memory_before_step", pruned_before_step},
              {"simulated", simulated},
              {"shared_simulation", shared},
              {"failed", failed},

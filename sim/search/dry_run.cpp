@@ -3,6 +3,7 @@
 #include <xbt/log.h>
 
 #include <algorithm>
+#include <optional>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/NetZone.hpp>
@@ -159,8 +160,12 @@ int rank_of_stage(const Layout& layout, int stage) {
   throw std::logic_error("rank 0 is in no pipeline group");
 }
 
-StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
-                      const SimDevice::Pricer& pricer) {
+// One stage's step; std::nullopt (and `built_bytes` set) when building the model alone
+// allocated more than `memory_budget`.
+std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology,
+                                     const Layout& layout, int stage,
+                                     const SimDevice::Pricer& pricer, std::int64_t memory_budget,
+                                     std::int64_t& built_bytes) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
   // The issuing host as the simulator has it (sim_runner): its span bounds host-bound steps.
   SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
@@ -205,6 +210,8 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
   {
     Trainer trainer(s, ctx, device, groups, samples, nullptr);
     device.default_stream().synchronize();
+    built_bytes = device.memory().peak().value;
+    if (built_bytes > memory_budget) return std::nullopt;
     const double before = stage_clock.now();
     const double host_before = device.host_clock();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
@@ -220,7 +227,8 @@ StageDryRun run_stage(const Scenario& s, const Topology& topology, const Layout&
   return notes;
 }
 
-DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer) {
+DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer,
+                    std::int64_t memory_budget) {
   const auto& p = s.parallelism;
   const Layout layout = make_layout({s.cluster.world_size, p.tensor_model_parallel_size,
                                      p.pipeline_model_parallel_size, p.context_parallel_size,
@@ -231,7 +239,10 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
   if (pp > 1) stages.push_back(pp - 1);
   DryRun r;
   for (int stage : stages) {
-    r.stages.push_back(run_stage(s, topology, layout, stage, pricer));
+    std::int64_t built = 0;
+    auto notes = run_stage(s, topology, layout, stage, pricer, memory_budget, built);
+    if (!notes) return DryRun{.peak_memory_bytes = built, .over_budget_before_step = true};
+    r.stages.push_back(*notes);
     r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
     r.busy_lower_bound =
         std::max({r.busy_lower_bound, r.stages.back().busy_seconds, r.stages.back().host_seconds});
@@ -270,7 +281,7 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
 }
 
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
-                            const SimDevice::Pricer& pricer) {
+                            const SimDevice::Pricer& pricer, std::int64_t memory_budget) {
   std::vector<DryRun> results;
   if (scenarios.empty()) return results;
   xbt_log_control_set("xbt_cfg.thresh:warning");
@@ -284,7 +295,8 @@ std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topolo
   std::exception_ptr failure;
   simgrid::s4u::Actor::create("dry-run", host, [&] {
     try {
-      for (const auto& s : scenarios) results.push_back(run_scenario(s, topology, pricer));
+      for (const auto& s : scenarios)
+        results.push_back(run_scenario(s, topology, pricer, memory_budget));
     } catch (...) {
       failure = std::current_exception();
     }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/scenario.hpp"
@@ -40,7 +41,11 @@ struct StageDryRun {
 
 struct DryRun {
   std::int64_t peak_memory_bytes = 0;  // max over stages: the simulated high-water mark
-  double busy_lower_bound = 0;         // max over stages of the compute stream's clock
+  // The step was not run: what a stage allocated when the model was built (weights,
+  // gradient buffers, optimizer state) already exceeded the memory budget. Then
+  // peak_memory_bytes is that, a lower bound on the high-water mark, and the seconds are 0.
+  bool over_budget_before_step = false;
+  double busy_lower_bound = 0;  // max over stages of the compute stream's clock
   // The pipeline bound: a stage's work after its first receive cannot start before the
   // stages ahead of it did their first forward, and stage 0 cannot end before the last
   // backward came back through every stage. Always ≥ busy_lower_bound.
@@ -52,8 +57,11 @@ struct DryRun {
 double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
 
 // Dry-runs every scenario (valid ones; each one iteration), in order. The pricer is the
-// simulation's. Throws what the Trainer throws.
+// simulation's. A scenario whose stage allocates more than `memory_budget` bytes while its
+// model is built stops there (over_budget_before_step): two in five of a 175B search's
+// candidates, which no step could make fit. Throws what the Trainer throws.
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
-                            const SimDevice::Pricer& pricer);
+                            const SimDevice::Pricer& pricer,
+                            std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max());
 
 }  // namespace tandem::sim::search
