@@ -203,8 +203,17 @@ SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int 
 NcclChoice SimCommunicator::nccl_price(const std::string& algorithm, double bytes) {
   const auto c = collective_of(algorithm);
   if (!nccl_ || !c || size() < 2) return NcclChoice{};
-  const NcclChoice choice = nccl_choose(nccl_->spec, *c, bytes, shape_);
-  auto& use = usage_[algorithm + " " + nccl_choice_label(choice)];
+  auto it = priced_.find({algorithm, bytes});
+  if (it == priced_.end()) {
+    const NcclChoice choice = nccl_choose(nccl_->spec, *c, bytes, shape_);
+    it =
+        priced_
+            .emplace(std::make_pair(algorithm, bytes),
+                     PricedCollective{choice, &usage_[algorithm + " " + nccl_choice_label(choice)]})
+            .first;
+  }
+  const NcclChoice& choice = it->second.choice;
+  NcclUse& use = *it->second.use;
   use.count += 1;
   use.bytes += bytes;
   use.seconds += choice.seconds;
@@ -333,8 +342,9 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
   if (world_.record_ops())
     world_.stats(me_).collectives.push_back(algorithm + " " + name_ + " " +
                                             std::to_string(static_cast<std::int64_t>(bytes)));
-  const std::string key = id_ + "#" + std::to_string(sequence_++);
-  const int expected = world_.count_present(members_);
+  const std::int64_t sequence = sequence_++;
+  if (present_ < 0) present_ = world_.count_present(members_);
+  const int expected = present_;
   if (closed_form_) {
     const double seconds = nccl_ ? nccl_price(algorithm, bytes).seconds
                                  : closed_form_seconds(algorithm, bytes, size(), *closed_form_);
@@ -347,6 +357,7 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       state->finish(start, clock_, start);
       return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
     }
+    const std::string key = id_ + "#" + std::to_string(sequence);
     return issue(s, [this, key, expected, seconds](WorkState& w) {
       auto rv = world_.rendezvous(key, expected);
       meet(*rv, [&] {
@@ -358,6 +369,7 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       w.finish(rv->started, rv->finished, rv->started);
     });
   }
+  const std::string key = id_ + "#" + std::to_string(sequence);
   const Plan& p = plan(algorithm, root);
   double flow_bytes = bytes, extra_latency = p.extra_latency;
   if (nccl_ && size() > 1 && algorithm != "barrier") {

@@ -153,6 +153,14 @@ class SimCommunicator : public Communicator {
   const NcclPlatformInfo* nccl_ = nullptr;  // null: ideal rings at line rate
   NcclShape shape_;
   std::map<std::string, NcclUse> usage_;
+  // nccl_price's choice per (collective, bytes), with its usage_ entry: a step issues the
+  // same few collectives thousands of times.
+  struct PricedCollective {
+    NcclChoice choice;
+    NcclUse* use = nullptr;
+  };
+  std::map<std::pair<std::string, double>, PricedCollective> priced_;
+  int present_ = -1;  // members simulated (world_.count_present), once known
   double clock_ = 0;  // closed-form collectives of a lone actor: when the last one ends
   std::deque<Task> queue_;
   simgrid::s4u::MutexPtr mutex_;
