@@ -164,6 +164,7 @@ std::string_view sim_mode_name(SimMode m) {
 SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOptions& o) {
   if (!o.pricer) throw std::invalid_argument("simulate: no pricer given");
   if (o.iterations < 1) throw std::invalid_argument("simulate: iterations must be ≥ 1");
+  check_step_supports(s);  // before the engine starts: its actors would only crash
   const auto wall_start = std::chrono::steady_clock::now();
   const auto& par = s.parallelism;
   const int world_size = s.cluster.world_size;

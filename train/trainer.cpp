@@ -75,10 +75,18 @@ Communicator& need(Communicator* c, const char* what) {
 
 }  // namespace
 
+void check_step_supports(const Scenario& s) {
+  const int cp = s.parallelism.context_parallel_size;
+  if (cp > 1)
+    throw ConfigError("context_parallel_size", std::to_string(cp),
+                      "context parallelism is not in tandem's training step yet (the sequence "
+                      "split over the cp group and attention across it); use 1");
+}
+
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
                  TrainerGroups groups, const data::SampleDataset& train,
                  const data::SampleDataset* valid)
-    : scenario_(scenario),
+    : scenario_((check_step_supports(scenario), scenario)),
       ctx_(ctx),
       device_(device),
       stream_(device.default_stream()),

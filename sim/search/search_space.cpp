@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "train/trainer.hpp"
 
 namespace tandem::sim::search {
 namespace {
@@ -238,6 +239,7 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
     ++e.enumerated;
     try {
       validate(s);
+      check_step_supports(s);
     } catch (const ConfigError& err) {
       ++e.pruned["invalid: " + rule_class(err.violations().front())];
       return;

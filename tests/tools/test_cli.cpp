@@ -271,6 +271,17 @@ TEST(CliMegatron, TrainRunsFromFlagsAlone) {
 // 6·L·h·(ffn·3 + q + 2·kv + q) + 6·h·V, plus 6·B·s²·L·q for the causal half of the scores;
 // the model FLOPs count all the scores (another 6·B·s²·L·q). llama-small: L 4, h 256,
 // 8 heads of 32 in 2 groups (q 256, kv 64), ffn 640, V 50304 (no padding), s 128, B 8.
+TEST(CliSimulate, ContextParallelismIsRefusedBeforeTheSimulationStarts) {
+  // The validator accepts cp 2 (Megatron runs it) but the step has no context parallelism
+  // yet: a clear error naming the field, not a crash inside the simulation.
+  const auto r =
+      run("simulate " + std::string(TANDEM_SOURCE_DIR) +
+          "/scenarios/llama-small.json --world-size 2 --context-parallel-size 2 --quiet");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("context_parallel_size = 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("xbt_exception"), std::string::npos) << r.output;
+}
+
 TEST(CliSimulate, FlopsFollowTheLlamaShape) {
   const auto out = std::filesystem::path(::testing::TempDir()) / "tandem_llama_flops.json";
   const auto r = run("simulate " + std::string(TANDEM_SOURCE_DIR) +
