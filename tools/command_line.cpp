@@ -38,18 +38,18 @@ int run_command_line(int argc, char** argv) {
   info->callback(
       [] { std::cout << "tandem " << TANDEM_VERSION << "\nbackends: " << backends() << "\n"; });
   try {
-    tandem::cli::add_layout_command(app);
-    tandem::cli::add_schedule_command(app);
-    tandem::cli::add_scenario_command(app);
-    tandem::cli::add_trace_command(app);
-    tandem::cli::add_preprocess_command(app);
-    tandem::cli::add_train_command(app);
-    tandem::cli::add_checkpoint_command(app);
-    tandem::cli::add_simulate_command(app);
-    tandem::cli::add_calibrate_command(app);
-    tandem::cli::add_validate_command(app);
-    tandem::cli::add_nccl_tests_command(app);
-    tandem::cli::add_search_command(app);
+    add_layout_command(app);
+    add_schedule_command(app);
+    add_scenario_command(app);
+    add_trace_command(app);
+    add_preprocess_command(app);
+    add_train_command(app);
+    add_checkpoint_command(app);
+    add_simulate_command(app);
+    add_calibrate_command(app);
+    add_validate_command(app);
+    add_nccl_tests_command(app);
+    add_search_command(app);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

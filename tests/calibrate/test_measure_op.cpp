@@ -14,6 +14,17 @@
 namespace tandem::calibrate {
 namespace {
 
+// A gemm case's output (m, n) is the product of its inputs (m, k) · (k, n), summed in double.
+void expect_product(const std::vector<Tensor>& t, int m, int n, int k, double tolerance) {
+  const float *a = t[0].data<float>(), *b = t[1].data<float>(), *out = t[2].data<float>();
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double want = 0;
+      for (int p = 0; p < k; ++p) want += static_cast<double>(a[i * k + p]) * b[p * n + j];
+      EXPECT_NEAR(out[i * n + j], want, tolerance) << i << "," << j;
+    }
+}
+
 TEST(OpCase, GemmRunsTheProductOfItsShapes) {
   CpuDevice device;
   OpCase c = make_op_case(device, {.op = "gemm", .m = 3, .n = 5, .k = 7});
@@ -23,13 +34,7 @@ TEST(OpCase, GemmRunsTheProductOfItsShapes) {
   EXPECT_EQ(t[1].shape, (Shape{7, 5}));
   EXPECT_EQ(t[2].shape, (Shape{3, 5}));
   c.run(device.default_stream());
-  const float *a = t[0].data<float>(), *b = t[1].data<float>(), *out = t[2].data<float>();
-  for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 5; ++j) {
-      double want = 0;
-      for (int p = 0; p < 7; ++p) want += static_cast<double>(a[i * 7 + p]) * b[p * 5 + j];
-      EXPECT_NEAR(out[i * 5 + j], want, 1e-5) << i << "," << j;
-    }
+  expect_product(t, 3, 5, 7, 1e-5);
 }
 
 TEST(OpCase, AttentionLaysOutBatchTimesHeads) {
@@ -188,14 +193,7 @@ TEST(MeasureOp, FlushingTheCachesKeepsWhatTheOpWrote) {
   const auto samples = measure_samples(device, cases, o);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].size(), 5u);
-  const auto& t = cases[0].tensors();
-  const float *a = t[0].data<float>(), *b = t[1].data<float>(), *out = t[2].data<float>();
-  for (int i = 0; i < 33; ++i)
-    for (int j = 0; j < 17; ++j) {
-      double want = 0;
-      for (int p = 0; p < 65; ++p) want += static_cast<double>(a[i * 65 + p]) * b[p * 17 + j];
-      EXPECT_NEAR(out[i * 17 + j], want, 1e-4) << i << "," << j;
-    }
+  expect_product(cases[0].tensors(), 33, 17, 65, 1e-4);
 }
 
 }  // namespace
