@@ -167,6 +167,20 @@ std::vector<FieldDef> model_fields() {
       make_field(m, &M::disable_bias_linear,
                  {"disable_bias_linear", "no biases in the linear layers (add_bias_linear false)"}),
       make_field(m, &M::use_flash_attn, {"use_flash_attn", "fused flash attention kernel"}),
+      make_field(m, &M::num_experts,
+                 {"num_experts", "experts per MoE layer (absent: a dense model)", positive()}),
+      make_field(m, &M::moe_router_topk,
+                 {"moe_router_topk", "experts each token is routed to", positive()}),
+      make_field(
+          m, &M::moe_ffn_hidden_size,
+          {"moe_ffn_hidden_size", "an expert's MLP width (default ffn_hidden_size)", positive()}),
+      make_field(
+          m, &M::moe_shared_expert_intermediate_size,
+          {"moe_shared_expert_intermediate_size",
+           "MLP width of the shared expert every token goes through (absent: none)", positive()}),
+      make_field(m, &M::moe_layer_freq,
+                 {"moe_layer_freq", "every this-many-th layer is an MoE layer (from layer 0)",
+                  positive()}),
   };
 }
 

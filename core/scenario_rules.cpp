@@ -51,6 +51,15 @@ int ffn_hidden_size(const Scenario& s) {
   return static_cast<int>(std::min<std::int64_t>(ffn, std::numeric_limits<int>::max()));
 }
 
+int num_moe_layers(const Scenario& s) {
+  if (!s.model.num_experts || s.model.moe_layer_freq < 1) return 0;
+  return (std::max(0, s.model.num_layers) + s.model.moe_layer_freq - 1) / s.model.moe_layer_freq;
+}
+
+int moe_ffn_hidden_size(const Scenario& s) {
+  return s.model.moe_ffn_hidden_size ? *s.model.moe_ffn_hidden_size : ffn_hidden_size(s);
+}
+
 int num_query_groups(const Scenario& s) {
   return s.model.group_query_attention ? s.model.num_query_groups : s.model.num_attention_heads;
 }
@@ -162,6 +171,38 @@ void check_attention(const Scenario& s, Violations& out) {
   if (groups % tp != 0 && tp % groups != 0)
     out.push_back({"num_query_groups", cat(groups),
                    cat("must be a multiple or a divisor of tensor_model_parallel_size = ", tp)});
+}
+
+// Mixture of experts as Megatron-Core's arguments and MoE layer accept it: a token picks
+// at most all the experts, expert parallelism splits the experts evenly and needs some,
+// and tensor parallelism splits each expert's and the shared expert's MLP.
+void check_moe(const Scenario& s, Violations& out) {
+  const auto& m = s.model;
+  const I64 ep = s.parallelism.expert_model_parallel_size,
+            tp = s.parallelism.tensor_model_parallel_size;
+  if (!m.num_experts) {
+    if (ep > 1)
+      out.push_back({"expert_model_parallel_size", cat(ep),
+                     "needs num_experts (expert parallelism splits the experts of MoE layers)"});
+    return;
+  }
+  const I64 experts = *m.num_experts;
+  if (!all_positive({experts, ep, tp, m.moe_router_topk})) return;
+  if (m.moe_router_topk > experts)
+    out.push_back(
+        {"moe_router_topk", cat(m.moe_router_topk), cat("must be ≤ num_experts = ", experts)});
+  if (experts % ep != 0)
+    out.push_back({"num_experts", cat(experts),
+                   cat("must be divisible by expert_model_parallel_size = ", ep)});
+  const I64 width = moe_ffn_hidden_size(s);
+  if (width >= 1 && width % tp != 0)
+    out.push_back({"moe_ffn_hidden_size", cat(width),
+                   cat("must be divisible by tensor_model_parallel_size = ", tp,
+                       m.moe_ffn_hidden_size ? "" : " (it defaults to ffn_hidden_size)")});
+  if (m.moe_shared_expert_intermediate_size && *m.moe_shared_expert_intermediate_size % tp != 0)
+    out.push_back({"moe_shared_expert_intermediate_size",
+                   cat(*m.moe_shared_expert_intermediate_size),
+                   cat("must be divisible by tensor_model_parallel_size = ", tp)});
 }
 
 // Megatron accepts the interleaving as layers per virtual stage or as virtual stages per
@@ -413,7 +454,7 @@ void check_order(const Scenario& s, Violations& out) {
 
 void validate(const Scenario& s) {
   Violations out;
-  for (auto check : {check_fields, check_world, check_model_split, check_attention,
+  for (auto check : {check_fields, check_world, check_model_split, check_attention, check_moe,
                      check_interleaving, check_batch, check_microbatch_groups, check_sequence,
                      check_optimizer, check_recompute, check_schedule, check_order})
     check(s, out);

@@ -44,6 +44,9 @@ struct DenseShape {
   double ffn = 0;           // MLP hidden width
   double padded_vocab = 0, seq = 0, max_positions = 0;
   bool swiglu = false, bias = true, rmsnorm = false, learned_positions = true, untied = false;
+  // Mixture of experts (moe_layers = 0: dense): experts of width moe_ffn, top_k per token,
+  // a shared expert of width shared_ffn (0: none), in moe_layers of the layers.
+  double experts = 0, top_k = 0, moe_ffn = 0, shared_ffn = 0, moe_layers = 0;
 };
 
 inline DenseShape dense_shape(const Scenario& s) {
@@ -65,43 +68,76 @@ inline DenseShape dense_shape(const Scenario& s) {
   d.rmsnorm = m.normalization == "RMSNorm";
   d.learned_positions = m.position_embedding_type == "learned_absolute";
   d.untied = m.untie_embeddings_and_output_weights;
+  if (m.num_experts) {
+    d.experts = *m.num_experts;
+    d.top_k = m.moe_router_topk;
+    d.moe_ffn = moe_ffn_hidden_size(s);
+    d.shared_ffn = m.moe_shared_expert_intermediate_size.value_or(0);
+    d.moe_layers = num_moe_layers(s);
+  }
   return d;
 }
 
 // Megatron-LM's num_floating_point_operations (training.py) for `batch` sequences: every
 // GEMM 3 times (forward, weight and data gradients) at 2 FLOPs per multiply-add; the MLP
-// has 3 GEMMs with SwiGLU, else 2; attention's QKᵀ and ·V over the causal half.
-//   3·2·B·s·[L·h·(ffn·f + q + 2·kv + q) + h·V] + 3·2·B·s²·L·q
-// with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2.
+// has 3 GEMMs with SwiGLU, else 2; attention's QKᵀ and ·V over the causal half; an MoE
+// layer's MLP counts the top_k experts a token goes to and the shared expert (the router's
+// h·E GEMM is left out, as Megatron does).
+//   3·2·B·s·[L·h·(q + 2·kv + q) + h·f·(ffn·(L − Lm) + (moe_ffn·k + shared)·Lm) + h·V]
+//     + 3·2·B·s²·L·q
+// with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2, Lm MoE layers.
 inline double num_floating_point_operations(const DenseShape& d, double batch) {
   const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
   const double f = d.swiglu ? 3.0 : 2.0;
-  const double per_token =
-      6.0 * d.layers * d.hidden * (d.ffn * f + q + 2.0 * kv + q) + 6.0 * d.hidden * d.padded_vocab;
+  const double mlp =
+      d.ffn * (d.layers - d.moe_layers) + (d.moe_ffn * d.top_k + d.shared_ffn) * d.moe_layers;
+  const double per_token = 6.0 * d.layers * d.hidden * (q + 2.0 * kv + q) +
+                           6.0 * d.hidden * f * mlp + 6.0 * d.hidden * d.padded_vocab;
   return batch * d.seq * per_token + batch * d.seq * d.seq * d.layers * 6.0 * q;
 }
 
 // Parameters, as Megatron-Core's GPT holds them. One layer: QKV h·(q + 2kv) and output
 // q·h projections, the MLP h·ffn·(2 with SwiGLU, else 1) in and ffn·h out, biases of each
-// unless disabled, and two norms (weight, plus bias for LayerNorm). Around the layers: the
-// word embedding V·h, learned positions max_positions·h, the final norm, and an output
-// layer V·h when untied.
+// unless disabled, and two norms (weight, plus bias for LayerNorm). An MoE layer has, in
+// place of the MLP, the router's h·E weight (no bias), E expert MLPs of width moe_ffn and
+// the shared expert's MLP; a token uses top_k of the experts (the active parameters).
+// Around the layers: the word embedding V·h, learned positions max_positions·h, the final
+// norm, and an output layer V·h when untied.
 struct ParameterCount {
-  double per_layer = 0;
-  double embedding = 0;  // word (and learned position) embeddings, first stage
-  double output = 0;     // final norm and (untied) output layer, last stage
+  double per_layer = 0;         // a dense layer
+  double per_moe_layer = 0;     // an MoE layer, every expert
+  double active_moe_layer = 0;  // an MoE layer, the top_k experts a token goes to
+  double embedding = 0;         // word (and learned position) embeddings, first stage
+  double output = 0;            // final norm and (untied) output layer, last stage
   double total = 0;
+  double active = 0;  // what one token's forward uses (= total for a dense model)
 };
+
+// An MLP of width `ffn` on hidden `h`: fc1 (twice as wide with SwiGLU) and fc2, with biases.
+inline double mlp_parameters(const DenseShape& d, double ffn) {
+  const double fc1 = d.swiglu ? 2.0 * ffn : ffn;
+  return d.hidden * fc1 + ffn * d.hidden + (d.bias ? fc1 + d.hidden : 0.0);
+}
+
 inline ParameterCount parameter_count(const DenseShape& d) {
   const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
-  const double fc1 = d.swiglu ? 2.0 * d.ffn : d.ffn;
+  const double attention =
+      d.hidden * (q + 2.0 * kv) + q * d.hidden + (d.bias ? (q + 2.0 * kv) + d.hidden : 0.0);
+  const double shared = d.shared_ffn > 0 ? mlp_parameters(d, d.shared_ffn) : 0.0;
+  const double router = d.hidden * d.experts;
   ParameterCount c;
-  c.per_layer = d.hidden * (q + 2.0 * kv) + q * d.hidden + d.hidden * fc1 + d.ffn * d.hidden +
-                2.0 * norm + (d.bias ? (q + 2.0 * kv) + d.hidden + fc1 + d.hidden : 0.0);
+  c.per_layer = attention + mlp_parameters(d, d.ffn) + 2.0 * norm;
+  c.per_moe_layer =
+      attention + router + d.experts * mlp_parameters(d, d.moe_ffn) + shared + 2.0 * norm;
+  c.active_moe_layer =
+      attention + router + d.top_k * mlp_parameters(d, d.moe_ffn) + shared + 2.0 * norm;
   c.embedding = d.padded_vocab * d.hidden + (d.learned_positions ? d.max_positions * d.hidden : 0);
   c.output = norm + (d.untied ? d.padded_vocab * d.hidden : 0.0);
-  c.total = d.layers * c.per_layer + c.embedding + c.output;
+  const double dense_layers = d.layers - d.moe_layers;
+  c.total = dense_layers * c.per_layer + d.moe_layers * c.per_moe_layer + c.embedding + c.output;
+  c.active =
+      dense_layers * c.per_layer + d.moe_layers * c.active_moe_layer + c.embedding + c.output;
   return c;
 }
 
@@ -110,17 +146,31 @@ inline ParameterCount parameter_count(const DenseShape& d) {
 // with tied embeddings and pp > 1 Megatron keeps a copy of the word embedding there).
 // Tensor parallelism splits the weights, the column-parallel biases and the vocabulary;
 // norms, learned positions and the row-parallel biases (attention output, fc2) are
-// replicated over tp.
-inline double parameters_per_rank(const DenseShape& d, int tp, int pp) {
+// replicated over tp. In an MoE layer expert parallelism gives each rank experts / ep of
+// the experts (each split over tp like an MLP), and the router is replicated. Which layers
+// are MoE layers follows moe_layer_freq (`moe_layer_freq` below: 0 for a dense model).
+inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 1,
+                                  int moe_layer_freq = 0) {
   const ParameterCount c = parameter_count(d);
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
   const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0);
   const double layer = (c.per_layer - replicated) / tp + replicated;
+  const double router = d.hidden * d.experts;
+  const double moe_layer =
+      (c.per_moe_layer - d.experts * mlp_parameters(d, d.moe_ffn) - router - replicated) / tp +
+      (d.experts / ep) * mlp_parameters(d, d.moe_ffn) / tp + router + replicated;
+  const int per_stage = static_cast<int>(d.layers) / pp;
+  auto stage_layers = [&](int stage) {
+    double sum = 0;
+    for (int i = stage * per_stage; i < (stage + 1) * per_stage; ++i)
+      sum += moe_layer_freq > 0 && d.moe_layers > 0 && i % moe_layer_freq == 0 ? moe_layer : layer;
+    return sum;
+  };
   const double word = d.padded_vocab * d.hidden / tp;
-  const double stage_layers = d.layers / pp * layer;
-  const double first = stage_layers + word + (d.learned_positions ? d.max_positions * d.hidden : 0);
+  const double first =
+      stage_layers(0) + word + (d.learned_positions ? d.max_positions * d.hidden : 0);
   const double output = norm + (d.untied || pp > 1 ? word : 0.0);
-  return pp == 1 ? first + output : std::max(first, stage_layers + output);
+  return pp == 1 ? first + output : std::max(first, stage_layers(pp - 1) + output);
 }
 
 }  // namespace tandem

@@ -174,9 +174,14 @@ void add_scenario_command(CLI::App& app) {
     const DenseShape shape = dense_shape(s);
     const auto params = parameter_count(shape);
     j["derived"]["parameters"] = params.total;
-    j["derived"]["parameters_per_rank"] =
-        parameters_per_rank(shape, s.parallelism.tensor_model_parallel_size,
-                            s.parallelism.pipeline_model_parallel_size);
+    if (s.model.num_experts) {
+      j["derived"]["active_parameters"] = params.active;
+      j["derived"]["num_moe_layers"] = num_moe_layers(s);
+      j["derived"]["moe_ffn_hidden_size"] = moe_ffn_hidden_size(s);
+    }
+    j["derived"]["parameters_per_rank"] = parameters_per_rank(
+        shape, s.parallelism.tensor_model_parallel_size, s.parallelism.pipeline_model_parallel_size,
+        s.parallelism.expert_model_parallel_size, s.model.num_experts ? s.model.moe_layer_freq : 0);
     j["derived"]["flops_per_iteration"] =
         num_floating_point_operations(shape, s.training.global_batch_size);
     std::cout << j.dump(2) << "\n";

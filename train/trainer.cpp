@@ -81,6 +81,10 @@ void check_step_supports(const Scenario& s) {
     throw ConfigError("context_parallel_size", std::to_string(cp),
                       "context parallelism is not in tandem's training step yet (the sequence "
                       "split over the cp group and attention across it); use 1");
+  if (s.model.num_experts)
+    throw ConfigError("num_experts", std::to_string(*s.model.num_experts),
+                      "mixture-of-experts layers are not in tandem's training step yet (tandem "
+                      "scenario counts their parameters and FLOPs); leave num_experts out");
 }
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,

@@ -26,7 +26,9 @@ namespace tandem {
 // Layouts the scenario validator accepts (Megatron runs them) that this training step
 // cannot run yet, refused before any work as a ConfigError naming the field: context
 // parallelism (context_parallel_size > 1: the sequence split over the cp group and the
-// attention across it are not written yet). Every binding's entry point calls it.
+// attention across it are not written yet) and mixture-of-experts layers (num_experts:
+// the dispatch kernels are in kernels/cpu/moe.hpp, the layer is not). Every binding's
+// entry point calls it.
 void check_step_supports(const Scenario& s);
 
 // This rank's communicators, one per group kind it uses (not owned).

@@ -37,6 +37,55 @@ Scenario llama3_8b() {
   return s;
 }
 
+// Mixtral 8x7B (Jiang et al. 2024, Table 1): Llama-like with 8 key/value heads of 128,
+// vocab 32000, untied, and in every layer 8 SwiGLU experts of width 14336, top 2.
+Scenario mixtral_8x7b() {
+  Scenario s = llama2_7b();
+  s.model.group_query_attention = true;
+  s.model.num_query_groups = 8;
+  s.model.ffn_hidden_size = 14336;
+  s.model.num_experts = 8;
+  s.model.moe_router_topk = 2;
+  return s;
+}
+
+TEST(ParameterCount, Mixtral8x7bIsThePublished46_7BWith12_9BActive) {
+  const ParameterCount c = parameter_count(dense_shape(mixtral_8x7b()));
+  // By hand: attention q and o 4096², k and v 4096·1024 each; an expert 3 · 4096 · 14336;
+  // the router 4096 · 8; two RMSNorm weights; embedding and output 32000 · 4096; final norm.
+  const double attention = 2.0 * 4096 * 4096 + 2.0 * 4096 * 1024;
+  const double expert = 3.0 * 4096 * 14336, router = 4096.0 * 8, norms = 2.0 * 4096;
+  const double around = 2.0 * 32000 * 4096 + 4096;
+  EXPECT_DOUBLE_EQ(c.total, 32 * (attention + 8 * expert + router + norms) + around);
+  EXPECT_DOUBLE_EQ(c.active, 32 * (attention + 2 * expert + router + norms) + around);
+  // Mistral AI: "46.7B total parameters but only uses 12.9B parameters per token".
+  EXPECT_NEAR(c.total / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(c.active / 1e9, 12.9, 0.05);
+}
+
+TEST(ParameterCount, MoeLayerFrequencyAndSharedExpert) {
+  // Every second layer of 4 (layers 0 and 2) is MoE: 4 experts of width 64, top 1, and a
+  // shared expert of width 32; GeLU MLPs with biases.
+  Scenario s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 16;
+  s.model.num_attention_heads = 2;
+  s.model.ffn_hidden_size = 48;
+  s.model.num_experts = 4;
+  s.model.moe_router_topk = 1;
+  s.model.moe_ffn_hidden_size = 64;
+  s.model.moe_shared_expert_intermediate_size = 32;
+  s.model.moe_layer_freq = 2;
+  EXPECT_EQ(num_moe_layers(s), 2);
+  const ParameterCount c = parameter_count(dense_shape(s));
+  auto mlp = [](double ffn) { return 16 * ffn + ffn * 16 + ffn + 16; };  // fc1, fc2, biases
+  const double attention = 16.0 * 48 + 48 + 16.0 * 16 + 16, norms = 2 * 2 * 16.0;
+  EXPECT_DOUBLE_EQ(c.per_layer, attention + mlp(48) + norms);
+  EXPECT_DOUBLE_EQ(c.per_moe_layer, attention + 16 * 4 + 4 * mlp(64) + mlp(32) + norms);
+  EXPECT_DOUBLE_EQ(c.active_moe_layer, attention + 16 * 4 + 1 * mlp(64) + mlp(32) + norms);
+  EXPECT_DOUBLE_EQ(c.total - c.active, 2 * 3 * mlp(64));
+}
+
 TEST(ParameterCount, Llama2_7bIsThePublished6_74B) {
   const double n = parameter_count(dense_shape(llama2_7b())).total;
   EXPECT_NEAR(n, 6.74e9, 0.005 * 6.74e9);
@@ -93,6 +142,25 @@ TEST(MegatronFlops, DenseGptMatchesTheLogFormula) {
   const double expected =
       megatron_log_flops({1536, 2048, 96, 12288, static_cast<double>(padded_vocab_size(s))});
   EXPECT_NEAR(num_floating_point_operations(d, 1536), expected, 1e-9 * expected);
+}
+
+TEST(MegatronFlops, MixtralCountsTheTwoRoutedExperts) {
+  // Megatron's formula (training.py, transformer_flops): 12 · B · s · L · h · (routed
+  // experts moe_ffn · k · 3/2) for the MLP, the attention term as for a dense model, and
+  // 6 · B · s · h · V for the logits. So Mixtral costs the dense Llama shape with ffn
+  // 2 · 14336 per layer.
+  const Scenario moe = mixtral_8x7b();
+  Scenario dense = moe;
+  dense.model.num_experts.reset();
+  dense.model.ffn_hidden_size = 2 * 14336;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(dense_shape(moe), 256),
+                   num_floating_point_operations(dense_shape(dense), 256));
+  const double mlp = 12.0 * 256 * 4096 * 32 * 4096 * (14336.0 * 2 * 1.5);
+  dense.model.ffn_hidden_size = 14336;
+  const double one_expert_mlp = 12.0 * 256 * 4096 * 32 * 4096 * (14336.0 * 1.5);
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(dense_shape(moe), 256) -
+                       num_floating_point_operations(dense_shape(dense), 256),
+                   mlp - one_expert_mlp);
 }
 
 TEST(MegatronFlops, Llama3_8bByHand) {

@@ -179,8 +179,9 @@ TEST(Scenario, RegistryIsConsistent) {
   for (const auto& section : {"model", "parallelism", "training", "cluster"})
     emitted += j[section].size();
   // Unset optionals are left out: ffn_hidden_size, kv_channels, max_position_embeddings,
-  // the two interleaving fields, the microbatch group size and lr_decay_iters.
-  EXPECT_EQ(emitted + 7, scenario_fields().size());
+  // num_experts, moe_ffn_hidden_size, moe_shared_expert_intermediate_size, the two
+  // interleaving fields, the microbatch group size and lr_decay_iters.
+  EXPECT_EQ(emitted + 10, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------
@@ -481,6 +482,7 @@ TEST(ScenarioValidate, WorldDivisibleByModelParallelSizes) {
 
 TEST(ScenarioValidate, ExpertParallelDividesDataParallel) {
   Scenario s = default_scenario();
+  s.model.num_experts = 6;  // divisible by both expert parallel sizes below
   s.parallelism.expert_model_parallel_size = 3;
   EXPECT_TRUE(Names(invalid(s), "expert_model_parallel_size", "3", "8 / 4 = 2"));
   s.parallelism.expert_model_parallel_size = 2;
@@ -735,6 +737,7 @@ TEST(ScenarioValidate, OrderNamesNonTrivialDimensions) {
 TEST(ScenarioValidate, OrderKeepsEpNextToDp) {
   Scenario s = default_scenario();
   s.cluster.world_size = 16;  // dp 4
+  s.model.num_experts = 4;
   s.parallelism.expert_model_parallel_size = 2;
   EXPECT_NO_THROW(validate(s));  // tp-cp-ep-dp-pp
   s.parallelism.order = "tp-ep-cp-dp-pp";
@@ -766,6 +769,34 @@ TEST(ScenarioModel, SwigluFfnDefaultIsMegatronsTwoThirdsRoundedTo64) {
   EXPECT_EQ(ffn_hidden_size(s), 10880);
   s.model.ffn_hidden_size = 11008;
   EXPECT_EQ(ffn_hidden_size(s), 11008);
+}
+
+TEST(ScenarioModel, MixtureOfExpertsRules) {
+  Scenario s = default_scenario();  // tp 2, pp 2, dp 2 on 8 ranks
+  s.parallelism.expert_model_parallel_size = 2;
+  EXPECT_TRUE(Names(invalid(s), "expert_model_parallel_size", "2", "needs num_experts"));
+  s.model.num_experts = 3;
+  EXPECT_TRUE(Names(invalid(s), "num_experts", "3", "divisible by expert_model_parallel_size = 2"));
+  s.model.num_experts = 4;
+  s.model.moe_router_topk = 5;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_topk", "5", "≤ num_experts = 4"));
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 33;
+  EXPECT_TRUE(Names(invalid(s), "moe_ffn_hidden_size", "33", "tensor_model_parallel_size = 2"));
+  s.model.moe_ffn_hidden_size = 64;
+  s.model.moe_shared_expert_intermediate_size = 31;
+  EXPECT_TRUE(Names(invalid(s), "moe_shared_expert_intermediate_size", "31",
+                    "tensor_model_parallel_size = 2"));
+  s.model.moe_shared_expert_intermediate_size = 32;
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  s.model.moe_layer_freq = 0;
+  EXPECT_TRUE(Names(invalid(s), "moe_layer_freq", "0"));
+  // The fields read from JSON under Megatron's names.
+  const Scenario j = parse_scenario(
+      json::parse(R"({"model": {"num_experts": 8, "moe_router_topk": 1, "moe_layer_freq": 2}})"));
+  EXPECT_EQ(j.model.num_experts, 8);
+  EXPECT_EQ(j.model.moe_router_topk, 1);
+  EXPECT_EQ(num_moe_layers(j), 12);  // layers 0, 2, …, 22 of 24
 }
 
 TEST(ScenarioModel, QueryGroupsOnlyWithGroupQueryAttention) {
