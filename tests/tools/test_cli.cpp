@@ -282,6 +282,19 @@ TEST(CliSimulate, ContextParallelismIsRefusedBeforeTheSimulationStarts) {
   EXPECT_EQ(r.output.find("xbt_exception"), std::string::npos) << r.output;
 }
 
+TEST(CliScenario, MixtralHasThePublishedTotalAndActiveParametersButDoesNotSimulateYet) {
+  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/scenarios/mixtral-8x7b-64gpu.json";
+  const auto r = run("scenario " + file);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  // Mistral AI: 46.7B total parameters, 12.9B used per token.
+  EXPECT_NEAR(j["derived"]["parameters"].get<double>() / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(j["derived"]["active_parameters"].get<double>() / 1e9, 12.9, 0.05);
+  const auto sim = run("simulate " + file + " --quiet");
+  EXPECT_EQ(sim.exit_code, 2) << sim.output;
+  EXPECT_NE(sim.output.find("num_experts = 8"), std::string::npos) << sim.output;
+}
+
 TEST(CliSimulate, FlopsFollowTheLlamaShape) {
   const auto out = std::filesystem::path(::testing::TempDir()) / "tandem_llama_flops.json";
   const auto r = run("simulate " + std::string(TANDEM_SOURCE_DIR) +
