@@ -365,4 +365,19 @@ ParallelContext make_parallel_context(const Layout& layout, int rank) {
   return ctx;
 }
 
+GroupMembership group_membership(const Layout& layout, GroupKind kind, int rank) {
+  const auto& groups = layout.of(kind);
+  GroupMembership m;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto it = std::find(groups[g].begin(), groups[g].end(), rank);
+    if (it == groups[g].end()) continue;
+    if (m.color >= 0)
+      throw std::logic_error("rank " + std::to_string(rank) + " is in two " +
+                             std::string(group_kind_name(kind)) + " groups");
+    m.color = static_cast<int>(g);
+    m.key = static_cast<int>(it - groups[g].begin());
+  }
+  return m;
+}
+
 }  // namespace tandem

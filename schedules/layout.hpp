@@ -46,6 +46,15 @@ Layout make_layout(const LayoutSpec& spec);
 // Throws std::out_of_range when rank is not in [0, world).
 ParallelContext make_parallel_context(const Layout& layout, int rank);
 
+// Where `rank` sits among the groups of one kind, as a communicator split (MPI_Comm_split,
+// ncclCommSplit) takes it: color = the index of the group holding it (-1: none), key = its
+// position in that group. Throws std::logic_error when two groups hold the rank.
+struct GroupMembership {
+  int color = -1;
+  int key = 0;
+};
+GroupMembership group_membership(const Layout& layout, GroupKind kind, int rank);
+
 // Megatron-Core's generate_masked_orthogonal_rank_groups: the groups spanned by the
 // masked dimensions of `sizes` (fastest first), each group ordered by those dimensions.
 std::vector<std::vector<int>> masked_orthogonal_rank_groups(int world_size,

@@ -26,25 +26,6 @@ class HostBytes final : public Storage {
   std::vector<std::byte> bytes_;
 };
 
-struct Membership {
-  int color = -1;  // index of the group holding the rank; -1: none
-  int key = 0;     // position within that group
-};
-
-Membership find_membership(const std::vector<std::vector<int>>& groups, int rank, GroupKind kind) {
-  Membership m;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto it = std::find(groups[g].begin(), groups[g].end(), rank);
-    if (it == groups[g].end()) continue;
-    if (m.color >= 0)
-      throw std::logic_error("make_nccl_group_communicators: rank " + std::to_string(rank) +
-                             " is in two " + std::string(group_kind_name(kind)) + " groups");
-    m.color = static_cast<int>(g);
-    m.key = static_cast<int>(it - groups[g].begin());
-  }
-  return m;
-}
-
 }  // namespace
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Communicator& bootstrap,
@@ -77,7 +58,7 @@ NcclGroupCommunicators make_nccl_group_communicators(NcclCommunicator& world,
   NcclGroupCommunicators result;
   // std::map iterates kinds in one order on every rank, so the splits pair up.
   for (const auto& [kind, groups] : layout.groups) {
-    const Membership m = find_membership(groups, world.rank(), kind);
+    const GroupMembership m = group_membership(layout, kind, world.rank());
     auto comm = world.split_nccl(m.color, m.key, std::string(group_kind_name(kind)));
     if (comm) result.emplace(kind, std::move(comm));
   }

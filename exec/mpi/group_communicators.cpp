@@ -7,29 +7,6 @@
 
 namespace tandem {
 
-namespace {
-
-struct Membership {
-  int color = -1;  // index of the group holding the rank; -1: none
-  int key = 0;     // position within that group
-};
-
-Membership find_membership(const std::vector<std::vector<int>>& groups, int rank, GroupKind kind) {
-  Membership m;
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto it = std::find(groups[g].begin(), groups[g].end(), rank);
-    if (it == groups[g].end()) continue;
-    if (m.color >= 0)
-      throw std::logic_error("make_group_communicators: rank " + std::to_string(rank) +
-                             " is in two " + std::string(group_kind_name(kind)) + " groups");
-    m.color = static_cast<int>(g);
-    m.key = static_cast<int>(it - groups[g].begin());
-  }
-  return m;
-}
-
-}  // namespace
-
 GroupCommunicators make_group_communicators(MpiCommunicator& world, const Layout& layout) {
   if (world.size() != layout.sizes.world())
     throw std::invalid_argument(
@@ -40,7 +17,7 @@ GroupCommunicators make_group_communicators(MpiCommunicator& world, const Layout
   GroupCommunicators result;
   // std::map iterates kinds in one order on every rank, so the splits pair up.
   for (const auto& [kind, groups] : layout.groups) {
-    const Membership m = find_membership(groups, world.rank(), kind);
+    const GroupMembership m = group_membership(layout, kind, world.rank());
     auto comm = world.split_mpi(m.color, m.key, std::string(group_kind_name(kind)));
     if (comm) result.emplace(kind, std::move(comm));
   }

@@ -440,3 +440,28 @@ TEST(LayoutValidation, RankOutsideTheWorld) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(GroupMembership, ColorIsTheGroupAndKeyThePositionInIt) {
+  // World 8, tp 2, pp 2 (dp 2), order tp-cp-ep-dp-pp: tp groups {0,1} {2,3} {4,5} {6,7};
+  // pp groups {0,4} {1,5} {2,6} {3,7}.
+  const Layout l = make_layout({.world_size = 8, .tp = 2, .pp = 2});
+  const GroupMembership tp = group_membership(l, GroupKind::tp, 5);
+  EXPECT_EQ(tp.color, 2);
+  EXPECT_EQ(tp.key, 1);
+  const GroupMembership pp = group_membership(l, GroupKind::pp, 5);
+  EXPECT_EQ(pp.color, 1);
+  EXPECT_EQ(pp.key, 1);
+  // A rank no group of the kind holds (an embedding group leaves middle stages out).
+  Layout odd = l;
+  odd.groups[GroupKind::embedding] = {{0, 4}};
+  EXPECT_EQ(group_membership(odd, GroupKind::embedding, 2).color, -1);
+  // A rank in two groups of one kind is a broken layout.
+  odd.groups[GroupKind::tp] = {{0, 1}, {1, 2}};
+  EXPECT_THROW(group_membership(odd, GroupKind::tp, 1), std::logic_error);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -3,10 +3,8 @@
 // flows sharing a NIC or an oversubscribed core split its bandwidth, and 3072 ranks build
 // with the routes and link counts of the topology (how long that takes is a benchmark:
 // tests/bench/bench_platform). SimGrid's engine is a process-wide singleton, so every test
-// that needs one runs it in a forked child and reads the child's answers from a pipe.
+// that needs one runs it in a forked child (tests/tools/in_child.hpp).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,53 +18,27 @@
 #include "core/error.hpp"
 #include "sim/platform.hpp"
 #include "sim/simgrid_config.hpp"
+#include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::sim {
 namespace {
 
-// Runs `body` in a child process with a fresh SimGrid engine; returns what it returned.
-// A child that throws or dies fails the test with its message.
+// Runs `body` in a child process (tests/tools/in_child.hpp) with a fresh SimGrid engine;
+// returns what it returned. A child that throws or dies fails the test with its message.
 std::string in_child(const std::function<std::string(simgrid::s4u::Engine&)>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    close(fds[0]);
-    std::string answer;
-    int code = 0;
-    try {
-      int argc = 2;
-      char name[] = "test_platform";
-      char quiet[] = "--log=root.thres:critical";
-      char* argv[] = {name, quiet, nullptr};
-      simgrid::s4u::Engine engine(&argc, argv);
-      configure_network_model(engine);
-      answer = body(engine);
-    } catch (const std::exception& e) {
-      answer = std::string("child threw: ") + e.what();
-      code = 1;
-    }
-    std::size_t written = 0;
-    while (written < answer.size()) {
-      const auto n = write(fds[1], answer.data() + written, answer.size() - written);
-      if (n <= 0) break;
-      written += static_cast<std::size_t>(n);
-    }
-    close(fds[1]);
-    _exit(code);
-  }
-  close(fds[1]);
-  std::string answer;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;)
-    answer.append(buffer, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << answer;
-  return answer;
+  const nlohmann::json out = testing::in_child([&] {
+    int argc = 2;
+    char name[] = "test_platform";
+    char quiet[] = "--log=root.thres:critical";
+    char* argv[] = {name, quiet, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    return nlohmann::json{{"answer", body(engine)}};
+  });
+  EXPECT_FALSE(out.contains("error")) << out.dump();
+  return out.contains("answer") ? out["answer"].get<std::string>()
+                                : "child failed: " + out.value("error", std::string());
 }
 
 struct Flow {
