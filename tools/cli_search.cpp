@@ -646,7 +646,9 @@ void run_search(SearchCliOptions& o) {
   };
   // Whether candidate i needs a simulation of its own; if not, it has (or will get) its twin's.
   auto needs_simulation = [&](std::size_t i) {
-    const std::string key = dry_run_key(e.valid[i].scenario) + "\n" +
+    // The dry-run key already says "equal up to rank order"; the placement key says which
+    // rank orders place alike.
+    const std::string key = std::to_string(key_of[i]) + " " +
                             ss::placement_key(e.valid[i].scenario, topology.node.gpus_per_node);
     const auto [it, first] = simulated_for.emplace(key, i);
     if (first) return true;
