@@ -8,7 +8,7 @@ packages=(
   libsimgrid-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  libopenblas-openmp-dev libicu-dev zlib1g-dev
+  libopenblas-openmp-dev libicu-dev zlib1g-dev libgoogle-perftools-dev
   jupyter-nbconvert python3-matplotlib python3-ipykernel python3-nbformat
   pybind11-dev python3-dev
 )

@@ -164,13 +164,15 @@ class Progress {
   Clock::time_point start_;
 };
 
-// The dry-run key: a candidate's scenario without its name and rank order (neither
-// changes what one stage allocates or computes).
-std::string dry_run_key(const Scenario& s) {
+// The dry-run key: a candidate's scenario without its name, and its rank order only as far
+// as the simulation can see it (ss::placement_key). The rank order changes nothing a stage
+// allocates or computes, but it places the groups inside or across nodes, which the bound
+// prices: two candidates with one key have one dry run and simulate alike.
+std::string dry_run_key(const Scenario& s, int gpus_per_node) {
   Scenario k = s;
   k.name = "";
   k.parallelism.order = "";
-  return to_json(k).dump();
+  return to_json(k).dump() + " " + ss::placement_key(s, gpus_per_node);
 }
 
 json dry_run_to_json(const ss::DryRun& d) {
@@ -530,7 +532,7 @@ void run_search(SearchCliOptions& o) {
   std::vector<Scenario> keyed;
   std::vector<std::size_t> key_of(e.valid.size());
   for (std::size_t i = 0; i < e.valid.size(); ++i) {
-    const std::string k = dry_run_key(e.valid[i].scenario);
+    const std::string k = dry_run_key(e.valid[i].scenario, topology.node.gpus_per_node);
     auto [it, inserted] = key_index.emplace(k, keyed.size());
     if (inserted) keyed.push_back(e.valid[i].scenario);
     key_of[i] = it->second;
@@ -628,7 +630,7 @@ void run_search(SearchCliOptions& o) {
   };
   // Candidates equal up to a rank order that only renumbers the nodes (ss::placement_key)
   // simulate alike: the first one picked is simulated, the others take its result.
-  std::map<std::string, std::size_t> simulated_for;             // key → the candidate simulated
+  std::map<std::size_t, std::size_t> simulated_for;  // dry-run key → the candidate simulated
   std::map<std::size_t, std::vector<std::size_t>> waiting_for;  // in flight → its twins
   auto share = [&](std::size_t from, std::size_t to) {
     outs[to].status = outs[from].status;
@@ -646,11 +648,7 @@ void run_search(SearchCliOptions& o) {
   };
   // Whether candidate i needs a simulation of its own; if not, it has (or will get) its twin's.
   auto needs_simulation = [&](std::size_t i) {
-    // The dry-run key already says "equal up to rank order"; the placement key says which
-    // rank orders place alike.
-    const std::string key = std::to_string(key_of[i]) + " " +
-                            ss::placement_key(e.valid[i].scenario, topology.node.gpus_per_node);
-    const auto [it, first] = simulated_for.emplace(key, i);
+    const auto [it, first] = simulated_for.emplace(key_of[i], i);
     if (first) return true;
     const std::size_t twin = it->second;
     if (outs[twin].status == "simulated" || outs[twin].status == "failed")

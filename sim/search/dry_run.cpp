@@ -3,7 +3,9 @@
 #include <xbt/log.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <set>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/NetZone.hpp>
@@ -12,6 +14,7 @@
 #include "schedules/layout.hpp"
 #include "sim/collective_cost.hpp"
 #include "sim/host_issue.hpp"
+#include "sim/nccl_model.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim::search {
@@ -40,26 +43,38 @@ struct StageClock {
   double now() const { return device->compute_busy() + stalled; }
 };
 
-// Done at once. A closed-form collective of `seconds` issued on the compute stream starts
-// after the stream's work so far and the stream waits for its end, so waiting for it stalls
-// the stream by what compute issued in between did not cover (as in SimCommunicator).
+// Done at once as far as the host is concerned. An operation of a communicator ends at
+// `end` on the stream clock: like the simulator's NCCL stream per communicator, it starts
+// no earlier than the compute stream's work issued before it and than the end of the
+// communicator's previous operation, and takes its priced seconds. Waiting for it stalls
+// the compute stream until then.
 class DoneWork : public Work {
  public:
-  explicit DoneWork(StageClock* at = nullptr, double seconds = 0)
-      : clock_(at), seconds_(seconds), issued_busy_(at ? at->device->compute_busy() : 0) {}
+  DoneWork() = default;
+  DoneWork(StageClock* at, double end) : clock_(at), end_(end) {}
   void wait() override {
     if (clock_ == nullptr || waited_) return;
     waited_ = true;
-    const double covered = clock_->device->compute_busy() - issued_busy_;
-    clock_->stalled += std::max(0.0, seconds_ - covered);
+    clock_->stalled += std::max(0.0, end_ - clock_->now());
   }
   bool test() override { return true; }
 
  private:
-  StageClock* clock_;
-  double seconds_;
-  double issued_busy_;
+  StageClock* clock_ = nullptr;
+  double end_ = 0;
   bool waited_ = false;
+};
+
+// What bounds the seconds of a group's operations from below, as the simulator prices them.
+struct GroupPricing {
+  // Inside a switched node: the closed form the simulator uses (NCCL's tuner when `nccl`).
+  std::optional<LinkSpec> closed_form;
+  double flow_bandwidth = 0;  // bytes/s: the fastest a flow of this group can go (0: unknown)
+  std::vector<double> peer_bandwidth;  // bytes/s: the fastest a flow to each member can go
+  // NCCL's tuner, when the topology has it: the simulator prices a closed-form group's
+  // collectives at its seconds and scales a group's flows to take at least them.
+  const NcclSpec* nccl = nullptr;
+  NcclShape shape;
 };
 
 // A communicator whose operations are done the moment they are issued: phantom tensors
@@ -68,15 +83,13 @@ class DoneWork : public Work {
 class InstantCommunicator : public Communicator {
  public:
   InstantCommunicator(int my_rank, int group_size, std::string label, StageClock* stage_clock,
-                      Stream* compute, std::optional<LinkSpec> closed_form, double flow_bandwidth,
-                      StageDryRun* notes = nullptr)
+                      Stream* compute, GroupPricing pricing, StageDryRun* notes = nullptr)
       : rank_(my_rank),
         size_(group_size),
         name_(std::move(label)),
         clock_(stage_clock),
         compute_(compute),
-        closed_form_(closed_form),
-        flow_bandwidth_(flow_bandwidth),
+        pricing_(std::move(pricing)),
         notes_(notes) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -104,7 +117,7 @@ class InstantCommunicator : public Communicator {
                                      Tensor&, std::span<const std::int64_t>) override {
     return priced(s, Collective::all_to_all, input.bytes());
   }
-  std::unique_ptr<Work> batch_p2p(Stream&, std::span<const P2POp> ops) override {
+  std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     if (notes_ != nullptr) {
       const double busy = clock_->now();
       for (const auto& op : ops) {
@@ -119,31 +132,58 @@ class InstantCommunicator : public Communicator {
         }
       }
     }
-    return std::make_unique<DoneWork>();
+    if (&s != compute_) return std::make_unique<DoneWork>();
+    // The batch's transfers run at once, each one flow from its start: none ends before its
+    // bytes crossed the slowest link between the pair.
+    double seconds = 0;
+    for (const auto& op : ops) {
+      const double bandwidth = pricing_.peer_bandwidth.at(static_cast<std::size_t>(op.peer));
+      if (bandwidth > 0)
+        seconds = std::max(seconds, static_cast<double>(op.tensor.bytes().value) / bandwidth);
+    }
+    return queued(seconds);
   }
   void barrier() override {}
 
  private:
   std::unique_ptr<Work> priced(Stream& s, Collective c, Bytes bytes) {
     if (&s != compute_ || size_ < 2) return std::make_unique<DoneWork>();
-    if (closed_form_)
-      return std::make_unique<DoneWork>(clock_,
-                                        collective_time(c, bytes, size_, *closed_form_).value);
+    return queued(seconds(c, bytes));
+  }
+  // A lower bound on the operation's seconds alone on the platform.
+  double seconds(Collective c, Bytes bytes) {
+    const bool ring = c == Collective::all_reduce || c == Collective::all_gather ||
+                      c == Collective::reduce_scatter;
+    if (pricing_.nccl != nullptr && ring) {
+      const auto key = std::make_pair(c, bytes.value);
+      auto it = nccl_seconds_.find(key);
+      if (it == nccl_seconds_.end())
+        it = nccl_seconds_
+                 .emplace(key, nccl_choose(*pricing_.nccl, c, static_cast<double>(bytes.value),
+                                           pricing_.shape)
+                                   .seconds)
+                 .first;
+      return it->second;
+    }
+    if (pricing_.closed_form) return collective_time(c, bytes, size_, *pricing_.closed_form).value;
     // Over SimGrid flows: the ring's every hop is one flow carrying the bus factor × bytes,
     // no faster than the slowest link on its path; latency and contention only add.
-    if (flow_bandwidth_ <= 0 || c == Collective::broadcast || c == Collective::all_to_all)
-      return std::make_unique<DoneWork>();
-    return std::make_unique<DoneWork>(
-        clock_,
-        bus_bandwidth_factor(c, size_) * static_cast<double>(bytes.value) / flow_bandwidth_);
+    if (pricing_.flow_bandwidth <= 0 || !ring) return 0;
+    return bus_bandwidth_factor(c, size_) * static_cast<double>(bytes.value) /
+           pricing_.flow_bandwidth;
+  }
+  std::unique_ptr<Work> queued(double seconds) {
+    queue_end_ = std::max(clock_->now(), queue_end_) + seconds;
+    return std::make_unique<DoneWork>(clock_, queue_end_);
   }
   int rank_, size_;
   std::string name_;
   StageClock* clock_;
   Stream* compute_;
-  std::optional<LinkSpec> closed_form_;
-  double flow_bandwidth_;  // bytes/s: the fastest a flow of this group can go (0: unknown)
+  GroupPricing pricing_;
+  std::map<std::pair<Collective, std::int64_t>, double> nccl_seconds_;
   StageDryRun* notes_;
+  double queue_end_ = 0;  // stream clock at which the communicator's last operation ends
 };
 
 DType compute_dtype(const Scenario& s) {
@@ -182,6 +222,34 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
       if (m / per_node != members.front() / per_node) return false;
     return true;
   };
+  auto pricing_of = [&](const std::vector<int>& members) {
+    GroupPricing g;
+    if (switched && one_node(members)) g.closed_form = topology.node.gpu_link;
+    // A flow inside a node crosses the GPU's link; across nodes a NIC too (0: unknown).
+    const double in_node = topology.node.gpu_link.bandwidth.value;
+    const double nic = topology.fabric.nic.bandwidth.value;
+    const double across = nic > 0 ? std::min(in_node, nic) : 0;
+    g.flow_bandwidth = one_node(members) ? in_node : across;
+    for (int m : members)
+      g.peer_bandwidth.push_back(m / per_node == ctx.rank / per_node ? in_node : across);
+    if (topology.nccl.enabled) {
+      // NCCL's view of the group as sim/sim_communicator.cpp has it: its nodes, and the
+      // fewest NICs any node's members send through.
+      std::map<int, std::set<int>> nics_of_node;
+      for (int m : members)
+        nics_of_node[m / per_node].insert(
+            topology.fabric.nics_per_node > 0 ? nic_of_gpu(topology, m % per_node) : 0);
+      g.nccl = &topology.nccl;
+      g.shape.ranks = static_cast<int>(members.size());
+      g.shape.nodes = static_cast<int>(nics_of_node.size());
+      g.shape.nics = 0;
+      for (const auto& [node, nics] : nics_of_node)
+        g.shape.nics = g.shape.nics == 0 ? static_cast<int>(nics.size())
+                                         : std::min(g.shape.nics, static_cast<int>(nics.size()));
+      g.shape.nics = std::max(1, g.shape.nics);
+    }
+    return g;
+  };
   std::map<GroupKind, std::unique_ptr<InstantCommunicator>> comms;
   std::map<GroupKind, std::unique_ptr<HostIssueCommunicator>> issued;
   auto get = [&](GroupKind kind) -> Communicator* {
@@ -190,16 +258,9 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     const int me =
         static_cast<int>(std::find(members.begin(), members.end(), ctx.rank) - members.begin());
     const bool pp = kind == GroupKind::pp;
-    std::optional<LinkSpec> closed_form;
-    if (switched && one_node(members)) closed_form = topology.node.gpu_link;
-    double flow_bandwidth = topology.node.gpu_link.bandwidth.value;
-    if (!one_node(members))
-      flow_bandwidth = topology.fabric.nic.bandwidth.value > 0
-                           ? std::min(flow_bandwidth, topology.fabric.nic.bandwidth.value)
-                           : 0;
     comms[kind] = std::make_unique<InstantCommunicator>(
         me, static_cast<int>(members.size()), std::string(group_kind_name(kind)), &stage_clock,
-        &device.default_stream(), closed_form, flow_bandwidth, pp ? &notes : nullptr);
+        &device.default_stream(), pricing_of(members), pp ? &notes : nullptr);
     issued[kind] = std::make_unique<HostIssueCommunicator>(*comms[kind], device);
     return issued[kind].get();
   };

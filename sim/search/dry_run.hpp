@@ -22,9 +22,12 @@
 namespace tandem::sim::search {
 
 // One pipeline stage's step, as run with instant communication. Seconds are the compute
-// stream's clock: its ops as the cost model prices them, plus the stalls for collectives it
-// waits for whose group sits in one switched node (priced in closed form, as the simulator
-// does); other communication counts zero.
+// stream's clock: its ops as the cost model prices them, plus the stalls for the
+// communication it waits for. Each communicator runs its operations in issue order, each
+// starting no earlier than the compute work issued before it, and takes no less than the
+// simulator can: NCCL's tuner for the group's shape (when the topology has it), the closed
+// form inside a switched node, the slowest link's bandwidth otherwise; a pipeline send or
+// receive its bytes over the slowest link between the pair. Peers are never waited for.
 struct StageDryRun {
   int stage = 0;
   std::int64_t peak_memory_bytes = 0;

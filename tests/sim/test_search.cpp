@@ -154,6 +154,45 @@ TEST(DryRun, MemoryEqualsTheSimulatedHighWaterMarkAndTheBoundHolds) {
   EXPECT_GT(pipelined, 10);
 }
 
+// The bound prices each group where the rank order puts it (pipeline sends inside a node
+// or over a NIC, NCCL's shape of the dp group), so it differs between orders that place
+// alike in memory but not on the nodes, and holds for each (tandem search keys its dry
+// runs by placement for this reason).
+TEST(DryRun, TheBoundFollowsTheRankOrderAndHoldsForEach) {
+  std::vector<Scenario> picked;
+  for (const char* order : {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}) {
+    Scenario s = small_model();
+    s.cluster.topology = "dgx-h100";
+    s.parallelism.tensor_model_parallel_size = 2;
+    s.parallelism.pipeline_model_parallel_size = 2;
+    s.parallelism.use_distributed_optimizer = true;
+    s.parallelism.overlap_grad_reduce = true;
+    s.parallelism.order = order;
+    picked.push_back(s);
+  }
+  const nlohmann::json dry = in_child([&] {
+    const Topology t = load_topology("dgx-h100");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
+    return out;
+  });
+  ASSERT_FALSE(dry.is_object()) << dry.dump();
+  ASSERT_EQ(dry.size(), 2u);
+  EXPECT_NE(dry[0].get<double>(), dry[1].get<double>());
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const auto sim = in_child([&] {
+      const Topology t = load_topology("dgx-h100");
+      SimulateOptions o;
+      o.mode = SimMode::symmetric;
+      o.pricer = pricer_for(t);
+      return nlohmann::json{{"seconds", simulate(picked[i], t, o).iteration_seconds}};
+    });
+    ASSERT_FALSE(sim.contains("error")) << sim.dump();
+    EXPECT_LE(dry[i].get<double>(), sim["seconds"].get<double>() * (1 + 1e-9))
+        << picked[i].parallelism.order;
+  }
+}
+
 TEST(DryRun, StopsAfterBuildingTheModelWhenThatAloneExceedsTheBudget) {
   const Scenario s = small_model();
   const nlohmann::json out = in_child([&] {
