@@ -13,6 +13,12 @@ Tensor allocate_like(ModelEnv& env, const Shape& shape) {
   return env.device.allocate(shape, env.compute);
 }
 
+std::int64_t sequence_position(const ModelEnv& env, std::int64_t t, std::int64_t local) {
+  if (env.cp == nullptr) return t;
+  const std::int64_t c = local / 2, cp = env.cp->size(), r = env.cp->rank();
+  return t < c ? r * c + t : (2 * cp - 1 - r) * c + (t - c);
+}
+
 Tensor allocate_fp32(Device& d, const Shape& shape) {
   return d.allocate(shape, DType::fp32);
 }

@@ -34,7 +34,15 @@ struct ModelEnv {
   // The dtype activations and the parameters' compute copies have: fp32, or bf16 / fp16
   // under mixed precision (gradients and optimizer state stay fp32).
   DType compute = DType::fp32;
+  // Context parallelism (cp > 1; else null): each rank holds 2 of the sequence's 2·cp
+  // chunks, r and 2·cp − 1 − r, and attention gathers keys and values over this group.
+  Communicator* cp = nullptr;
 };
+
+// Where row t of this rank's part of a sequence of `local` rows sits in the whole
+// sequence: its two chunks at r·c and (2·cp − 1 − r)·c, c = local / 2 (Megatron's causal
+// load balancing); t itself without context parallelism.
+std::int64_t sequence_position(const ModelEnv& env, std::int64_t t, std::int64_t local);
 
 // An activation in the compute dtype.
 Tensor allocate_like(ModelEnv& env, const Shape& shape);

@@ -239,8 +239,9 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             rr.observe(op, start, seconds, starved);
           });
     std::map<GroupKind, Communicator*> used;
-    for (GroupKind kind :
-         {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding}) {
+    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp,
+                           GroupKind::embedding, GroupKind::cp, GroupKind::dp_cp}) {
+      if ((kind == GroupKind::cp || kind == GroupKind::dp_cp) && layout.sizes.cp == 1) continue;
       const auto& members = rr.ctx.group(kind);
       if (members.empty()) continue;
       rr.comms[kind] = std::make_unique<SimCommunicator>(
@@ -260,8 +261,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
       auto it = used.find(k);
       return it == used.end() ? nullptr : it->second;
     };
-    const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
-                               get(GroupKind::tp_pp), get(GroupKind::embedding)};
+    const TrainerGroups groups = trainer_groups(get, layout.sizes.cp);
     rr.trace.set_slice_observer([&](const std::string& category) {
       if (category != "forward" && category != "backward") return;
       // The framework's fixed work per microbatch (schedule step, batch, loss, wrappers).

@@ -59,9 +59,6 @@ void check_trainable(const Scenario& s, int launched, const std::string& device)
                  "this run has " + std::to_string(launched) + " process(es): pass --world-size " +
                      std::to_string(launched) + " or launch with mpirun -np " +
                      std::to_string(s.cluster.world_size)});
-  if (p.context_parallel_size != 1)
-    v.push_back({"context_parallel_size", std::to_string(p.context_parallel_size),
-                 "context parallelism is simulated only; real training needs 1"});
   if (p.expert_model_parallel_size != 1)
     v.push_back({"expert_model_parallel_size", std::to_string(p.expert_model_parallel_size),
                  "the GPT trained here has no experts; needs 1"});
@@ -92,13 +89,12 @@ data::SplitDatasets build_data(const TrainOptions& o, const Scenario& s) {
       dc, {t.train_iters * t.global_batch_size, t.eval_iters * t.global_batch_size, std::nullopt});
 }
 
-TrainerGroups groups_of(const std::map<GroupKind, Communicator*>& g) {
+TrainerGroups groups_of(const std::map<GroupKind, Communicator*>& g, int cp) {
   auto get = [&](GroupKind k) -> Communicator* {
     auto it = g.find(k);
     return it == g.end() ? nullptr : it->second;
   };
-  return {get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp), get(GroupKind::tp_pp),
-          get(GroupKind::embedding)};
+  return trainer_groups(get, cp);
 }
 
 void print_progress(std::int64_t it, std::int64_t total) {
@@ -185,7 +181,8 @@ void run_training(TrainOptions& o) {
     log.emplace(o.log_dir, rank, rank == launched - 1);  // Megatron's print_rank_last
     const Layout layout =
         make_layout({launched, s.parallelism.tensor_model_parallel_size,
-                     s.parallelism.pipeline_model_parallel_size, 1, 1, s.parallelism.order});
+                     s.parallelism.pipeline_model_parallel_size,
+                     s.parallelism.context_parallel_size, 1, s.parallelism.order});
     auto backend = make_train_backend(o.device, mpi, layout);
     const ParallelContext ctx = make_parallel_context(layout, rank);
     // With --trace every communicator is wrapped so its collectives land in the trace.
@@ -203,7 +200,8 @@ void run_training(TrainOptions& o) {
     std::optional<OpTracingDevice> op_tracing;
     if (o.trace_ops) op_tracing.emplace(backend->device(), run_trace);
     Device& device = op_tracing ? *op_tracing : backend->device();
-    Trainer trainer(s, ctx, device, groups_of(used), *data[0], data[1].get());
+    Trainer trainer(s, ctx, device, groups_of(used, s.parallelism.context_parallel_size), *data[0],
+                    data[1].get());
     if (!o.trace.empty()) trainer.set_trace(&run_trace);
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
     const bool tty = log->reporter() && isatty(STDERR_FILENO);

@@ -36,13 +36,16 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
   if (static_cast<std::int64_t>(indices.size()) != B)
     throw std::logic_error("microbatch holds " + std::to_string(indices.size()) +
                            " samples, expected " + std::to_string(B));
-  // Row t·B + b (sequence-first): tokens are the first T of each sample, labels the last T.
+  // Row t·B + b (sequence-first): tokens are the first T of each sample, labels the last T
+  // (with context parallelism, this rank's T of them: sequence_position).
   auto gather = [&](std::span<std::int32_t> out, std::int64_t shift) {
-    std::vector<std::int32_t> sample(static_cast<std::size_t>(T + 1));
+    const std::int64_t whole = env_.cp != nullptr ? T * env_.cp->size() : T;
+    std::vector<std::int32_t> sample(static_cast<std::size_t>(whole + 1));
     for (std::int64_t b = 0; b < B; ++b) {
       batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
       for (std::int64_t t = 0; t < T; ++t)
-        out[static_cast<std::size_t>(t * B + b)] = sample[static_cast<std::size_t>(t + shift)];
+        out[static_cast<std::size_t>(t * B + b)] =
+            sample[static_cast<std::size_t>(sequence_position(env_, t, T) + shift)];
     }
   };
   Device& d = env_.device;
@@ -54,7 +57,8 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
     mb.positions = d.allocate(Shape{rows}, DType::int32);
     d.upload(env_.stream, mb.positions, Device::ProduceInts([&](std::span<std::int32_t> out) {
                for (std::int64_t r = 0; r < rows; ++r)
-                 out[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r / B);
+                 out[static_cast<std::size_t>(r)] =
+                     static_cast<std::int32_t>(sequence_position(env_, r / B, T));
              }));
   }
   if (plan.post_process) {

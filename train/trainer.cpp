@@ -34,7 +34,7 @@ GptDims dims_of(const Scenario& s) {
           m.hidden_size,
           m.num_attention_heads,
           ffn_hidden_size(s),
-          m.seq_length,
+          m.seq_length / p.context_parallel_size,  // this rank's share of each sequence
           s.training.micro_batch_size,
           padded_vocab_size(s),
           m.max_position_embeddings.value_or(m.seq_length),
@@ -77,14 +77,23 @@ Communicator& need(Communicator* c, const char* what) {
 
 void check_step_supports(const Scenario& s) {
   const int cp = s.parallelism.context_parallel_size;
-  if (cp > 1)
+  if (cp > 1 && !s.model.use_flash_attn)
     throw ConfigError("context_parallel_size", std::to_string(cp),
-                      "context parallelism is not in tandem's training step yet (the sequence "
-                      "split over the cp group and attention across it); use 1");
+                      "context parallelism runs its attention on the fused attention op, as "
+                      "Megatron's runs on Transformer Engine's: set use_flash_attn, or use 1");
   if (s.model.num_experts)
     throw ConfigError("num_experts", std::to_string(*s.model.num_experts),
                       "mixture-of-experts layers are not in tandem's training step yet (tandem "
                       "scenario counts their parameters and FLOPs); leave num_experts out");
+}
+
+TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& group, int cp) {
+  return {group(GroupKind::tp),
+          group(GroupKind::pp),
+          group(cp > 1 ? GroupKind::dp_cp : GroupKind::dp),
+          group(GroupKind::tp_pp),
+          group(GroupKind::embedding),
+          cp > 1 ? group(GroupKind::cp) : nullptr};
 }
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
@@ -100,7 +109,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       dims_(dims_of(scenario)),
       params_(ctx.sizes.tp, ctx.coords.tp),
       microbatches_(scenario.training.global_batch_size, scenario.training.micro_batch_size,
-                    ctx.sizes.dp * ctx.sizes.cp, rampup_of(scenario)) {
+                    ctx.sizes.dp, rampup_of(scenario)) {
   const auto& t = scenario.training;
   const int vpp = virtual_pipeline_size(scenario);
   const Recompute recompute = parse_recompute(t.recompute_granularity);
@@ -116,12 +125,14 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       device_, params_,
       AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)},
-      par.use_distributed_optimizer ? make_optimizer_shard(params_, dp, ctx.coords.dp)
-                                    : make_optimizer_shard(params_, 1, 0));
+      par.use_distributed_optimizer
+          ? make_optimizer_shard(params_, dp, need(groups_.dp, "dp").rank())
+          : make_optimizer_shard(params_, 1, 0));
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
   program_ = std::make_unique<GptStageProgram>(
-      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute},
+      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
+               ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.
@@ -147,9 +158,10 @@ void Trainer::set_trace(RunTrace* trace) {
 StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
                               std::int64_t num_microbatches) const {
   // Megatron's pretraining sampler: each microbatch takes micro · dp consecutive samples,
-  // and data-parallel rank r reads its `micro` of them.
+  // and data-parallel rank r reads its `micro` of them (the ranks of a cp group read the
+  // same samples and each keeps its part of every sequence).
   const std::int64_t micro = scenario_.training.micro_batch_size;
-  const std::int64_t dp = ctx_.sizes.dp * ctx_.sizes.cp, r = ctx_.coords.dp;
+  const std::int64_t dp = ctx_.sizes.dp, r = ctx_.coords.dp;
   StepBatch batch{&samples, {}};
   for (std::int64_t j = 0; j < num_microbatches; ++j) {
     std::vector<std::int64_t> idx;
@@ -259,7 +271,7 @@ double Trainer::evaluate() {
   if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
   parameters_ready();
   const std::int64_t global = scenario_.training.global_batch_size;
-  const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
+  const int dp = ctx_.sizes.dp;
   const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
   const ScheduleSpec spec{schedule_kind_,
                           ctx_.sizes.pp,

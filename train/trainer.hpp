@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,10 +26,9 @@ namespace tandem {
 
 // Layouts the scenario validator accepts (Megatron runs them) that this training step
 // cannot run yet, refused before any work as a ConfigError naming the field: context
-// parallelism (context_parallel_size > 1: the sequence split over the cp group and the
-// attention across it are not written yet) and mixture-of-experts layers (num_experts:
-// the dispatch kernels are in kernels/cpu/moe.hpp, the layer is not). Every binding's
-// entry point calls it.
+// parallelism without the fused attention op (context_parallel_size > 1 needs
+// use_flash_attn) and mixture-of-experts layers (num_experts: the dispatch kernels are in
+// kernels/cpu/moe.hpp, the layer is not). Every binding's entry point calls it.
 void check_step_supports(const Scenario& s);
 
 // This rank's communicators, one per group kind it uses (not owned).
@@ -38,7 +38,12 @@ struct TrainerGroups {
   Communicator* dp = nullptr;              // data parallel (dp-cp when cp > 1)
   Communicator* model_parallel = nullptr;  // tp-pp: where the grad norm is summed
   Communicator* embedding = nullptr;       // first + last stage; nullptr if not a member
+  Communicator* cp = nullptr;              // context parallel; needed when cp > 1
 };
+
+// The groups a binding hands the Trainer, looked up by kind: dp is Megatron's dp-cp group
+// when cp > 1 (gradients are reduced over both), and cp is left out at cp 1.
+TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& group, int cp);
 
 struct StepResult {
   double lm_loss = 0;  // mean per-token loss (meaningful on the last stage)

@@ -264,8 +264,7 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     issued[kind] = std::make_unique<HostIssueCommunicator>(*comms[kind], device);
     return issued[kind].get();
   };
-  const TrainerGroups groups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
-                             get(GroupKind::tp_pp), get(GroupKind::embedding)};
+  const TrainerGroups groups = trainer_groups(get, layout.sizes.cp);
   const NoSamples samples(2 * static_cast<std::int64_t>(s.training.global_batch_size),
                           s.model.seq_length);
   {

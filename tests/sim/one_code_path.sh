@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
-# the same number of Device ops and the same op sequence.
+# the same number of Device ops and the same op sequence (context parallelism included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -15,6 +15,9 @@ layouts=(
   "--world-size 4 --tensor-model-parallel-size 2 --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000"
   # Llama-style layers: grouped-query fused attention, SwiGLU, RMSNorm, RoPE, untied, no bias
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --group-query-attention true --num-query-groups 2 --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true --recompute-granularity selective"
+  # Context parallelism: each rank's two chunks, keys and values gathered over cp
+  "--world-size 4 --tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel true --group-query-attention true --num-query-groups 2 --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true"
+  "--world-size 4 --pipeline-model-parallel-size 2 --context-parallel-size 2 --use-flash-attn true --use-distributed-optimizer true --recompute-granularity selective"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

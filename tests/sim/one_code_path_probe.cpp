@@ -65,7 +65,8 @@ int run_cpu(const Scenario& s) {
   const int rank = mpi.world().rank();
   const auto& p = s.parallelism;
   const Layout layout = make_layout({mpi.world().size(), p.tensor_model_parallel_size,
-                                     p.pipeline_model_parallel_size, 1, 1, p.order});
+                                     p.pipeline_model_parallel_size, p.context_parallel_size, 1,
+                                     p.order});
   CpuDevice cpu;
   testing::RecordingDevice device(cpu);
   auto comms = make_group_communicators(mpi.world(), layout);
@@ -78,9 +79,7 @@ int run_cpu(const Scenario& s) {
   std::int64_t peak = 0;
   {
     Trainer trainer(s, make_parallel_context(layout, rank), device,
-                    TrainerGroups{get(GroupKind::tp), get(GroupKind::pp), get(GroupKind::dp),
-                                  get(GroupKind::tp_pp), get(GroupKind::embedding)},
-                    samples, nullptr);
+                    trainer_groups(get, layout.sizes.cp), samples, nullptr);
     for (int i = 0; i < kIterations; ++i) trainer.train_step();
     peak = cpu.memory().peak().value;
     for (const auto& line : device.log())

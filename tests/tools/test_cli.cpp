@@ -271,15 +271,39 @@ TEST(CliMegatron, TrainRunsFromFlagsAlone) {
 // 6·L·h·(ffn·3 + q + 2·kv + q) + 6·h·V, plus 6·B·s²·L·q for the causal half of the scores;
 // the model FLOPs count all the scores (another 6·B·s²·L·q). llama-small: L 4, h 256,
 // 8 heads of 32 in 2 groups (q 256, kv 64), ffn 640, V 50304 (no padding), s 128, B 8.
-TEST(CliSimulate, ContextParallelismIsRefusedBeforeTheSimulationStarts) {
-  // The validator accepts cp 2 (Megatron runs it) but the step has no context parallelism
-  // yet: a clear error naming the field, not a crash inside the simulation.
+TEST(CliSimulate, ContextParallelismNeedsTheFusedAttentionOp) {
+  // The validator accepts cp 2 (Megatron runs it); the step runs context parallelism on the
+  // fused attention op only: a clear error naming the field, not a crash in the simulation.
   const auto r =
       run("simulate " + std::string(TANDEM_SOURCE_DIR) +
-          "/scenarios/llama-small.json --world-size 2 --context-parallel-size 2 --quiet");
+          "/scenarios/brown-small.json --world-size 2 --context-parallel-size 2 --quiet");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("context_parallel_size = 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use_flash_attn"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("xbt_exception"), std::string::npos) << r.output;
+}
+
+// Llama-3 70B at 16384 tokens on 64 H100 (tp 8 × pp 4 from the scenario): cp 2 halves each
+// rank's share of every sequence, so its activations, and its high-water mark, fall below
+// cp 1's (where dp doubles instead), while the weights and optimizer state stay alike.
+TEST(CliSimulate, ContextParallelismSplitsTheSequenceAndItsActivations) {
+  const auto dir = std::filesystem::path(::testing::TempDir());
+  const std::string base = "simulate " + std::string(TANDEM_SOURCE_DIR) +
+                           "/scenarios/llama3-70b-1024gpu.json --world-size 64 --seq-length "
+                           "16384 --max-position-embeddings 16384 --global-batch-size 32 --quiet";
+  auto peak = [&](int cp) {
+    const auto out = dir / ("tandem_cp" + std::to_string(cp) + ".json");
+    const auto r =
+        run(base + " --context-parallel-size " + std::to_string(cp) + " --json " + out.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out);
+    const auto j = nlohmann::json::parse(in);
+    std::filesystem::remove(out);
+    return j["max_peak_memory_bytes"].get<double>();
+  };
+  const double cp1 = peak(1), cp2 = peak(2);
+  EXPECT_LT(cp2, cp1);
+  EXPECT_LT(cp2, 80.0 * (1 << 30));  // fits an H100
 }
 
 TEST(CliScenario, MixtralHasThePublishedTotalAndActiveParametersButDoesNotSimulateYet) {

@@ -8,8 +8,8 @@
 # digits), within 1e-5 relative; the final parameters, reassembled from each run's per-rank
 # checkpoints by `tandem checkpoint diff`, within 1e-4 absolute. A Llama-style model
 # (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases, fused attention) is
-# checked the same way under tensor (with and without sequence parallelism) and pipeline
-# parallelism.
+# checked the same way under tensor (with and without sequence parallelism), pipeline and
+# context parallelism (cp 2 alone and with tp 2, pp 2 or the distributed optimizer; cp 4).
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -79,6 +79,11 @@ llama_layouts=(
   "2|--tensor-model-parallel-size 2"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+  "2|--context-parallel-size 2"
+  "4|--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"
+  "4|--pipeline-model-parallel-size 2 --context-parallel-size 2"
+  "4|--context-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "4|--context-parallel-size 4 --recompute-granularity selective"
 )
 for k in "${!llama_layouts[@]}"; do
   entry="${llama_layouts[$k]}"
