@@ -64,9 +64,9 @@ int run_cpu(const Scenario& s) {
   kernels::cpu::set_num_threads(1);
   const int rank = mpi.world().rank();
   const auto& p = s.parallelism;
-  const Layout layout = make_layout({mpi.world().size(), p.tensor_model_parallel_size,
-                                     p.pipeline_model_parallel_size, p.context_parallel_size, 1,
-                                     p.order});
+  const Layout layout =
+      make_layout({mpi.world().size(), p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
+                   p.context_parallel_size, 1, p.order});
   CpuDevice cpu;
   testing::RecordingDevice device(cpu);
   auto comms = make_group_communicators(mpi.world(), layout);
