@@ -22,6 +22,7 @@ const std::vector<std::string>& device_op_names() {
                                                  "scale",
                                                  "fill",
                                                  "copy",
+                                                 "copy_columns",
                                                  "sum_squares",
                                                  "adam",
                                                  "rms_norm",

@@ -127,22 +127,27 @@ enum class AttentionMaskKind {
 
 // Fused (flash) grouped-query attention, Megatron's --use-flash-attn: no (T, T) matrix is
 // kept; forward saves the per-row log-sum-exp and backward recomputes the probabilities.
-// Both sources are in the grouped QKV layout (T, B, groups, heads_per_group + 2, head_dim);
-// queries come from q_source, keys and values from kv_source (the same tensor for
-// self-attention, another block of the sequence for ring attention), at positions
-// q_offset + i and k_offset + j.
+// Queries come from q_source in the grouped QKV layout (T, B, groups, heads_per_group + 2,
+// head_dim); keys and values from kv_source, in the same layout (the same tensor for
+// self-attention) or holding keys and values only (Tk, B, groups, 2, head_dim), as ring
+// attention passes them around a context-parallel group; at positions q_offset + i and
+// k_offset + j. With `accumulate`, output and lse already hold the result over other keys
+// for the same queries, and the call extends it (ring attention's merge of blocks).
 struct FlashAttentionArgs {
   const Tensor& q_source;   // (Tq, B, G, P + 2, head_dim)
-  const Tensor& kv_source;  // (Tk, B, G, P + 2, head_dim)
+  const Tensor& kv_source;  // (Tk, B, G, P + 2, head_dim) or (Tk, B, G, 2, head_dim)
   Tensor& output;           // (Tq, B, G·P, head_dim)
   Tensor& lse;              // (B, G·P, Tq) fp32 log-sum-exp, saved for backward
   AttentionMaskKind mask = AttentionMaskKind::causal;
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
+  bool accumulate = false;
 };
 
 // Writes the query slots of grad_q_source and the key/value slots of grad_kv_source and
-// leaves their other slots alone, so for self-attention both are one tensor.
+// leaves their other slots alone, so for self-attention both are one tensor; with
+// `accumulate` adds into them instead (ring attention, block by block). output and lse are
+// the forward's over all keys, so each block's share of the gradients is exact.
 struct FlashAttentionBackwardArgs {
   const Tensor& grad_output;  // (Tq, B, G·P, head_dim)
   const Tensor& q_source;
@@ -154,6 +159,7 @@ struct FlashAttentionBackwardArgs {
   AttentionMaskKind mask = AttentionMaskKind::causal;
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
+  bool accumulate = false;
 };
 
 // Megatron's vocab-parallel pieces: each tp rank holds vocabulary rows
@@ -177,6 +183,19 @@ struct CrossEntropyArgs {
   const Tensor& logits;   // (rows, local_vocab)
   const Tensor& targets;  // (rows) int32 global ids
   std::int64_t vocab_begin = 0;
+};
+
+// Columns [from_column, from_column + width) of every row of `from` into columns
+// [to_column, to_column + width) of `to`, or added to them with `accumulate`: the keys and
+// values of the grouped QKV out of it into a block of their own and their gradients back
+// (context parallelism passes only those around its group, as Megatron does).
+struct ColumnCopyArgs {
+  const Tensor& from;  // (rows, from columns)
+  Tensor& to;          // (rows, to columns), the same dtype
+  std::int64_t from_column = 0;
+  std::int64_t to_column = 0;
+  std::int64_t width = 0;
+  bool accumulate = false;
 };
 
 // Decoupled-weight-decay Adam (AdamW) on fp32 main parameters; the gradient is multiplied
@@ -270,6 +289,7 @@ class Device {
   virtual void scale(Stream& s, Tensor& x, float factor) = 0;                      // x *= factor
   virtual void fill(Stream& s, Tensor& x, float value) = 0;
   virtual void copy(Stream& s, const Tensor& from, Tensor& to) = 0;
+  virtual void copy_columns(Stream& s, const ColumnCopyArgs& args) = 0;
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;

@@ -71,6 +71,9 @@ struct ParallelismConfig {
   std::optional<int> microbatch_group_size_per_vp_stage;  // default pp
   std::string pipeline_schedule = "auto";  // auto | none | gpipe | 1f1b | interleaved
   std::string order = "tp-cp-ep-dp-pp";    // rank generator order, tp fastest varying
+  // How context parallelism moves keys and values: p2p (a ring, Megatron's default) |
+  // all_gather | a2a | a2a+p2p (Megatron accepts all four; the step runs the first two).
+  std::string cp_comm_type = "p2p";
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;

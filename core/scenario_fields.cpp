@@ -194,6 +194,10 @@ std::vector<FieldDef> parallelism_fields() {
                  {"pipeline_model_parallel_size", "pipeline-parallel size pp", positive()}),
       make_field(p, &P::context_parallel_size,
                  {"context_parallel_size", "context-parallel size cp", positive()}),
+      make_field(p, &P::cp_comm_type,
+                 {"cp_comm_type",
+                  "context parallelism's key/value exchange: p2p | all_gather | a2a | a2a+p2p",
+                  choices({"p2p", "all_gather", "a2a", "a2a+p2p"})}),
       make_field(
           p, &P::expert_model_parallel_size,
           {"expert_model_parallel_size", "expert-parallel size ep (divides dp)", positive()}),

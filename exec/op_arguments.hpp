@@ -12,6 +12,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/math/copy_columns.hpp"
 
 namespace tandem::op_arguments {
 
@@ -49,10 +50,10 @@ inline kernels::math::AttentionMask mask_of(AttentionMaskKind m) {
 template <typename Args>
 kernels::cpu::FlashShape flash_shape(const char* op, const Args& a) {
   check_grouped_qkv(op, a.q_source);
-  check_grouped_qkv(op, a.kv_source);
   const Shape& q = a.q_source.shape;
   const Shape& k = a.kv_source.shape;
-  if (q[1] != k[1] || q[2] != k[2] || q[3] != k[3] || q[4] != k[4])
+  // kv_source: the grouped QKV like q_source, or its keys and values only (…, 2, head_dim).
+  if (k.rank() != 5 || q[1] != k[1] || q[2] != k[2] || (q[3] != k[3] && k[3] != 2) || q[4] != k[4])
     throw std::invalid_argument(std::string(op) + ": q_source " + q.to_string() +
                                 " and kv_source " + k.to_string() + " differ past the sequence");
   const kernels::cpu::FlashShape s{.B = q[1],
@@ -63,11 +64,32 @@ kernels::cpu::FlashShape flash_shape(const char* op, const Args& a) {
                                    .HD = q[4],
                                    .q_offset = a.q_offset,
                                    .k_offset = a.k_offset,
-                                   .mask = mask_of(a.mask)};
+                                   .mask = mask_of(a.mask),
+                                   .kv_only = k[3] == 2,
+                                   .accumulate = a.accumulate};
   if (a.output.numel() != s.Tq * s.B * s.G * s.P * s.HD || a.lse.numel() != s.B * s.G * s.P * s.Tq)
     throw std::invalid_argument(std::string(op) + ": output or lse does not match q_source " +
                                 q.to_string());
   return s;
+}
+
+inline kernels::math::ColumnCopy column_copy(const ColumnCopyArgs& a) {
+  const Shape &f = a.from.shape, &t = a.to.shape;
+  if (f.rank() != 2 || t.rank() != 2 || f[0] != t[0] || a.from.dtype != a.to.dtype || a.width < 0 ||
+      a.from_column < 0 || a.to_column < 0 || a.from_column + a.width > f[1] ||
+      a.to_column + a.width > t[1])
+    throw std::invalid_argument("copy_columns: " + std::to_string(a.width) + " columns from " +
+                                std::to_string(a.from_column) + " of " + f.to_string() + " to " +
+                                std::to_string(a.to_column) + " of " + t.to_string() +
+                                ": needs two (rows, columns) tensors of one dtype and rows, and "
+                                "the columns inside both");
+  return {.rows = f[0],
+          .width = a.width,
+          .from_ld = f[1],
+          .from_column = a.from_column,
+          .to_ld = t[1],
+          .to_column = a.to_column,
+          .accumulate = a.accumulate};
 }
 
 inline kernels::cpu::RopeShape rope_shape(const RopeArgs& a) {

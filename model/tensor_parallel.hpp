@@ -24,6 +24,9 @@
 
 namespace tandem {
 
+// How context parallelism moves keys and values: model/context_parallel_attention.hpp.
+enum class CpCommType { p2p, all_gather };
+
 struct ModelEnv {
   Device& device;
   Stream& stream;
@@ -37,6 +40,7 @@ struct ModelEnv {
   // Context parallelism (cp > 1; else null): each rank holds 2 of the sequence's 2·cp
   // chunks, r and 2·cp − 1 − r, and attention gathers keys and values over this group.
   Communicator* cp = nullptr;
+  CpCommType cp_comm = CpCommType::p2p;  // how its keys and values travel (Megatron's default)
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/context_parallel_attention.hpp"
+
 namespace tandem {
 
 Recompute parse_recompute(const std::string& g) {
@@ -152,7 +154,7 @@ void TransformerLayer::attention_forward(ModelEnv& env, LayerActivations& a, boo
   Device& d = env.device;
   Stream& s = env.stream;
   const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
-  if (env.cp != nullptr) return context_parallel_attention_forward(env, a, keep_probs);
+  if (env.cp != nullptr) return cp_attention_forward(env, a, keep_probs);
   if (dims_.options.flash_attn) {
     const Shape g = grouped_shape();
     const std::int64_t local_heads = g[2] * (g[3] - 2);
@@ -179,7 +181,7 @@ Tensor TransformerLayer::attention_backward(ModelEnv& env, const Tensor& d_attn,
   Device& d = env.device;
   Stream& s = env.stream;
   const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
-  if (env.cp != nullptr) return context_parallel_attention_backward(env, d_attn, a);
+  if (env.cp != nullptr) return cp_attention_backward(env, d_attn, a);
   if (dims_.options.flash_attn) {
     const Shape g = grouped_shape();
     Tensor qkv = a.qkv.view(g);
@@ -205,140 +207,38 @@ Tensor TransformerLayer::attention_backward(ModelEnv& env, const Tensor& d_attn,
   return d_qkv;
 }
 
-namespace {
-
-// This rank's two chunks of a context-parallel sequence (sequence_position) and views of
-// the grouped QKV layout by sequence rows.
-struct ContextChunks {
-  Shape grouped;  // (local rows, B, groups, heads_per_group + 2, head_dim)
-  std::int64_t local = 0, chunk = 0, cp = 1, row = 0;  // row: elements per sequence row
-  std::int64_t heads = 0, head_dim = 0;
-  std::int64_t position(std::int64_t rank, int j) const {
-    return j == 0 ? rank * chunk : (2 * cp - 1 - rank) * chunk;
-  }
-  Tensor rows(const Tensor& x, std::int64_t first, std::int64_t n) const {
-    return x.view(Shape{n, grouped[1], grouped[2], grouped[3], grouped[4]}, first * row);
-  }
-  // Chunk j of an attention output (local rows · B, heads · head_dim) or of the lse.
-  Tensor output(const Tensor& x, int j) const {
-    return x.view(Shape{chunk, grouped[1], heads, head_dim},
-                  j * chunk * grouped[1] * heads * head_dim);
-  }
-  Tensor lse(const Tensor& x, int j) const {
-    return x.view(Shape{grouped[1], heads, chunk}, j * grouped[1] * heads * chunk);
-  }
-};
-
-ContextChunks context_chunks(const Shape& grouped, const ModelEnv& env) {
-  ContextChunks c{grouped};
-  c.local = grouped[0];
-  c.chunk = c.local / 2;
-  c.cp = env.cp->size();
-  c.row = grouped.numel() / c.local;
-  c.heads = grouped[2] * (grouped[3] - 2);
-  c.head_dim = grouped[4];
-  return c;
+void TransformerLayer::cp_attention_forward(ModelEnv& env, LayerActivations& a, bool keep_lse) {
+  const Shape g = grouped_shape();
+  Tensor qkv = a.qkv.view(g);
+  rotate_chunks(env, qkv, false);
+  ContextAttentionSaved saved = tandem::context_parallel_attention_forward(env, env.cp_comm, qkv);
+  a.attn_out = saved.output;
+  a.context_kv = saved.kv;
+  // Selective recomputation drops what Megatron's checkpointed core attention drops.
+  if (keep_lse) a.lse = saved.lse;
 }
 
-}  // namespace
-
-void TransformerLayer::context_parallel_attention_forward(ModelEnv& env, LayerActivations& a,
-                                                          bool keep_lse) {
-  Device& d = env.device;
-  Stream& s = env.stream;
-  const ContextChunks k = context_chunks(grouped_shape(), env);
-  const std::int64_t me = env.cp->rank();
-  Tensor qkv = a.qkv.view(k.grouped);
-  if (dims_.options.rope)
-    for (int j = 0; j < 2; ++j)
-      apply_rope(env, dims_, k.rows(qkv, j * k.chunk, k.chunk), k.grouped[3] - 1, false,
-                 k.position(me, j));
-  // Every rank's rows, then put in sequence order: rank q's block holds its chunks q and
-  // 2·cp − 1 − q.
-  Tensor gathered = allocate_like(
-      env, Shape{k.cp * k.local, k.grouped[1], k.grouped[2], k.grouped[3], k.grouped[4]});
-  env.cp->all_gather(s, qkv, gathered)->wait();
-  a.qkv_all = allocate_like(env, gathered.shape);
-  for (std::int64_t q = 0; q < k.cp; ++q)
-    for (int j = 0; j < 2; ++j) {
-      const Tensor from = k.rows(gathered, q * k.local + j * k.chunk, k.chunk);
-      Tensor to = k.rows(a.qkv_all, k.position(q, j), k.chunk);
-      d.copy(s, from, to);
-    }
-  gathered = Tensor{};
-  a.attn_out = allocate_like(env, Shape{k.local * k.grouped[1], k.heads * k.head_dim});
-  Tensor lse = allocate_fp32(d, Shape{2, k.grouped[1], k.heads, k.chunk});
-  for (int j = 0; j < 2; ++j) {
-    // Chunk j's queries against every key up to its own last position.
-    const std::int64_t at = k.position(me, j);
-    const Tensor q = k.rows(qkv, j * k.chunk, k.chunk);
-    const Tensor kv = k.rows(a.qkv_all, 0, at + k.chunk);
-    Tensor out = k.output(a.attn_out, j);
-    Tensor l = k.lse(lse, j);
-    d.flash_attention(s, {q, kv, out, l, AttentionMaskKind::causal, at, 0});
-  }
-  if (keep_lse) a.lse = lse;
+Tensor TransformerLayer::cp_attention_backward(ModelEnv& env, const Tensor& d_attn,
+                                               LayerActivations& a) {
+  const Shape g = grouped_shape();
+  const Tensor qkv = a.qkv.view(g);
+  ContextAttentionSaved saved{a.attn_out, a.lse, a.context_kv};
+  if (a.lse.shape.dims().empty())  // selective: the core attention again, its ring included
+    saved = tandem::context_parallel_attention_forward(env, env.cp_comm, qkv);
+  Tensor d_qkv = tandem::context_parallel_attention_backward(env, env.cp_comm, d_attn, qkv, saved);
+  a.attn_out = a.lse = a.context_kv = Tensor{};
+  rotate_chunks(env, d_qkv, true);
+  return d_qkv.view(a.qkv.shape);
 }
 
-Tensor TransformerLayer::context_parallel_attention_backward(ModelEnv& env, const Tensor& d_attn,
-                                                             LayerActivations& a) {
-  Device& d = env.device;
-  Stream& s = env.stream;
-  const ContextChunks k = context_chunks(grouped_shape(), env);
-  const std::int64_t me = env.cp->rank();
-  Tensor qkv = a.qkv.view(k.grouped);
-  if (a.lse.shape.dims().empty()) {  // selective: recompute the fused forward for its lse
-    a.lse = allocate_fp32(d, Shape{2, k.grouped[1], k.heads, k.chunk});
-    Tensor scratch = allocate_like(env, a.attn_out.shape);
-    for (int j = 0; j < 2; ++j) {
-      const std::int64_t at = k.position(me, j);
-      const Tensor q = k.rows(qkv, j * k.chunk, k.chunk);
-      const Tensor kv = k.rows(a.qkv_all, 0, at + k.chunk);
-      Tensor out = k.output(scratch, j);
-      Tensor l = k.lse(a.lse, j);
-      d.flash_attention(s, {q, kv, out, l, AttentionMaskKind::causal, at, 0});
-    }
-  }
-  // Query gradients land in this rank's rows; key/value gradients of the whole sequence
-  // add up over both chunks, then over the ranks.
-  Tensor d_qkv = allocate_like(env, a.qkv.shape);
-  Tensor dg = d_qkv.view(k.grouped);
-  d.fill(s, dg, 0.0f);
-  Tensor d_all = allocate_like(env, a.qkv_all.shape);
-  d.fill(s, d_all, 0.0f);
-  for (int j = 0; j < 2; ++j) {
-    const std::int64_t at = k.position(me, j);
-    const Tensor q = k.rows(qkv, j * k.chunk, k.chunk);
-    const Tensor kv = k.rows(a.qkv_all, 0, at + k.chunk);
-    const Tensor out = k.output(a.attn_out, j);
-    const Tensor l = k.lse(a.lse, j);
-    const Tensor d_out = k.output(d_attn, j);
-    Tensor dq = k.rows(dg, j * k.chunk, k.chunk);
-    Tensor d_kv = allocate_like(env, kv.shape);
-    d.fill(s, d_kv, 0.0f);
-    d.flash_attention_backward(s,
-                               {d_out, q, kv, out, l, dq, d_kv, AttentionMaskKind::causal, at, 0});
-    Tensor prefix = k.rows(d_all, 0, at + k.chunk);
-    d.add(s, prefix, d_kv, prefix);
-  }
-  Tensor d_gathered = allocate_like(env, d_all.shape);
-  for (std::int64_t q = 0; q < k.cp; ++q)
-    for (int j = 0; j < 2; ++j) {
-      const Tensor from = k.rows(d_all, k.position(q, j), k.chunk);
-      Tensor to = k.rows(d_gathered, q * k.local + j * k.chunk, k.chunk);
-      d.copy(s, from, to);
-    }
-  d_all = Tensor{};
-  Tensor d_mine = allocate_like(env, k.grouped);
-  env.cp->reduce_scatter(s, d_gathered, d_mine, ReduceOp::sum)->wait();
-  d_gathered = Tensor{};
-  d.add(s, dg, d_mine, dg);
-  a.attn_out = a.lse = a.qkv_all = Tensor{};
-  if (dims_.options.rope)
-    for (int j = 0; j < 2; ++j)
-      apply_rope(env, dims_, k.rows(dg, j * k.chunk, k.chunk), k.grouped[3] - 1, true,
-                 k.position(me, j));
-  return d_qkv;
+// RoPE on this rank's two context-parallel chunks, each at its place in the sequence.
+void TransformerLayer::rotate_chunks(ModelEnv& env, const Tensor& grouped, bool inverse) {
+  if (!dims_.options.rope) return;
+  const Shape& g = grouped.shape;
+  const std::int64_t chunk = g[0] / 2, row = g.numel() / g[0];
+  for (int j = 0; j < 2; ++j)
+    apply_rope(env, dims_, grouped.view(Shape{chunk, g[1], g[2], g[3], g[4]}, j * chunk * row),
+               g[3] - 1, inverse, sequence_position(env, j * chunk, g[0]));
 }
 
 Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a,

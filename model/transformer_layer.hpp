@@ -61,7 +61,9 @@ struct LayerDims {
 // keeps the per-row log-sum-exp (lse) instead of probs; RMSNorm leaves the means empty.
 struct LayerActivations {
   Tensor input, ln1_out, ln1_mean, ln1_rstd, qkv, probs, lse, attn_out;
-  Tensor qkv_all;  // context parallelism: every rank's QKV gathered, in sequence order
+  // Context parallelism: the keys and values backward meets again (p2p: this rank's, sent
+  // round the ring once more; all_gather: the whole sequence's).
+  Tensor context_kv;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
 };
 
@@ -80,12 +82,11 @@ class TransformerLayer {
   // The attention core between the QKV and the output projection, forward and backward.
   void attention_forward(ModelEnv& env, LayerActivations& a, bool keep_probs);
   Tensor attention_backward(ModelEnv& env, const Tensor& d_attn, LayerActivations& a);
-  // The same over a context-parallel group (env.cp), as Megatron's all-gather variant
-  // (cp_comm_type all_gather): keys and values gathered over cp, each of this rank's two
-  // chunks attending to the sequence before it, the key/value gradients reduce-scattered.
-  void context_parallel_attention_forward(ModelEnv& env, LayerActivations& a, bool keep_lse);
-  Tensor context_parallel_attention_backward(ModelEnv& env, const Tensor& d_attn,
-                                             LayerActivations& a);
+  // The same over a context-parallel group (env.cp): model/context_parallel_attention.hpp.
+  void cp_attention_forward(ModelEnv& env, LayerActivations& a, bool keep_lse);
+  Tensor cp_attention_backward(ModelEnv& env, const Tensor& d_attn, LayerActivations& a);
+  // RoPE on the two context-parallel chunks of a grouped QKV (or its gradient).
+  void rotate_chunks(ModelEnv& env, const Tensor& grouped, bool inverse);
   void norm_forward(ModelEnv& env, const Tensor& x, int w, int b, Tensor& out, Tensor& mean,
                     Tensor& rstd);
   void norm_backward(ModelEnv& env, const Tensor& dy, const Tensor& x, int w, int b,

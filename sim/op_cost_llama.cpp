@@ -50,7 +50,9 @@ OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
           .k = g.HD,
           .batch = g.B * g.G * g.P,
           .flops = (backward ? 10.0 : 4.0) * pairs * hd * heads,
-          .bytes = traffic + (backward ? bytes_of(dtype, q) : 0.0)};
+          // Accumulating reads what it adds to: the earlier output (forward), the gradients.
+          .bytes = traffic + (backward ? bytes_of(dtype, q) : 0.0) +
+                   (a.accumulate ? bytes_of(dtype, backward ? q + kv : q) : 0.0)};
 }
 
 }  // namespace

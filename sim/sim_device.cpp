@@ -417,6 +417,17 @@ void SimDevice::copy(Stream& s, const Tensor& from, Tensor&) {
           .bytes = 2.0 * static_cast<double>(from.bytes().value)});
 }
 
+void SimDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
+  const std::int64_t rows = a.from.shape.rank() > 0 ? a.from.shape[0] : 0;
+  const double moved =
+      static_cast<double>(rows * a.width) * static_cast<double>(dtype_size(a.from.dtype).value);
+  run(s, {.op = "copy_columns",
+          .dtype = a.from.dtype,
+          .m = rows,
+          .n = a.width,
+          .bytes = (a.accumulate ? 3.0 : 2.0) * moved});
+}
+
 void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
   run(s, {.op = "sum_squares",
           .dtype = x.dtype,

@@ -185,6 +185,9 @@ void OpTracingDevice::fill(Stream& s, Tensor& x, float value) {
 void OpTracingDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
   traced(s, buffer_key("copy", from), [&] { inner_.copy(s, from, to); });
 }
+void OpTracingDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
+  traced(s, buffer_key("copy_columns", a.from), [&] { inner_.copy_columns(s, a); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

@@ -86,6 +86,7 @@ class OpTracingDevice : public Device {
   void scale(Stream& s, Tensor& x, float factor) override;
   void fill(Stream& s, Tensor& x, float value) override;
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
+  void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

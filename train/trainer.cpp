@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "model/context_parallel_attention.hpp"
 #include "schedules/step_interpreter.hpp"
 #include "train/checkpoint_params.hpp"
 
@@ -81,6 +82,11 @@ void check_step_supports(const Scenario& s) {
     throw ConfigError("context_parallel_size", std::to_string(cp),
                       "context parallelism runs its attention on the fused attention op, as "
                       "Megatron's runs on Transformer Engine's: set use_flash_attn, or use 1");
+  const std::string& comm = s.parallelism.cp_comm_type;
+  if (cp > 1 && comm != "p2p" && comm != "all_gather")
+    throw ConfigError("cp_comm_type", comm,
+                      "the training step exchanges keys and values by p2p (a ring) or "
+                      "all_gather; a2a (Ulysses) is not in it yet");
   if (s.model.num_experts)
     throw ConfigError("num_experts", std::to_string(*s.model.num_experts),
                       "mixture-of-experts layers are not in tandem's training step yet (tandem "
@@ -132,7 +138,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   for (auto& c : chunks_) raw.push_back(c.get());
   program_ = std::make_unique<GptStageProgram>(
       ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
-               ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr},
+               ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr,
+               parse_cp_comm_type(scenario.parallelism.cp_comm_type)},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

@@ -360,6 +360,15 @@ std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCase
     return OpCase{device, t.take(),
                   [](Device& dev, Stream& st, T& x) { dev.copy(st, x[0], x[1]); }};
   }
+  if (s.op == "copy_columns") {
+    // The keys and values out of a grouped QKV row: n columns from the second half of 2n.
+    const std::int64_t n = std::max<std::int64_t>(1, s.n);
+    t.floats({m, 2 * n}, d, -1, 1);
+    t.floats({m, n}, d, 0, 0);
+    return OpCase{device, t.take(), [n](Device& dev, Stream& st, T& x) {
+                    dev.copy_columns(st, {.from = x[0], .to = x[1], .from_column = n, .width = n});
+                  }};
+  }
   if (s.op == "sum_squares") {
     t.floats({m}, d, -1, 1);
     t.floats({1}, DType::fp32, 0, 0);

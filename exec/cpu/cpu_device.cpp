@@ -319,6 +319,10 @@ void CpuDevice::fill(Stream&, Tensor& x, float value) {
   k::fill(f32(x), x.numel(), value);
 }
 
+void CpuDevice::copy_columns(Stream&, const ColumnCopyArgs& a) {
+  k::copy_columns(op_arguments::column_copy(a), f32(a.from), f32(a.to));
+}
+
 void CpuDevice::copy(Stream&, const Tensor& from, Tensor& to) {
   same_numel("copy", from, to);
   if (from.dtype != to.dtype) throw std::invalid_argument("copy: dtypes differ");

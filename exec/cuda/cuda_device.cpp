@@ -392,6 +392,11 @@ void CudaDevice::fill(Stream& s, Tensor& x, float value) {
   kc::fill({cuda_stream_of(s), blas_}, floats(x, "fill"), x.numel(), value);
 }
 
+void CudaDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
+  kc::copy_columns({cuda_stream_of(s), blas_}, op_arguments::column_copy(a),
+                   floats(a.from, "copy_columns"), floats(a.to, "copy_columns"));
+}
+
 void CudaDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
   same_numel("copy", from, to);
   if (from.dtype == to.dtype) {

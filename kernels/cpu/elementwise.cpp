@@ -37,4 +37,17 @@ void copy(const float* from, float* to, std::int64_t n) {
   }
 }
 
+void copy_columns(const math::ColumnCopy& c, const float* from, float* to) {
+  // Row by row: a row's columns are contiguous on both sides.
+#pragma omp parallel for schedule(static) if (c.elements() >= kMinParallelElements)
+  for (std::int64_t r = 0; r < c.rows; ++r) {
+    const float* f = from + c.from(r * c.width);
+    float* t = to + c.to(r * c.width);
+    if (c.accumulate)
+      for (std::int64_t j = 0; j < c.width; ++j) t[j] += f[j];
+    else
+      std::copy_n(f, c.width, t);
+  }
+}
+
 }  // namespace tandem::kernels::cpu

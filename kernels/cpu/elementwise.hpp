@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/math/copy_columns.hpp"
+
 namespace tandem::kernels::cpu {
 
 // out = a + b; out may be a or b (in-place residual add or gradient accumulation).
@@ -19,5 +21,8 @@ void fill(float* x, std::int64_t n, float value);
 
 // to = from (buffers must not overlap).
 void copy(const float* from, float* to, std::int64_t n);
+
+// Columns of every row from one matrix into another (or added): math::ColumnCopy.
+void copy_columns(const math::ColumnCopy& c, const float* from, float* to);
 
 }  // namespace tandem::kernels::cpu

@@ -22,12 +22,14 @@ constexpr std::int64_t kBlockK = 64;
 struct Layout {
   FlashShape s;
   std::int64_t ld_src() const { return s.B * s.G * (s.P + 2) * s.HD; }
+  std::int64_t kv_slots() const { return math::kv_slots(s.P, s.kv_only); }
+  std::int64_t ld_kv() const { return s.B * s.G * kv_slots() * s.HD; }
   std::int64_t ld_out() const { return s.B * s.G * s.P * s.HD; }
   std::int64_t q(std::int64_t b, std::int64_t h) const {
     return b * s.G * (s.P + 2) * s.HD + ((h / s.P) * (s.P + 2) + h % s.P) * s.HD;
   }
   std::int64_t k(std::int64_t b, std::int64_t g) const {
-    return b * s.G * (s.P + 2) * s.HD + (g * (s.P + 2) + s.P) * s.HD;
+    return (b * s.G + g) * kv_slots() * s.HD + math::key_slot(s.P, s.kv_only) * s.HD;
   }
   std::int64_t v(std::int64_t b, std::int64_t g) const { return k(b, g) + s.HD; }
   std::int64_t o(std::int64_t b, std::int64_t h) const { return (b * s.G * s.P + h) * s.HD; }
@@ -65,6 +67,13 @@ void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* 
     std::fill(w.acc.begin(), w.acc.end(), 0.0f);
     std::fill(w.max.begin(), w.max.end(), -FLT_MAX);
     std::fill(w.sum.begin(), w.sum.end(), 0.0f);
+    if (s.accumulate)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        math::resume_row(lse[L.lse(b, h) + i0 + r], w.max[r], w.sum[r]);
+        if (w.sum[r] == 0) continue;
+        const float* o = out + L.o(b, h) + (i0 + r) * L.ld_out();
+        std::copy_n(o, s.HD, w.acc.data() + r * s.HD);
+      }
     const std::int64_t keys = key_end(s, i0 + rows - 1);
     for (std::int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
       const std::int64_t cols = std::min(kBlockK, keys - j0);
@@ -75,9 +84,9 @@ void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* 
             .transpose_b = true,
             .alpha = scale,
             .lda = L.ld_src(),
-            .ldb = L.ld_src(),
+            .ldb = L.ld_kv(),
             .ldc = kBlockK},
-           Q + i0 * L.ld_src(), K + j0 * L.ld_src(), S);
+           Q + i0 * L.ld_src(), K + j0 * L.ld_kv(), S);
       for (std::int64_t r = 0; r < rows; ++r) {
         float* row = S + r * kBlockK;
         float block_max = -FLT_MAX;
@@ -100,9 +109,9 @@ void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* 
             .k = cols,
             .beta = 1.0f,
             .lda = kBlockK,
-            .ldb = L.ld_src(),
+            .ldb = L.ld_kv(),
             .ldc = s.HD},
-           S, V + j0 * L.ld_src(), w.acc.data());
+           S, V + j0 * L.ld_kv(), w.acc.data());
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       float* o = out + L.o(b, h) + (i0 + r) * L.ld_out();
@@ -128,16 +137,18 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
                     float* dqs, float* dkvs, BackwardScratch& w) {
   const FlashShape& s = L.s;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.HD));
-  const std::int64_t ld = L.ld_src(), ldo = L.ld_out();
+  const std::int64_t ld = L.ld_src(), ldk = L.ld_kv(), ldo = L.ld_out();
   const float* K = kvs + L.k(b, g);
   const float* V = kvs + L.v(b, g);
   float* dK = dkvs + L.k(b, g);
   float* dV = dkvs + L.v(b, g);
-  zero_slot(dK, s.Tk, ld, s.HD);
-  zero_slot(dV, s.Tk, ld, s.HD);
+  if (!s.accumulate) {
+    zero_slot(dK, s.Tk, ldk, s.HD);
+    zero_slot(dV, s.Tk, ldk, s.HD);
+  }
   for (std::int64_t p = 0; p < s.P; ++p) {
     const std::int64_t h = g * s.P + p;
-    zero_slot(dqs + L.q(b, h), s.Tq, ld, s.HD);
+    if (!s.accumulate) zero_slot(dqs + L.q(b, h), s.Tq, ld, s.HD);
     // D_i = Σ_d dO·O = Σ_j P_ij·dP_ij, the softmax backward's row dot product.
     for (std::int64_t i = 0; i < s.Tq; ++i) {
       const float* o = out + L.o(b, h) + i * ldo;
@@ -169,9 +180,9 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
               .transpose_b = true,
               .alpha = scale,
               .lda = ld,
-              .ldb = ld,
+              .ldb = ldk,
               .ldc = kBlockK},
-             Q + i0 * ld, K + j0 * ld, Pm);
+             Q + i0 * ld, K + j0 * ldk, Pm);
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::int64_t c = 0; c < cols; ++c) {
             float& x = Pm[r * kBlockK + c];
@@ -185,17 +196,17 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
               .beta = 1.0f,
               .lda = kBlockK,
               .ldb = ldo,
-              .ldc = ld},
-             Pm, dO + i0 * ldo, dV + j0 * ld);
+              .ldc = ldk},
+             Pm, dO + i0 * ldo, dV + j0 * ldk);
         // dP = dO_i·V_jᵀ, then dS = P ⊙ (dP − D)·scale in place
         gemm({.m = rows,
               .n = cols,
               .k = s.HD,
               .transpose_b = true,
               .lda = ldo,
-              .ldb = ld,
+              .ldb = ldk,
               .ldc = kBlockK},
-             dO + i0 * ldo, V + j0 * ld, dS);
+             dO + i0 * ldo, V + j0 * ldk, dS);
         for (std::int64_t r = 0; r < rows; ++r) {
           const float D = w.D[static_cast<std::size_t>(p * s.Tq + i0 + r)];
           for (std::int64_t c = 0; c < cols; ++c)
@@ -203,8 +214,8 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
                 math::softmax_input_grad(Pm[r * kBlockK + c], dS[r * kBlockK + c], D) * scale;
         }
         // dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i
-        gemm({.m = rows, .n = s.HD, .k = cols, .beta = 1.0f, .lda = kBlockK, .ldb = ld, .ldc = ld},
-             dS, K + j0 * ld, dQ + i0 * ld);
+        gemm({.m = rows, .n = s.HD, .k = cols, .beta = 1.0f, .lda = kBlockK, .ldb = ldk, .ldc = ld},
+             dS, K + j0 * ldk, dQ + i0 * ld);
         gemm({.m = cols,
               .n = s.HD,
               .k = rows,
@@ -212,8 +223,8 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
               .beta = 1.0f,
               .lda = kBlockK,
               .ldb = ld,
-              .ldc = ld},
-             dS, Q + i0 * ld, dK + j0 * ld);
+              .ldc = ldk},
+             dS, Q + i0 * ld, dK + j0 * ldk);
       }
     }
   }

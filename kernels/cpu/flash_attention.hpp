@@ -30,6 +30,13 @@ struct FlashShape {
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
   math::AttentionMask mask = math::AttentionMask::causal;
+  // kv_source holds keys and values only, (Tk, B, G, 2, HD), instead of the grouped QKV
+  // (what ring attention passes around the context-parallel group).
+  bool kv_only = false;
+  // Forward: output and lse hold an earlier call's result for the same queries, which this
+  // call's keys extend (ring attention's merge). Backward: add into the gradients instead
+  // of writing them.
+  bool accumulate = false;
 };
 
 void flash_attention_forward(FlashShape s, const float* q_source, const float* kv_source,

@@ -27,6 +27,13 @@ __global__ void convert_kernel(ConstFloats from, Floats to, std::int64_t n) {
   TANDEM_GRID_STRIDE(i, n) store(to, i, load(from, i));
 }
 
+__global__ void copy_columns_kernel(math::ColumnCopy c, ConstFloats from, Floats to) {
+  TANDEM_GRID_STRIDE(e, c.elements()) {
+    const float v = load(from, c.from(e));
+    store(to, c.to(e), c.accumulate ? load(to, c.to(e)) + v : v);
+  }
+}
+
 __global__ void gelu_forward_kernel(ConstFloats in, Floats out, std::int64_t n) {
   TANDEM_GRID_STRIDE(i, n) store(out, i, math::gelu(load(in, i)));
 }
@@ -68,6 +75,12 @@ void fill_int32(Context c, std::int32_t* x, std::int64_t n, std::int32_t value) 
 void convert(Context c, ConstFloats from, Floats to, std::int64_t n) {
   if (n == 0) return;
   convert_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(from, to, n);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void copy_columns(Context c, math::ColumnCopy copy, ConstFloats from, Floats to) {
+  if (copy.elements() == 0) return;
+  copy_columns_kernel<<<grid_for(copy.elements()), kThreads, 0, c.stream>>>(copy, from, to);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

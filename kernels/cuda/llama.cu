@@ -115,12 +115,14 @@ constexpr int kMaxHeadDim = 256;
 struct Layout {
   cpu::FlashShape s;
   __device__ std::int64_t ld_src() const { return s.B * s.G * (s.P + 2) * s.HD; }
+  __device__ std::int64_t kv_slots() const { return math::kv_slots(s.P, s.kv_only); }
+  __device__ std::int64_t ld_kv() const { return s.B * s.G * kv_slots() * s.HD; }
   __device__ std::int64_t ld_out() const { return s.B * s.G * s.P * s.HD; }
   __device__ std::int64_t q(std::int64_t t, std::int64_t b, std::int64_t h) const {
     return t * ld_src() + b * s.G * (s.P + 2) * s.HD + ((h / s.P) * (s.P + 2) + h % s.P) * s.HD;
   }
   __device__ std::int64_t k(std::int64_t t, std::int64_t b, std::int64_t g) const {
-    return t * ld_src() + b * s.G * (s.P + 2) * s.HD + (g * (s.P + 2) + s.P) * s.HD;
+    return t * ld_kv() + (b * s.G + g) * kv_slots() * s.HD + math::key_slot(s.P, s.kv_only) * s.HD;
   }
   __device__ std::int64_t v(std::int64_t t, std::int64_t b, std::int64_t g) const {
     return k(t, b, g) + s.HD;
@@ -153,6 +155,11 @@ __global__ void flash_forward_kernel(Layout L, ConstFloats qs, ConstFloats kvs, 
     float acc[kMaxHeadDim];
     for (std::int64_t d = 0; d < s.HD; ++d) acc[d] = 0;
     float m = -FLT_MAX, l = 0;
+    if (s.accumulate) {
+      math::resume_row(lse[L.lse(i, b, h)], m, l);
+      if (l > 0)
+        for (std::int64_t d = 0; d < s.HD; ++d) acc[d] = load(out, L.o(i, b, h) + d);
+    }
     for (std::int64_t j = 0; j < s.Tk; ++j) {
       if (!L.visible(i, j)) continue;
       const float sc = L.score(qs, kvs, i, j, b, h, scale);
@@ -181,7 +188,8 @@ __global__ void flash_dq_kernel(Layout L, ConstFloats dout, ConstFloats qs, Cons
     float D = 0;
     for (std::int64_t d = 0; d < s.HD; ++d) D += load(dout, oa + d) * load(out, oa + d);
     float dq[kMaxHeadDim];
-    for (std::int64_t d = 0; d < s.HD; ++d) dq[d] = 0;
+    const std::int64_t qa = L.q(i, b, h);
+    for (std::int64_t d = 0; d < s.HD; ++d) dq[d] = s.accumulate ? load(dqs, qa + d) : 0.0f;
     const float row_lse = lse[L.lse(i, b, h)];
     for (std::int64_t j = 0; j < s.Tk; ++j) {
       if (!L.visible(i, j)) continue;
@@ -192,7 +200,6 @@ __global__ void flash_dq_kernel(Layout L, ConstFloats dout, ConstFloats qs, Cons
       const float ds = math::softmax_input_grad(p, dp, D) * scale;
       for (std::int64_t d = 0; d < s.HD; ++d) dq[d] += ds * load(kvs, ka + d);
     }
-    const std::int64_t qa = L.q(i, b, h);
     for (std::int64_t d = 0; d < s.HD; ++d) store(dqs, qa + d, dq[d]);
   }
 }
@@ -205,8 +212,11 @@ __global__ void flash_dkv_kernel(Layout L, ConstFloats dout, ConstFloats qs, Con
   TANDEM_GRID_STRIDE(e, s.B * s.G * s.Tk) {
     const std::int64_t j = e % s.Tk, bg = e / s.Tk, g = bg % s.G, b = bg / s.G;
     float dk[kMaxHeadDim], dv[kMaxHeadDim];
-    for (std::int64_t d = 0; d < s.HD; ++d) dk[d] = dv[d] = 0;
-    const std::int64_t va = L.v(j, b, g);
+    const std::int64_t va = L.v(j, b, g), ka = L.k(j, b, g);
+    for (std::int64_t d = 0; d < s.HD; ++d) {
+      dk[d] = s.accumulate ? load(dkvs, ka + d) : 0.0f;
+      dv[d] = s.accumulate ? load(dkvs, va + d) : 0.0f;
+    }
     for (std::int64_t p_ = 0; p_ < s.P; ++p_) {
       const std::int64_t h = g * s.P + p_;
       for (std::int64_t i = 0; i < s.Tq; ++i) {
@@ -227,7 +237,6 @@ __global__ void flash_dkv_kernel(Layout L, ConstFloats dout, ConstFloats qs, Con
         }
       }
     }
-    const std::int64_t ka = L.k(j, b, g);
     for (std::int64_t d = 0; d < s.HD; ++d) {
       store(dkvs, ka + d, dk[d]);
       store(dkvs, va + d, dv[d]);

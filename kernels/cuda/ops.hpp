@@ -24,6 +24,7 @@
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/math/adam.hpp"
+#include "kernels/math/copy_columns.hpp"
 #include "kernels/math/host_device.hpp"
 
 namespace tandem::kernels::cuda {
@@ -56,7 +57,10 @@ void add(Context c, ConstFloats a, ConstFloats b, Floats out, std::int64_t n);  
 void scale(Context c, Floats x, std::int64_t n, float factor);
 void fill(Context c, Floats x, std::int64_t n, float value);
 void fill_int32(Context c, std::int32_t* x, std::int64_t n, std::int32_t value);
-void convert(Context c, ConstFloats from, Floats to, std::int64_t n);      // fp32 ↔ bf16 copy
+void convert(Context c, ConstFloats from, Floats to, std::int64_t n);
+// Columns of every row from one matrix into another, or added (math::ColumnCopy).
+void copy_columns(Context c, math::ColumnCopy copy, ConstFloats from,
+                  Floats to);                                              // fp32 ↔ bf16 copy
 void gelu_forward(Context c, ConstFloats in, Floats out, std::int64_t n);  // out may be in
 // din = dout · gelu'(in), written; din may be dout.
 void gelu_backward(Context c, ConstFloats dout, ConstFloats in, Floats din, std::int64_t n);

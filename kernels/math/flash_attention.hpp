@@ -40,6 +40,28 @@ TANDEM_HOST_DEVICE inline float row_lse(float max, float sum) {
   return sum > 0 ? max + std::log(sum) : kEmptyRowLse;
 }
 
+// A row resumed from an earlier call's normalised output and log-sum-exp (ring attention
+// meets the keys block by block across calls): with max = lse and sum = 1 the accumulator
+// is that output itself, and the next blocks continue the same online softmax exactly.
+TANDEM_HOST_DEVICE inline void resume_row(float lse, float& max, float& sum) {
+  if (lse == kEmptyRowLse) {
+    max = -FLT_MAX;
+    sum = 0;
+  } else {
+    max = lse;
+    sum = 1;
+  }
+}
+
+// Slots per query group of a key/value source, and where its key slot sits: the grouped
+// QKV (heads_per_group + 2 slots, keys after the queries), or keys and values only (2).
+TANDEM_HOST_DEVICE inline std::int64_t kv_slots(std::int64_t heads_per_group, bool kv_only) {
+  return kv_only ? 2 : heads_per_group + 2;
+}
+TANDEM_HOST_DEVICE inline std::int64_t key_slot(std::int64_t heads_per_group, bool kv_only) {
+  return kv_only ? 0 : heads_per_group;
+}
+
 // Backward: the probability of one score from the row's saved log-sum-exp.
 TANDEM_HOST_DEVICE inline float prob_from_lse(float score, float lse) {
   return exp_approx(score - lse);

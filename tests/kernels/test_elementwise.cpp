@@ -129,5 +129,29 @@ TEST(Bias, AddAndBackwardMatchDoubleReference) {
   }
 }
 
+// The keys and values of a grouped QKV row (here 3 rows of 10 columns, 4 taken from column
+// 6) into a block of their own, and gradients added back; other columns are left alone.
+TEST(CopyColumns, TakesAndAddsBackTheNamedColumnsOnly) {
+  Floats qkv(30);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(i);
+  Floats kv(12, -1.0f);
+  copy_columns({.rows = 3, .width = 4, .from_ld = 10, .from_column = 6, .to_ld = 4}, qkv.data(),
+               kv.data());
+  EXPECT_EQ(kv, (Floats{6, 7, 8, 9, 16, 17, 18, 19, 26, 27, 28, 29}));
+  Floats grads(30, 1.0f);
+  copy_columns(
+      {.rows = 3, .width = 4, .from_ld = 4, .to_ld = 10, .to_column = 6, .accumulate = true},
+      kv.data(), grads.data());
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    EXPECT_EQ(grads[i], i % 10 >= 6 ? 1.0f + static_cast<float>(i) : 1.0f) << i;
+  // Large enough to run on several threads: the same result.
+  Floats big(1 << 18), half(1 << 17);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
+  copy_columns({.rows = 1 << 12, .width = 32, .from_ld = 64, .from_column = 32, .to_ld = 32},
+               big.data(), half.data());
+  for (std::size_t r = 0; r < (1 << 12); r += 97)
+    EXPECT_EQ(half[r * 32 + 5], big[r * 64 + 37]) << r;
+}
+
 }  // namespace
 }  // namespace tandem::kernels::cpu

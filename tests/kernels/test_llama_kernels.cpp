@@ -458,6 +458,83 @@ TEST(FlashAttention, RowsThatSeeNoKeyAreZeroAndGetNoGradient) {
       for (std::int64_t d = 0; d < 4; ++d) EXPECT_EQ(dkv[I.src(t, 0, 0, slot, d)], 0.0f);
 }
 
+// Ring attention as context parallelism runs it: the queries of one chunk meet the keys
+// block by block, each block holding keys and values only, the later calls extending the
+// earlier ones' output and lse (accumulate); backward adds each block's share into dq.
+// Together they equal one call over the whole sequence in the grouped layout.
+TEST(FlashAttention, KeyValueBlocksMergedInTurnEqualOneCall) {
+  const std::int64_t B = 2, G = 2, P = 2, HD = 8, T = 96, Tq = 32, block = 32;
+  const FlashShape whole{.B = B, .Tq = Tq, .Tk = T, .G = G, .P = P, .HD = HD, .q_offset = 64};
+  const Floats qkv = random_floats(source_size(whole, T), 91, -2, 2);
+  const auto at = [&](std::int64_t t, std::int64_t b, std::int64_t g, std::int64_t slot,
+                      std::int64_t width) { return (((t * B + b) * G + g) * width + slot) * HD; };
+  // The queries: positions 64..95 of the grouped tensor.
+  const Floats q(qkv.begin() + at(64, 0, 0, 0, P + 2), qkv.end());
+  const std::size_t no = static_cast<std::size_t>(Tq * B * G * P * HD);
+  Floats out(no), lse(static_cast<std::size_t>(B * G * P * Tq));
+  flash_attention_forward(whole, q.data(), qkv.data(), out.data(), lse.data());
+  // Blocks of keys and values only, (block, B, G, 2, HD).
+  std::vector<Floats> kv(3, Floats(static_cast<std::size_t>(block * B * G * 2 * HD)));
+  for (std::int64_t k = 0; k < 3; ++k)
+    for (std::int64_t t = 0; t < block; ++t)
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t g = 0; g < G; ++g)
+          for (std::int64_t slot = 0; slot < 2; ++slot)
+            std::copy_n(qkv.begin() + at(k * block + t, b, g, P + slot, P + 2), HD,
+                        kv[k].begin() + at(t, b, g, slot, 2));
+  auto block_shape = [&](std::int64_t k, bool accumulate) {
+    FlashShape s{.B = B,
+                 .Tq = Tq,
+                 .Tk = block,
+                 .G = G,
+                 .P = P,
+                 .HD = HD,
+                 .q_offset = 64,
+                 .k_offset = k * block,
+                 .kv_only = true,
+                 .accumulate = accumulate};
+    if (k < 2) s.mask = math::AttentionMask::none;  // wholly in the past
+    return s;
+  };
+  Floats ring_out(no, 5.0f), ring_lse(lse.size(), 5.0f);
+  // The diagonal block first (as the ring does), then the earlier ones.
+  for (std::int64_t k : {2, 0, 1})
+    flash_attention_forward(block_shape(k, k != 2), q.data(), kv[k].data(), ring_out.data(),
+                            ring_lse.data());
+  const Doubles out_ref = to_double(out), lse_ref = to_double(lse);
+  EXPECT_TRUE(all_close(ring_out, out_ref, 1e-5, rms_scale(out_ref)));
+  EXPECT_TRUE(all_close(ring_lse, lse_ref, 1e-5, Doubles(lse.size(), 1.0)));
+
+  const Floats dout = random_floats(no, 92);
+  Floats dqkv(qkv.size(), 0.0f), dq(q.size(), 0.0f);
+  FlashShape q_only = whole;  // one call: dq into its own tensor, dk dv into the whole one
+  flash_attention_backward(q_only, dout.data(), q.data(), qkv.data(), out.data(), lse.data(),
+                           dq.data(), dqkv.data());
+  // dq adds up over the blocks (the first call writes it, the others accumulate); each
+  // block's dk dv is its share of the whole call's.
+  Floats ring_dq(q.size(), 0.0f);
+  for (std::int64_t k : {2, 0, 1}) {
+    Floats dkv(kv[k].size(), 9.0f);
+    FlashShape s = block_shape(k, k != 2);
+    if (s.accumulate) std::fill(dkv.begin(), dkv.end(), 0.0f);  // accumulate adds into it
+    flash_attention_backward(s, dout.data(), q.data(), kv[k].data(), out.data(), lse.data(),
+                             ring_dq.data(), dkv.data());
+    Doubles dkv_ref(dkv.size());
+    for (std::int64_t t = 0; t < block; ++t)
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t g = 0; g < G; ++g)
+          for (std::int64_t slot = 0; slot < 2; ++slot)
+            for (std::int64_t d = 0; d < HD; ++d)
+              dkv_ref[static_cast<std::size_t>(at(t, b, g, slot, 2) + d)] =
+                  dqkv[static_cast<std::size_t>(at(k * block + t, b, g, P + slot, P + 2) + d)];
+    EXPECT_TRUE(all_close(dkv, dkv_ref, 1e-5, rms_scale(dkv_ref))) << "block " << k;
+  }
+  Doubles dq_ref = to_double(dq);
+  for (std::size_t i = 0; i < dq_ref.size(); ++i)
+    if (static_cast<std::int64_t>(i) / HD % (P + 2) >= P) dq_ref[i] = 0;  // key/value slots
+  EXPECT_TRUE(all_close(ring_dq, dq_ref, 1e-5, rms_scale(dq_ref)));
+}
+
 TEST(FlashAttention, VisiblePairsCountTheCausalTriangle) {
   // T(T+1)/2 pairs for causal self-attention; Tq·Tk without a mask.
   EXPECT_EQ(flash_visible_pairs({.B = 1, .Tq = 100, .Tk = 100, .G = 1, .P = 1, .HD = 1}), 5050.0);

@@ -18,6 +18,7 @@ layouts=(
   # Context parallelism: each rank's two chunks, keys and values gathered over cp
   "--world-size 4 --tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel true --group-query-attention true --num-query-groups 2 --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true"
   "--world-size 4 --pipeline-model-parallel-size 2 --context-parallel-size 2 --use-flash-attn true --use-distributed-optimizer true --recompute-granularity selective"
+  "--world-size 4 --context-parallel-size 4 --cp-comm-type all_gather --use-flash-attn true"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

@@ -148,6 +148,10 @@ class RecordingDevice : public Device {
     note("copy", from);
     inner_.copy(s, from, to);
   }
+  void copy_columns(Stream& s, const ColumnCopyArgs& a) override {
+    note("copy_columns", a.from);
+    inner_.copy_columns(s, a);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);

@@ -9,7 +9,8 @@
 # checkpoints by `tandem checkpoint diff`, within 1e-4 absolute. A Llama-style model
 # (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases, fused attention) is
 # checked the same way under tensor (with and without sequence parallelism), pipeline and
-# context parallelism (cp 2 alone and with tp 2, pp 2 or the distributed optimizer; cp 4).
+# context parallelism (cp 2 alone and with tp 2, pp 2 or the distributed optimizer; cp 4;
+# keys and values round the ring, Megatron's default, and all-gathered).
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -84,6 +85,7 @@ llama_layouts=(
   "4|--pipeline-model-parallel-size 2 --context-parallel-size 2"
   "4|--context-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
   "4|--context-parallel-size 4 --recompute-granularity selective"
+  "4|--context-parallel-size 4 --cp-comm-type all_gather --recompute-granularity full"
 )
 for k in "${!llama_layouts[@]}"; do
   entry="${llama_layouts[$k]}"

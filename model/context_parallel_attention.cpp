@@ -1,0 +1,223 @@
+#include "model/context_parallel_attention.hpp"
+
+#include <array>
+#include <optional>
+#include <stdexcept>
+
+namespace tandem {
+namespace {
+
+// This rank's two chunks and views by sequence rows of the grouped QKV, of a keys-and-
+// values block (rows, B, G, 2, head_dim), of the output and of the lse.
+struct Chunks {
+  std::int64_t local = 0, chunk = 0, cp = 1, rank = 0;
+  std::int64_t B = 0, G = 0, P = 0, HD = 0;
+  std::int64_t position(std::int64_t owner, int j) const {
+    return j == 0 ? owner * chunk : (2 * cp - 1 - owner) * chunk;
+  }
+  Tensor q_rows(const Tensor& qkv, int j) const {
+    return qkv.view(Shape{chunk, B, G, P + 2, HD}, j * chunk * B * G * (P + 2) * HD);
+  }
+  Shape kv_shape(std::int64_t rows) const { return Shape{rows, B, G, 2, HD}; }
+  Tensor kv_rows(const Tensor& kv, std::int64_t first, std::int64_t rows) const {
+    return kv.view(kv_shape(rows), first * B * G * 2 * HD);
+  }
+  Tensor output(const Tensor& out, int j) const {
+    return out.view(Shape{chunk, B, G * P, HD}, j * chunk * B * G * P * HD);
+  }
+  Tensor lse(const Tensor& lse, int j) const {
+    return lse.view(Shape{B, G * P, chunk}, j * B * G * P * chunk);
+  }
+};
+
+Chunks chunks_of(const ModelEnv& env, const Shape& grouped) {
+  if (grouped.rank() != 5 || grouped[0] % 2 != 0)
+    throw std::invalid_argument(
+        "context-parallel attention: expected the grouped QKV of an even "
+        "number of sequence rows, got " +
+        grouped.to_string());
+  return {.local = grouped[0],
+          .chunk = grouped[0] / 2,
+          .cp = env.cp->size(),
+          .rank = env.cp->rank(),
+          .B = grouped[1],
+          .G = grouped[2],
+          .P = grouped[3] - 2,
+          .HD = grouped[4]};
+}
+
+// The keys and values of a grouped QKV into a block of their own.
+Tensor take_keys_and_values(ModelEnv& env, const Chunks& k, const Tensor& qkv) {
+  Tensor kv = allocate_like(env, k.kv_shape(k.local));
+  const std::int64_t rows = k.local * k.B * k.G;
+  Tensor to = kv.view(Shape{rows, 2 * k.HD});
+  env.device.copy_columns(env.stream, {.from = qkv.view(Shape{rows, (k.P + 2) * k.HD}),
+                                       .to = to,
+                                       .from_column = k.P * k.HD,
+                                       .width = 2 * k.HD});
+  return kv;
+}
+
+// A block's key and value gradients added into the grouped QKV's gradient.
+void add_key_value_grads(ModelEnv& env, const Chunks& k, const Tensor& dkv, Tensor& dqkv) {
+  const std::int64_t rows = k.local * k.B * k.G;
+  Tensor to = dqkv.view(Shape{rows, (k.P + 2) * k.HD});
+  env.device.copy_columns(env.stream, {.from = dkv.view(Shape{rows, 2 * k.HD}),
+                                       .to = to,
+                                       .to_column = k.P * k.HD,
+                                       .width = 2 * k.HD,
+                                       .accumulate = true});
+}
+
+// Queries at q_position meet keys at k_position: causal on the diagonal, whole before it.
+std::optional<AttentionMaskKind> pair_mask(std::int64_t q_position, std::int64_t k_position) {
+  if (k_position > q_position) return std::nullopt;
+  return k_position == q_position ? AttentionMaskKind::causal : AttentionMaskKind::none;
+}
+
+// Sends `block` to the next rank of the ring and receives the previous rank's into `into`.
+std::unique_ptr<Work> pass_on(ModelEnv& env, const Chunks& k, const Tensor& block, Tensor& into) {
+  const std::array<P2POp, 2> ops{
+      P2POp{P2POp::Kind::send, block, static_cast<int>((k.rank + 1) % k.cp)},
+      P2POp{P2POp::Kind::recv, into, static_cast<int>((k.rank + k.cp - 1) % k.cp)}};
+  return env.cp->batch_p2p(env.stream, ops);
+}
+
+}  // namespace
+
+CpCommType parse_cp_comm_type(const std::string& name) {
+  if (name == "p2p") return CpCommType::p2p;
+  if (name == "all_gather") return CpCommType::all_gather;
+  throw std::invalid_argument("cp_comm_type \"" + name + "\": the step runs p2p or all_gather");
+}
+
+ContextAttentionSaved context_parallel_attention_forward(ModelEnv& env, CpCommType comm,
+                                                         const Tensor& qkv) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const Chunks k = chunks_of(env, qkv.shape);
+  ContextAttentionSaved saved;
+  saved.output = allocate_like(env, Shape{k.local * k.B, k.G * k.P * k.HD});
+  saved.lse = allocate_fp32(d, Shape{2, k.B, k.G * k.P, k.chunk});
+  Tensor mine = take_keys_and_values(env, k, qkv);
+  if (comm == CpCommType::all_gather) {
+    Tensor gathered = allocate_like(env, k.kv_shape(k.cp * k.local));
+    env.cp->all_gather(s, mine, gathered)->wait();
+    // Rank q's block holds its chunks q and 2·cp − 1 − q: put them in sequence order.
+    saved.kv = allocate_like(env, gathered.shape);
+    for (std::int64_t q = 0; q < k.cp; ++q)
+      for (int j = 0; j < 2; ++j) {
+        Tensor to = k.kv_rows(saved.kv, k.position(q, j), k.chunk);
+        d.copy(s, k.kv_rows(gathered, q * k.local + j * k.chunk, k.chunk), to);
+      }
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t at = k.position(k.rank, j);
+      const Tensor q = k.q_rows(qkv, j), kv = k.kv_rows(saved.kv, 0, at + k.chunk);
+      Tensor out = k.output(saved.output, j), lse = k.lse(saved.lse, j);
+      d.flash_attention(s, {q, kv, out, lse, AttentionMaskKind::causal, at, 0});
+    }
+    return saved;
+  }
+  std::array<bool, 2> started{false, false};
+  Tensor block = mine;
+  for (std::int64_t step = 0; step < k.cp; ++step) {
+    const std::int64_t owner = (k.rank - step + k.cp) % k.cp;
+    // The next block travels while this one is attended to.
+    std::unique_ptr<Work> next_arrives;
+    Tensor next;
+    if (step + 1 < k.cp) {
+      next = allocate_like(env, block.shape);
+      next_arrives = pass_on(env, k, block, next);
+    }
+    for (int j = 0; j < 2; ++j)
+      for (int l = 0; l < 2; ++l) {
+        const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
+        const auto mask = pair_mask(q_at, k_at);
+        if (!mask) continue;
+        const Tensor q = k.q_rows(qkv, j), kv = k.kv_rows(block, l * k.chunk, k.chunk);
+        Tensor out = k.output(saved.output, j), lse = k.lse(saved.lse, j);
+        d.flash_attention(s, {q, kv, out, lse, *mask, q_at, k_at, started[j]});
+        started[j] = true;
+      }
+    if (next_arrives) {
+      next_arrives->wait();
+      block = next;
+    }
+  }
+  saved.kv = mine;
+  return saved;
+}
+
+Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
+                                           const Tensor& grad_output, const Tensor& qkv,
+                                           const ContextAttentionSaved& saved) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const Chunks k = chunks_of(env, qkv.shape);
+  // Query gradients add up over the key blocks; key/value slots get theirs at the end.
+  Tensor dqkv = allocate_like(env, qkv.shape);
+  d.fill(s, dqkv, 0.0f);
+  auto backward = [&](int j, const Tensor& kv, Tensor& dkv, AttentionMaskKind mask,
+                      std::int64_t q_at, std::int64_t k_at) {
+    const Tensor d_out = k.output(grad_output, j), q = k.q_rows(qkv, j);
+    const Tensor out = k.output(saved.output, j), lse = k.lse(saved.lse, j);
+    Tensor dq = k.q_rows(dqkv, j);
+    d.flash_attention_backward(s, {d_out, q, kv, out, lse, dq, dkv, mask, q_at, k_at, true});
+  };
+  if (comm == CpCommType::all_gather) {
+    Tensor d_all = allocate_like(env, saved.kv.shape);
+    d.fill(s, d_all, 0.0f);
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t at = k.position(k.rank, j);
+      const Tensor kv = k.kv_rows(saved.kv, 0, at + k.chunk);
+      Tensor dkv = k.kv_rows(d_all, 0, at + k.chunk);
+      backward(j, kv, dkv, AttentionMaskKind::causal, at, 0);
+    }
+    // Back to the ranks' order, then each rank's rows summed over the group.
+    Tensor d_gathered = allocate_like(env, d_all.shape);
+    for (std::int64_t q = 0; q < k.cp; ++q)
+      for (int j = 0; j < 2; ++j) {
+        Tensor to = k.kv_rows(d_gathered, q * k.local + j * k.chunk, k.chunk);
+        d.copy(s, k.kv_rows(d_all, k.position(q, j), k.chunk), to);
+      }
+    d_all = Tensor{};
+    Tensor d_mine = allocate_like(env, k.kv_shape(k.local));
+    env.cp->reduce_scatter(s, d_gathered, d_mine, ReduceOp::sum)->wait();
+    add_key_value_grads(env, k, d_mine, dqkv);
+    return dqkv;
+  }
+  // The blocks go round again, each with the gradient its holders so far gave it.
+  Tensor block = saved.kv;
+  Tensor d_block = allocate_like(env, block.shape);
+  d.fill(s, d_block, 0.0f);
+  for (std::int64_t step = 0; step < k.cp; ++step) {
+    const std::int64_t owner = (k.rank - step + k.cp) % k.cp;
+    std::unique_ptr<Work> next_arrives;
+    Tensor next;
+    if (step + 1 < k.cp) {
+      next = allocate_like(env, block.shape);
+      next_arrives = pass_on(env, k, block, next);
+    }
+    for (int j = 0; j < 2; ++j)
+      for (int l = 0; l < 2; ++l) {
+        const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
+        const auto mask = pair_mask(q_at, k_at);
+        if (!mask) continue;
+        const Tensor kv = k.kv_rows(block, l * k.chunk, k.chunk);
+        Tensor dkv = k.kv_rows(d_block, l * k.chunk, k.chunk);
+        backward(j, kv, dkv, *mask, q_at, k_at);
+      }
+    // The gradient follows its block; after the last step each one is back with its owner.
+    Tensor d_next = allocate_like(env, d_block.shape);
+    pass_on(env, k, d_block, d_next)->wait();
+    d_block = d_next;
+    if (next_arrives) {
+      next_arrives->wait();
+      block = next;
+    }
+  }
+  add_key_value_grads(env, k, d_block, dqkv);
+  return dqkv;
+}
+
+}  // namespace tandem
