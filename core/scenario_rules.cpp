@@ -448,6 +448,20 @@ void check_order(const Scenario& s, Violations& out) {
   if (p.expert_model_parallel_size > 1 && ep != absent && dp != absent && std::abs(ep - dp) != 1)
     add("must put \"ep\" next to \"dp\" when expert_model_parallel_size > 1 (expert "
         "parallelism splits the data-parallel dimension)");
+  // Megatron-Core's rank generators (parallel_state.py) assert that unless pp is the
+  // slowest dimension, the expert grid's data-parallel size dp × cp / ep equals dp.
+  const I64 world = s.cluster.world_size, tp = p.tensor_model_parallel_size,
+            pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size,
+            ep_size = p.expert_model_parallel_size;
+  if (all_positive({world, tp, pp, cp, ep_size}) && pp > 1 && !tokens.empty() &&
+      tokens.back() != "pp" && world % (tp * pp * cp) == 0) {
+    const I64 dp_size = world / (tp * pp * cp);
+    if (dp_size * cp % ep_size == 0 && dp_size * cp / ep_size != dp_size)
+      add(cat("must end with \"pp\" when pipeline_model_parallel_size = ", pp,
+              " > 1 and the expert data-parallel size dp × cp / ep = ", dp_size * cp / ep_size,
+              " differs from data_parallel_size = ", dp_size,
+              " (Megatron-Core's rank generators assert it)"));
+  }
 }
 
 }  // namespace

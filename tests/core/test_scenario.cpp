@@ -746,6 +746,23 @@ TEST(ScenarioValidate, OrderKeepsEpNextToDp) {
   EXPECT_TRUE(Names(invalid(s), "order", "tp-cp-dp-pp", "\"ep\" when its size is 2"));
 }
 
+// Megatron-Core's rank generators: with pp not last, the expert grid's dp (dp × cp / ep)
+// must equal dp. World 16, tp 2, pp 2, cp 2: dp 2, expert dp 4 without experts.
+TEST(ScenarioValidate, OrderEndsWithPpWhenTheExpertGridWouldDiffer) {
+  Scenario s = default_scenario();
+  s.cluster.world_size = 16;
+  s.parallelism.tensor_model_parallel_size = 2;
+  s.parallelism.pipeline_model_parallel_size = 2;
+  s.parallelism.context_parallel_size = 2;
+  s.model.seq_length = 1024;
+  s.model.max_position_embeddings = 1024;
+  EXPECT_NO_THROW(validate(s));  // tp-cp-ep-dp-pp
+  s.parallelism.order = "tp-cp-ep-pp-dp";
+  EXPECT_TRUE(Names(invalid(s), "order", "tp-cp-ep-pp-dp", "expert data-parallel size"));
+  s.parallelism.context_parallel_size = 1;  // expert dp = dp: Megatron accepts it
+  EXPECT_NO_THROW(validate(s));
+}
+
 TEST(ScenarioValidate, CollectsEveryViolation) {
   Scenario s = default_scenario();
   s.parallelism.tensor_model_parallel_size = 3;  // world 8 not divisible by 6; heads 16 % 3
