@@ -186,10 +186,13 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
     add_key_value_grads(env, k, d_mine, dqkv);
     return dqkv;
   }
-  // The blocks go round again, each with the gradient its holders so far gave it.
+  // The blocks go round again. Each rank adds its share of a block's gradient to what the
+  // block's earlier holders gave it and passes the sum on, as the block itself moves on:
+  // both passes run while the next block is attended to. After cp steps every block's
+  // gradient is back with its owner.
   Tensor block = saved.kv;
-  Tensor d_block = allocate_like(env, block.shape);
-  d.fill(s, d_block, 0.0f);
+  Tensor d_sending, d_arriving;     // the held block's gradient passed on; the next one's
+  std::unique_ptr<Work> d_arrives;  // its pass from the previous rank
   for (std::int64_t step = 0; step < k.cp; ++step) {
     const std::int64_t owner = (k.rank - step + k.cp) % k.cp;
     std::unique_ptr<Work> next_arrives;
@@ -198,6 +201,8 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
       next = allocate_like(env, block.shape);
       next_arrives = pass_on(env, k, block, next);
     }
+    Tensor d_block = allocate_like(env, block.shape);
+    d.fill(s, d_block, 0.0f);
     for (int j = 0; j < 2; ++j)
       for (int l = 0; l < 2; ++l) {
         const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
@@ -207,16 +212,21 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
         Tensor dkv = k.kv_rows(d_block, l * k.chunk, k.chunk);
         backward(j, kv, dkv, *mask, q_at, k_at);
       }
-    // The gradient follows its block; after the last step each one is back with its owner.
-    Tensor d_next = allocate_like(env, d_block.shape);
-    pass_on(env, k, d_block, d_next)->wait();
-    d_block = d_next;
+    if (d_arrives) {
+      d_arrives->wait();
+      d.add(s, d_block, d_arriving, d_block);
+    }
+    // Both ends of a pass stay allocated until it is waited for.
+    d_sending = d_block;
+    d_arriving = allocate_like(env, block.shape);
+    d_arrives = pass_on(env, k, d_sending, d_arriving);
     if (next_arrives) {
       next_arrives->wait();
       block = next;
     }
   }
-  add_key_value_grads(env, k, d_block, dqkv);
+  d_arrives->wait();
+  add_key_value_grads(env, k, d_arriving, dqkv);
   return dqkv;
 }
 
