@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "sim/calibration.hpp"
@@ -47,7 +48,7 @@ using nlohmann::json;
 
 struct SearchCliOptions {
   ScenarioOptions scenario;
-  int world_size = 0, jobs = 1, top = 10;
+  int world_size = 0, jobs = 0, top = 10;  // jobs 0: one per core (one per mpirun rank)
   std::string json_path, csv_path, svg_path, calibration;
   std::vector<std::string> vary, fix;
   double memory_headroom = 0;
@@ -504,6 +505,9 @@ void run_search(SearchCliOptions& o) {
   // workers are forked before MPI starts (a process must not fork after MPI_Init).
   const Ranks ranks = ranks_from_environment();
   const bool root = ranks.rank == 0;
+  if (o.jobs == 0)
+    o.jobs =
+        ranks.size > 1 ? 1 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
   Scenario base = resolve_scenario(o.scenario, false);
   const int world = base.cluster.world_size;  // --world-size is the scenario's flag
@@ -901,9 +905,10 @@ void add_search_command(CLI::App& app) {
       "layouts Megatron accepts (tp, pp, cp, interleaving, micro batch, recomputation, sequence "
       "parallelism, distributed optimizer, overlaps, rank order), prunes invalid ones and those "
       "over memory, simulates the promising rest and ranks them (exact top K)");
-  cmd->add_option("--jobs,-j", opts->jobs, "Simulations and dry runs at once per process")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  cmd->add_option("--jobs,-j", opts->jobs,
+                  "Simulations and dry runs at once per process (default: one per core; one "
+                  "per rank under mpirun)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--top", opts->top, "Candidates ranked exactly and shown")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
