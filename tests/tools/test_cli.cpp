@@ -306,6 +306,25 @@ TEST(CliSimulate, ContextParallelismSplitsTheSequenceAndItsActivations) {
   EXPECT_LT(cp2, 80.0 * (1 << 30));  // fits an H100
 }
 
+// The Llama scenarios' parameter counts, as `tandem scenario` prints them, against the
+// counts of Meta's released checkpoints (Hugging Face model cards: Llama-2 7B 6,738,415,616
+// and 70B 68,976,648,192; Llama-3 8B 8,030,261,248, 70B 70,553,706,496, 405B
+// 405,853,388,800). Megatron counts the vocabulary padded to 128 × tp rows, a few rows more.
+TEST(CliScenario, LlamaScenariosHaveThePublishedParameterCounts) {
+  const std::pair<const char*, double> published[] = {{"llama2-7b-64gpu", 6'738'415'616.0},
+                                                      {"llama2-70b-512gpu", 68'976'648'192.0},
+                                                      {"llama3-8b-64gpu", 8'030'261'248.0},
+                                                      {"llama3-70b-1024gpu", 70'553'706'496.0},
+                                                      {"llama3-405b-7168gpu", 405'853'388'800.0}};
+  for (const auto& [name, count] : published) {
+    const auto r =
+        run("scenario " + std::string(TANDEM_SOURCE_DIR) + "/scenarios/" + name + ".json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double n = nlohmann::json::parse(r.output)["derived"]["parameters"].get<double>();
+    EXPECT_NEAR(n / count, 1.0, 1e-3) << name << ": " << n;
+  }
+}
+
 TEST(CliScenario, MixtralHasThePublishedTotalAndActiveParametersButDoesNotSimulateYet) {
   const std::string file = std::string(TANDEM_SOURCE_DIR) + "/scenarios/mixtral-8x7b-64gpu.json";
   const auto r = run("scenario " + file);
