@@ -83,6 +83,36 @@ std::unique_ptr<Work> pass_on(ModelEnv& env, const Chunks& k, const Tensor& bloc
   return env.cp->batch_p2p(env.stream, ops);
 }
 
+// Walks the ring from this rank's own block: at each step `visit(block, owner)` sees the
+// key/value block held (rank owner's) while the next one travels from the previous rank.
+template <typename Visit>
+void around_the_ring(ModelEnv& env, const Chunks& k, Tensor block, Visit visit) {
+  for (std::int64_t step = 0; step < k.cp; ++step) {
+    std::unique_ptr<Work> next_arrives;
+    Tensor next;
+    if (step + 1 < k.cp) {
+      next = allocate_like(env, block.shape);
+      next_arrives = pass_on(env, k, block, next);
+    }
+    visit(block, (k.rank - step + k.cp) % k.cp);
+    if (next_arrives) {
+      next_arrives->wait();
+      block = next;
+    }
+  }
+}
+
+// The pairs of this rank's query chunk j and rank owner's key chunk l that see each other,
+// with their mask and positions: visit(j, l, mask, q_position, k_position).
+template <typename Visit>
+void visible_pairs(const Chunks& k, std::int64_t owner, Visit visit) {
+  for (int j = 0; j < 2; ++j)
+    for (int l = 0; l < 2; ++l) {
+      const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
+      if (const auto mask = pair_mask(q_at, k_at)) visit(j, l, *mask, q_at, k_at);
+    }
+}
+
 }  // namespace
 
 CpCommType parse_cp_comm_type(const std::string& name) {
@@ -119,31 +149,15 @@ ContextAttentionSaved context_parallel_attention_forward(ModelEnv& env, CpCommTy
     return saved;
   }
   std::array<bool, 2> started{false, false};
-  Tensor block = mine;
-  for (std::int64_t step = 0; step < k.cp; ++step) {
-    const std::int64_t owner = (k.rank - step + k.cp) % k.cp;
-    // The next block travels while this one is attended to.
-    std::unique_ptr<Work> next_arrives;
-    Tensor next;
-    if (step + 1 < k.cp) {
-      next = allocate_like(env, block.shape);
-      next_arrives = pass_on(env, k, block, next);
-    }
-    for (int j = 0; j < 2; ++j)
-      for (int l = 0; l < 2; ++l) {
-        const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
-        const auto mask = pair_mask(q_at, k_at);
-        if (!mask) continue;
-        const Tensor q = k.q_rows(qkv, j), kv = k.kv_rows(block, l * k.chunk, k.chunk);
-        Tensor out = k.output(saved.output, j), lse = k.lse(saved.lse, j);
-        d.flash_attention(s, {q, kv, out, lse, *mask, q_at, k_at, started[j]});
-        started[j] = true;
-      }
-    if (next_arrives) {
-      next_arrives->wait();
-      block = next;
-    }
-  }
+  around_the_ring(env, k, mine, [&](const Tensor& block, std::int64_t owner) {
+    visible_pairs(k, owner,
+                  [&](int j, int l, AttentionMaskKind mask, std::int64_t q_at, std::int64_t k_at) {
+                    const Tensor q = k.q_rows(qkv, j), kv = k.kv_rows(block, l * k.chunk, k.chunk);
+                    Tensor out = k.output(saved.output, j), lse = k.lse(saved.lse, j);
+                    d.flash_attention(s, {q, kv, out, lse, mask, q_at, k_at, started[j]});
+                    started[j] = true;
+                  });
+  });
   saved.kv = mine;
   return saved;
 }
@@ -190,28 +204,17 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
   // block's earlier holders gave it and passes the sum on, as the block itself moves on:
   // both passes run while the next block is attended to. After cp steps every block's
   // gradient is back with its owner.
-  Tensor block = saved.kv;
   Tensor d_sending, d_arriving;     // the held block's gradient passed on; the next one's
   std::unique_ptr<Work> d_arrives;  // its pass from the previous rank
-  for (std::int64_t step = 0; step < k.cp; ++step) {
-    const std::int64_t owner = (k.rank - step + k.cp) % k.cp;
-    std::unique_ptr<Work> next_arrives;
-    Tensor next;
-    if (step + 1 < k.cp) {
-      next = allocate_like(env, block.shape);
-      next_arrives = pass_on(env, k, block, next);
-    }
+  around_the_ring(env, k, saved.kv, [&](const Tensor& block, std::int64_t owner) {
     Tensor d_block = allocate_like(env, block.shape);
     d.fill(s, d_block, 0.0f);
-    for (int j = 0; j < 2; ++j)
-      for (int l = 0; l < 2; ++l) {
-        const std::int64_t q_at = k.position(k.rank, j), k_at = k.position(owner, l);
-        const auto mask = pair_mask(q_at, k_at);
-        if (!mask) continue;
-        const Tensor kv = k.kv_rows(block, l * k.chunk, k.chunk);
-        Tensor dkv = k.kv_rows(d_block, l * k.chunk, k.chunk);
-        backward(j, kv, dkv, *mask, q_at, k_at);
-      }
+    visible_pairs(k, owner,
+                  [&](int j, int l, AttentionMaskKind mask, std::int64_t q_at, std::int64_t k_at) {
+                    const Tensor kv = k.kv_rows(block, l * k.chunk, k.chunk);
+                    Tensor dkv = k.kv_rows(d_block, l * k.chunk, k.chunk);
+                    backward(j, kv, dkv, mask, q_at, k_at);
+                  });
     if (d_arrives) {
       d_arrives->wait();
       d.add(s, d_block, d_arriving, d_block);
@@ -220,11 +223,7 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
     d_sending = d_block;
     d_arriving = allocate_like(env, block.shape);
     d_arrives = pass_on(env, k, d_sending, d_arriving);
-    if (next_arrives) {
-      next_arrives->wait();
-      block = next;
-    }
-  }
+  });
   d_arrives->wait();
   add_key_value_grads(env, k, d_arriving, dqkv);
   return dqkv;
