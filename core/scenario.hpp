@@ -48,7 +48,8 @@ struct ModelConfig {
   bool disable_bias_linear = false;  // Megatron's add_bias_linear = false
   bool use_flash_attn = false;
   // Mixture of experts, under Megatron-Core's names (absent num_experts: a dense model).
-  // Every moe_layer_freq-th layer (0, freq, 2·freq, …) replaces its MLP by num_experts
+  // Every moe_layer_freq-th layer (0, freq, 2·freq, …), or the layers moe_layer_pattern
+  // marks 1 (Megatron's list form of moe_layer_freq), replaces its MLP by num_experts
   // experts of width moe_ffn_hidden_size, moe_router_topk of which each token goes to, plus
   // a shared expert of moe_shared_expert_intermediate_size that every token goes through.
   std::optional<int> num_experts;
@@ -56,6 +57,7 @@ struct ModelConfig {
   std::optional<int> moe_ffn_hidden_size;  // default ffn_hidden_size(s)
   std::optional<int> moe_shared_expert_intermediate_size;
   int moe_layer_freq = 1;
+  std::vector<int> moe_layer_pattern;  // one 0 / 1 per layer; empty: moe_layer_freq decides
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -187,8 +189,10 @@ int virtual_pipeline_size(const Scenario& s);  // 1 when not interleaved
 int padded_vocab_size(const Scenario& s);      // vocab rounded up to divisible_by · tp
 // Megatron's default: 4 · hidden, or with swiglu 2/3 of that rounded down to a multiple of 64.
 int ffn_hidden_size(const Scenario& s);
-// Layers whose MLP is a mixture of experts (Megatron's moe_layer_freq as an int: layer i
-// when i mod moe_layer_freq = 0); 0 for a dense model.
+// Whether layer i (0-based) is a mixture-of-experts layer: never in a dense model; else as
+// moe_layer_pattern marks it, or when i mod moe_layer_freq = 0 (Megatron's integer form).
+bool is_moe_layer(const Scenario& s, int layer);
+// How many layers are.
 int num_moe_layers(const Scenario& s);
 // An expert's MLP width: moe_ffn_hidden_size, else ffn_hidden_size(s).
 int moe_ffn_hidden_size(const Scenario& s);

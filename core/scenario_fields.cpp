@@ -3,6 +3,8 @@
 // JSON parsing, flag overrides, help text and unknown-key suggestions cannot disagree.
 // The defaults are the member initializers in scenario.hpp; default_scenario() is here.
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -120,6 +122,129 @@ FieldDef make_field(Sec Scenario::*section, T Sec::*member, FieldSpec spec) {
   return f;
 }
 
+// Megatron's list form of --moe-layer-freq, a Python expression of 0/1 lists joined by +
+// and repeated by * (e.g. "[0]*3+[1]*58", "([1]*3+[0])*4"): the list, or nullopt.
+class LayerPatternParser {
+ public:
+  explicit LayerPatternParser(std::string_view text) : text_(text) {}
+  std::optional<std::vector<int>> parse() {
+    auto list = sum();
+    skip();
+    if (!list || at_ < text_.size()) return std::nullopt;
+    return list;
+  }
+
+ private:
+  std::optional<std::vector<int>> sum() {
+    auto list = product();
+    while (list && eat('+')) {
+      auto more = product();
+      if (!more) return std::nullopt;
+      list->insert(list->end(), more->begin(), more->end());
+    }
+    return list;
+  }
+  std::optional<std::vector<int>> product() {
+    auto list = atom();
+    while (list && eat('*')) {
+      const auto times = integer();
+      if (!times || *times < 0 || *times * list->size() > 1'000'000) return std::nullopt;
+      std::vector<int> repeated;
+      for (std::int64_t k = 0; k < *times; ++k)
+        repeated.insert(repeated.end(), list->begin(), list->end());
+      list = std::move(repeated);
+    }
+    return list;
+  }
+  std::optional<std::vector<int>> atom() {
+    if (eat('(')) {
+      auto list = sum();
+      return list && eat(')') ? list : std::nullopt;
+    }
+    if (!eat('[')) return std::nullopt;
+    std::vector<int> list;
+    if (eat(']')) return list;
+    do {
+      const auto x = integer();
+      if (!x) return std::nullopt;
+      list.push_back(static_cast<int>(*x));
+    } while (eat(','));
+    return eat(']') ? std::optional(list) : std::nullopt;
+  }
+  std::optional<std::int64_t> integer() {
+    skip();
+    std::int64_t x = 0;
+    const char* begin = text_.data() + at_;
+    const auto [end, ec] = std::from_chars(begin, text_.data() + text_.size(), x);
+    if (ec != std::errc() || x > 1'000'000) return std::nullopt;
+    at_ += static_cast<std::size_t>(end - begin);
+    return x;
+  }
+  bool eat(char c) {
+    skip();
+    if (at_ >= text_.size() || text_[at_] != c) return false;
+    ++at_;
+    return true;
+  }
+  void skip() {
+    while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;
+  }
+  std::string_view text_;
+  std::size_t at_ = 0;
+};
+
+std::string broken_moe_layer_freq(const json& v) {
+  if (v.is_number()) return v.get<double>() >= 1 ? "" : "must be ≥ 1";
+  for (const auto& x : v)
+    if (!x.is_number_integer() || (x.get<std::int64_t>() != 0 && x.get<std::int64_t>() != 1))
+      return "a list must hold only 0 and 1, one per layer";
+  return "";
+}
+
+// moe_layer_freq takes Megatron's two forms: an integer k (every k-th layer from layer 0)
+// or a list with one 0 / 1 per layer, written out in JSON or as Megatron's expression.
+FieldDef moe_layer_freq_field() {
+  FieldDef f;
+  f.meta = {"model",
+            "moe_layer_freq",
+            "--moe-layer-freq",
+            "int or 0/1 list",
+            "every this-many-th layer is an MoE layer (from layer 0), or a 0/1 per layer: "
+            "[1,0,1,0], or Megatron's \"[0]*3+[1]*58\"",
+            {}};
+  f.rule = Rule{.custom = broken_moe_layer_freq};
+  f.get = [](const Scenario& s) {
+    return s.model.moe_layer_pattern.empty() ? json(s.model.moe_layer_freq)
+                                             : json(s.model.moe_layer_pattern);
+  };
+  f.set = [](Scenario& s, const json& j) {
+    if (j.is_array()) {
+      if (auto err = broken_moe_layer_freq(j); !err.empty()) return err;
+      s.model.moe_layer_pattern = j.get<std::vector<int>>();
+      s.model.moe_layer_freq = 1;
+      return std::string();
+    }
+    if (!j.is_number())
+      return "must be an integer or a list of 0 and 1, one per layer, not a JSON " +
+             std::string(j.type_name());
+    int every = 0;
+    if (auto err = decode(j, every); !err.empty()) return err;
+    if (auto err = broken_moe_layer_freq(json(every)); !err.empty()) return err;
+    s.model.moe_layer_freq = every;
+    s.model.moe_layer_pattern.clear();
+    return std::string();
+  };
+  f.set_text = [set = f.set](Scenario& s, std::string_view text) {
+    if (auto n = number_from_text(text)) return set(s, *n);
+    const auto list = LayerPatternParser(text).parse();
+    if (!list)
+      return std::string(
+          "must be an integer or a list of 0 and 1 per layer, e.g. \"[0]*3+[1]*58\"");
+    return set(s, json(*list));
+  };
+  return f;
+}
+
 std::vector<FieldDef> model_fields() {
   using M = ModelConfig;
   constexpr auto m = &Scenario::model;
@@ -178,9 +303,7 @@ std::vector<FieldDef> model_fields() {
           m, &M::moe_shared_expert_intermediate_size,
           {"moe_shared_expert_intermediate_size",
            "MLP width of the shared expert every token goes through (absent: none)", positive()}),
-      make_field(m, &M::moe_layer_freq,
-                 {"moe_layer_freq", "every this-many-th layer is an MoE layer (from layer 0)",
-                  positive()}),
+      moe_layer_freq_field(),
   };
 }
 

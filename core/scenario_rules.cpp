@@ -51,9 +51,19 @@ int ffn_hidden_size(const Scenario& s) {
   return static_cast<int>(std::min<std::int64_t>(ffn, std::numeric_limits<int>::max()));
 }
 
+bool is_moe_layer(const Scenario& s, int layer) {
+  const auto& m = s.model;
+  if (!m.num_experts || layer < 0) return false;
+  if (!m.moe_layer_pattern.empty())
+    return static_cast<std::size_t>(layer) < m.moe_layer_pattern.size() &&
+           m.moe_layer_pattern[static_cast<std::size_t>(layer)] != 0;
+  return m.moe_layer_freq >= 1 && layer % m.moe_layer_freq == 0;
+}
+
 int num_moe_layers(const Scenario& s) {
-  if (!s.model.num_experts || s.model.moe_layer_freq < 1) return 0;
-  return (std::max(0, s.model.num_layers) + s.model.moe_layer_freq - 1) / s.model.moe_layer_freq;
+  int n = 0;
+  for (int i = 0; i < s.model.num_layers; ++i) n += is_moe_layer(s, i);
+  return n;
 }
 
 int moe_ffn_hidden_size(const Scenario& s) {
@@ -199,6 +209,10 @@ void check_moe(const Scenario& s, Violations& out) {
     out.push_back({"moe_ffn_hidden_size", cat(width),
                    cat("must be divisible by tensor_model_parallel_size = ", tp,
                        m.moe_ffn_hidden_size ? "" : " (it defaults to ffn_hidden_size)")});
+  const I64 listed = static_cast<I64>(m.moe_layer_pattern.size());
+  if (listed > 0 && listed != m.num_layers)
+    out.push_back({"moe_layer_freq", cat("a list of ", listed),
+                   cat("must list one 0 or 1 per layer: num_layers = ", m.num_layers)});
   if (m.moe_shared_expert_intermediate_size && *m.moe_shared_expert_intermediate_size % tp != 0)
     out.push_back({"moe_shared_expert_intermediate_size",
                    cat(*m.moe_shared_expert_intermediate_size),

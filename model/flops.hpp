@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/scenario.hpp"
 
@@ -148,22 +149,26 @@ inline ParameterCount parameter_count(const DenseShape& d) {
 // norms, learned positions and the row-parallel biases (attention output, fc2) are
 // replicated over tp. In an MoE layer expert parallelism gives each rank experts / ep of
 // the experts (each split over tp like an MLP), and the router is replicated. Which layers
-// are MoE layers follows moe_layer_freq (`moe_layer_freq` below: 0 for a dense model).
+// are MoE layers `moe_layer` says, one flag per layer (empty for a dense model;
+// is_moe_layer() in core/scenario.hpp gives Megatron's moe_layer_freq either form).
 inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 1,
-                                  int moe_layer_freq = 0) {
+                                  const std::vector<bool>& moe_layer = {}) {
   const ParameterCount c = parameter_count(d);
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
   const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0);
   const double layer = (c.per_layer - replicated) / tp + replicated;
   const double router = d.hidden * d.experts;
-  const double moe_layer =
+  const double moe =
       (c.per_moe_layer - d.experts * mlp_parameters(d, d.moe_ffn) - router - replicated) / tp +
       (d.experts / ep) * mlp_parameters(d, d.moe_ffn) / tp + router + replicated;
   const int per_stage = static_cast<int>(d.layers) / pp;
   auto stage_layers = [&](int stage) {
     double sum = 0;
     for (int i = stage * per_stage; i < (stage + 1) * per_stage; ++i)
-      sum += moe_layer_freq > 0 && d.moe_layers > 0 && i % moe_layer_freq == 0 ? moe_layer : layer;
+      sum +=
+          static_cast<std::size_t>(i) < moe_layer.size() && moe_layer[static_cast<std::size_t>(i)]
+              ? moe
+              : layer;
     return sum;
   };
   const double word = d.padded_vocab * d.hidden / tp;

@@ -179,9 +179,11 @@ void add_scenario_command(CLI::App& app) {
       j["derived"]["num_moe_layers"] = num_moe_layers(s);
       j["derived"]["moe_ffn_hidden_size"] = moe_ffn_hidden_size(s);
     }
+    std::vector<bool> moe_layer;
+    for (int i = 0; i < s.model.num_layers; ++i) moe_layer.push_back(is_moe_layer(s, i));
     j["derived"]["parameters_per_rank"] = parameters_per_rank(
         shape, s.parallelism.tensor_model_parallel_size, s.parallelism.pipeline_model_parallel_size,
-        s.parallelism.expert_model_parallel_size, s.model.num_experts ? s.model.moe_layer_freq : 0);
+        s.parallelism.expert_model_parallel_size, moe_layer);
     j["derived"]["flops_per_iteration"] =
         num_floating_point_operations(shape, s.training.global_batch_size);
     std::cout << j.dump(2) << "\n";

@@ -816,6 +816,40 @@ TEST(ScenarioModel, MixtureOfExpertsRules) {
   EXPECT_EQ(num_moe_layers(j), 12);  // layers 0, 2, …, 22 of 24
 }
 
+// Megatron's list form of moe_layer_freq: a 0/1 per layer, in JSON or as Megatron's
+// Python expression on the command line; one entry per layer, only 0 and 1.
+TEST(ScenarioModel, MoeLayerFreqTakesMegatronsListForm) {
+  Scenario s = default_scenario();  // 24 layers
+  s.model.num_experts = 8;
+  apply_overrides(s, {{"--moe-layer-freq", "[0]*3+[1]*21"}});
+  EXPECT_EQ(num_moe_layers(s), 21);
+  EXPECT_FALSE(is_moe_layer(s, 2));
+  EXPECT_TRUE(is_moe_layer(s, 3));
+  apply_overrides(s, {{"--moe-layer-freq", "([1]*3 + [0]) * 6"}});
+  EXPECT_EQ(num_moe_layers(s), 18);
+  EXPECT_FALSE(is_moe_layer(s, 3));
+  EXPECT_TRUE(is_moe_layer(s, 4));
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  // Back to the integer form, which clears the list.
+  apply_overrides(s, {{"--moe-layer-freq", "3"}});
+  EXPECT_EQ(num_moe_layers(s), 8);  // 0, 3, …, 21
+  EXPECT_EQ(to_json(s)["model"]["moe_layer_freq"], 3);
+  // JSON lists round-trip.
+  s.model.moe_layer_pattern = std::vector<int>(24, 0);
+  s.model.moe_layer_pattern[5] = 1;
+  const Scenario back = parse_scenario(to_json(s));
+  EXPECT_EQ(back.model.moe_layer_pattern, s.model.moe_layer_pattern);
+  EXPECT_EQ(num_moe_layers(back), 1);
+  // One entry per layer, only 0 and 1, and a well-formed expression.
+  s.model.moe_layer_pattern = {1, 0, 1};
+  EXPECT_TRUE(Names(invalid(s), "moe_layer_freq", "a list of 3", "num_layers = 24"));
+  EXPECT_TRUE(Names(rejected(s, {{"--moe-layer-freq", "[0,2]*12"}}), "--moe-layer-freq", "[0,2]*12",
+                    "only 0 and 1"));
+  EXPECT_TRUE(Names(rejected(s, {{"--moe-layer-freq", "[1]*"}}), "--moe-layer-freq", "[1]*",
+                    "[0]*3+[1]*58"));
+  EXPECT_TRUE(Names(rejected(s, {{"--moe-layer-freq", "0"}}), "--moe-layer-freq", "0", "≥ 1"));
+}
+
 TEST(ScenarioModel, QueryGroupsOnlyWithGroupQueryAttention) {
   Scenario s = default_scenario();
   s.model.num_query_groups = 4;
