@@ -69,6 +69,17 @@ void add_key_value_grads(ModelEnv& env, const Chunks& k, const Tensor& dkv, Tens
                                        .accumulate = true});
 }
 
+// The cp ranks' key/value blocks (rank q's rows hold its chunks q and 2·cp − 1 − q) put in
+// sequence order, or with `to_ranks` back into the ranks' order.
+void reorder(ModelEnv& env, const Chunks& k, const Tensor& from, Tensor& to, bool to_ranks) {
+  for (std::int64_t q = 0; q < k.cp; ++q)
+    for (int j = 0; j < 2; ++j) {
+      const std::int64_t by_rank = q * k.local + j * k.chunk, in_sequence = k.position(q, j);
+      Tensor dst = k.kv_rows(to, to_ranks ? by_rank : in_sequence, k.chunk);
+      env.device.copy(env.stream, k.kv_rows(from, to_ranks ? in_sequence : by_rank, k.chunk), dst);
+    }
+}
+
 // Queries at q_position meet keys at k_position: causal on the diagonal, whole before it.
 std::optional<AttentionMaskKind> pair_mask(std::int64_t q_position, std::int64_t k_position) {
   if (k_position > q_position) return std::nullopt;
@@ -133,13 +144,8 @@ ContextAttentionSaved context_parallel_attention_forward(ModelEnv& env, CpCommTy
   if (comm == CpCommType::all_gather) {
     Tensor gathered = allocate_like(env, k.kv_shape(k.cp * k.local));
     env.cp->all_gather(s, mine, gathered)->wait();
-    // Rank q's block holds its chunks q and 2·cp − 1 − q: put them in sequence order.
     saved.kv = allocate_like(env, gathered.shape);
-    for (std::int64_t q = 0; q < k.cp; ++q)
-      for (int j = 0; j < 2; ++j) {
-        Tensor to = k.kv_rows(saved.kv, k.position(q, j), k.chunk);
-        d.copy(s, k.kv_rows(gathered, q * k.local + j * k.chunk, k.chunk), to);
-      }
+    reorder(env, k, gathered, saved.kv, false);
     for (int j = 0; j < 2; ++j) {
       const std::int64_t at = k.position(k.rank, j);
       const Tensor q = k.q_rows(qkv, j), kv = k.kv_rows(saved.kv, 0, at + k.chunk);
@@ -189,11 +195,7 @@ Tensor context_parallel_attention_backward(ModelEnv& env, CpCommType comm,
     }
     // Back to the ranks' order, then each rank's rows summed over the group.
     Tensor d_gathered = allocate_like(env, d_all.shape);
-    for (std::int64_t q = 0; q < k.cp; ++q)
-      for (int j = 0; j < 2; ++j) {
-        Tensor to = k.kv_rows(d_gathered, q * k.local + j * k.chunk, k.chunk);
-        d.copy(s, k.kv_rows(d_all, k.position(q, j), k.chunk), to);
-      }
+    reorder(env, k, d_all, d_gathered, true);
     d_all = Tensor{};
     Tensor d_mine = allocate_like(env, k.kv_shape(k.local));
     env.cp->reduce_scatter(s, d_gathered, d_mine, ReduceOp::sum)->wait();

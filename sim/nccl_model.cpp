@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 namespace tandem::sim {
@@ -206,6 +208,21 @@ NcclChoice nccl_choose(const NcclSpec& spec, Collective c, double bytes, NcclSha
 std::string nccl_choice_label(const NcclChoice& c) {
   return std::string(nccl_algorithm_name(c.algorithm)) + "/" +
          std::string(nccl_protocol_name(c.protocol)) + " x" + std::to_string(c.channels);
+}
+
+NcclShape nccl_shape_of(const std::vector<int>& members, const std::function<int(int)>& node_of,
+                        const std::function<int(int)>& nic_of) {
+  std::map<int, std::set<int>> nics_of_node;
+  for (int m : members) nics_of_node[node_of(m)].insert(nic_of(m));
+  NcclShape shape;
+  shape.ranks = static_cast<int>(members.size());
+  shape.nodes = static_cast<int>(nics_of_node.size());
+  shape.nics = 0;
+  for (const auto& [node, nics] : nics_of_node)
+    shape.nics = shape.nics == 0 ? static_cast<int>(nics.size())
+                                 : std::min(shape.nics, static_cast<int>(nics.size()));
+  shape.nics = std::max(1, shape.nics);
+  return shape;
 }
 
 }  // namespace tandem::sim

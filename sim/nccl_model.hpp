@@ -25,6 +25,7 @@
 // one Simple ring step.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,12 @@ struct NcclChoice {
   double algorithm_bandwidth = 0;  // bytes/s
   double seconds = 0;              // latency + bytes / algorithm_bandwidth
 };
+
+// NCCL's view of a group of global ranks: how many, on how many nodes, and the NICs per
+// node its channels can spread over (the fewest any node's members send through).
+// node_of and nic_of give a rank's node and the NIC (within the node) it sends through.
+NcclShape nccl_shape_of(const std::vector<int>& members, const std::function<int(int)>& node_of,
+                        const std::function<int(int)>& nic_of);
 
 // Every candidate the tuner weighs for this collective (disabled ones left out), fastest
 // first. Throws std::invalid_argument for a disabled spec, ranks < 1, nodes < 1 or more

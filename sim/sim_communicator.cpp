@@ -182,22 +182,10 @@ SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int 
                                 " is not a member");
   index_ = static_cast<int>(it - members_.begin());
   nccl_ = nccl_info(world_.host(me_));
-  if (nccl_) {
-    // NCCL's view of the group: its nodes, and the NICs per node its channels can spread
-    // over (the fewest any node's members send through).
-    std::map<int, std::set<int>> nics_of_node;
-    for (int m : members_) {
-      const auto r = static_cast<std::size_t>(m);
-      nics_of_node[nccl_->node_of.at(r)].insert(nccl_->nic_of.at(r));
-    }
-    shape_.ranks = size();
-    shape_.nodes = static_cast<int>(nics_of_node.size());
-    shape_.nics = 0;
-    for (const auto& [node, nics] : nics_of_node)
-      shape_.nics = shape_.nics == 0 ? static_cast<int>(nics.size())
-                                     : std::min(shape_.nics, static_cast<int>(nics.size()));
-    shape_.nics = std::max(1, shape_.nics);
-  }
+  if (nccl_)
+    shape_ = nccl_shape_of(
+        members_, [&](int r) { return nccl_->node_of.at(static_cast<std::size_t>(r)); },
+        [&](int r) { return nccl_->nic_of.at(static_cast<std::size_t>(r)); });
 }
 
 NcclChoice SimCommunicator::nccl_price(const std::string& algorithm, double bytes) {

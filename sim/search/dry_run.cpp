@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/NetZone.hpp>
@@ -233,20 +232,14 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     for (int m : members)
       g.peer_bandwidth.push_back(m / per_node == ctx.rank / per_node ? in_node : across);
     if (topology.nccl.enabled) {
-      // NCCL's view of the group as sim/sim_communicator.cpp has it: its nodes, and the
-      // fewest NICs any node's members send through.
-      std::map<int, std::set<int>> nics_of_node;
-      for (int m : members)
-        nics_of_node[m / per_node].insert(
-            topology.fabric.nics_per_node > 0 ? nic_of_gpu(topology, m % per_node) : 0);
+      // NCCL's view of the group, as the simulator's communicator has it (placement as
+      // sim/platform.cpp lays ranks out: node r / gpus_per_node).
       g.nccl = &topology.nccl;
-      g.shape.ranks = static_cast<int>(members.size());
-      g.shape.nodes = static_cast<int>(nics_of_node.size());
-      g.shape.nics = 0;
-      for (const auto& [node, nics] : nics_of_node)
-        g.shape.nics = g.shape.nics == 0 ? static_cast<int>(nics.size())
-                                         : std::min(g.shape.nics, static_cast<int>(nics.size()));
-      g.shape.nics = std::max(1, g.shape.nics);
+      g.shape = nccl_shape_of(
+          members, [&](int r) { return r / per_node; },
+          [&](int r) {
+            return topology.fabric.nics_per_node > 0 ? nic_of_gpu(topology, r % per_node) : 0;
+          });
     }
     return g;
   };

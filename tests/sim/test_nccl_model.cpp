@@ -20,6 +20,23 @@ const NcclSpec& h100() {
   return t.nccl;
 }
 
+// NCCL's view of a group: 8 GPUs per node, one NIC each (nic = local GPU) or one per two.
+TEST(NcclModel, GroupShapeCountsNodesAndTheFewestNicsAnyNodeSendsThrough) {
+  const auto node = [](int r) { return r / 8; };
+  const auto own_nic = [](int r) { return r % 8; };
+  const auto shared_nic = [](int r) { return r % 8 / 2; };
+  const NcclShape a = nccl_shape_of({0, 1, 8, 9}, node, own_nic);
+  EXPECT_EQ(a.ranks, 4);
+  EXPECT_EQ(a.nodes, 2);
+  EXPECT_EQ(a.nics, 2);
+  // GPUs 0 and 1 share NIC 0; node 1's members 8, 10, 12 use NICs 0, 1, 2: the fewest is 1.
+  const NcclShape b = nccl_shape_of({0, 1, 8, 10, 12}, node, shared_nic);
+  EXPECT_EQ(b.ranks, 5);
+  EXPECT_EQ(b.nodes, 2);
+  EXPECT_EQ(b.nics, 1);
+  EXPECT_EQ(nccl_shape_of({3}, node, own_nic).nics, 1);
+}
+
 TEST(NcclModel, PresetsCarryTheTunerConstants) {
   // tuning.cc ncclTunerConstantsDefaults, topo.h SM80/SM90_NVLINK_BW.
   EXPECT_TRUE(a100().enabled);

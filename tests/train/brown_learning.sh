@@ -7,11 +7,11 @@
 #   tests/train/brown_learning.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"; scenario="$2"
-data="${TANDEM_DATA_DIR:-$HOME/.cache/tandem}/brown"
-[ -f "$data/brown.jsonl" ] || { echo "Brown corpus missing: run scripts/fetch-data.sh"; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$tandem" preprocess --input "$data/brown.jsonl" --output-prefix "$work/brown" --append-eod >/dev/null
+# shellcheck source=tests/train/brown_data.sh
+source "$(dirname "$0")/brown_data.sh"
+brown_document "$work"
 log="$work/train.log"
 "$tandem" train "$scenario" --data-path "$work/brown_text_document" --split 95,5,0 \
   --num-layers 2 --hidden-size 128 --seq-length 64 --micro-batch-size 8 --global-batch-size 16 \
