@@ -32,6 +32,12 @@ const std::vector<std::string>& device_op_names() {
                                                  "rope",
                                                  "flash_attention",
                                                  "flash_attention_backward",
+                                                 "moe_router",
+                                                 "moe_router_backward",
+                                                 "moe_permute",
+                                                 "moe_permute_backward",
+                                                 "moe_unpermute",
+                                                 "moe_unpermute_backward",
                                                  "upload",
                                                  "download"};
   return names;

@@ -198,6 +198,74 @@ struct ColumnCopyArgs {
   bool accumulate = false;
 };
 
+// Mixture of experts: Megatron-Core's TopKRouter (softmax scores, aux_loss balancing) and
+// the permute / unpermute of its alltoall token dispatcher (dropless). The experts are
+// GEMMs on row blocks (gemm) and the exchange is Communicator::all_to_all_v.
+// The router writes how many routed copies each expert got to the host: they are the
+// dispatcher's split sizes, which the host needs before it can issue the exchange
+// (Megatron copies them to the CPU too). With force_balance the experts come from the
+// position, not the scores: copy i = t·k + slot goes to expert i mod E (Megatron's
+// moe_router_force_load_balancing, for benchmarks; the simulator's uniform routing).
+struct MoeRouterArgs {
+  const Tensor& logits;      // (T, E)
+  Tensor& probs;             // (T, E) fp32: softmax over all experts, saved for backward
+  Tensor& top;               // (T, k) int32: the k experts of each token, best first
+  Tensor& gates;             // (T, k) fp32: their weights in the combine
+  bool pre_softmax = false;  // gates = probs at top; else the softmax of the logits at top
+  bool force_balance = false;
+};
+
+// grad_logits (T, E) written: the gates' gradient back through their softmax (or into the
+// probabilities, pre_softmax), plus aux_grad[e] into every probs(t, e) — the load-balancing
+// loss's gradient, the same for every token — back through the softmax over all experts.
+struct MoeRouterBackwardArgs {
+  const Tensor& probs;              // (T, E) the forward's
+  const Tensor& top;                // (T, k)
+  const Tensor& gates;              // (T, k)
+  const Tensor& grad_gates;         // (T, k) fp32
+  std::span<const float> aux_grad;  // (E) on the host; empty: none
+  Tensor& grad_logits;              // (T, E) written
+  bool pre_softmax = false;
+};
+
+// The T·k routed copies of the rows of `input`, grouped by expert (expert-major, then
+// token, then slot), and the two maps between the orders (kernels/math/moe.hpp).
+struct MoePermuteArgs {
+  const Tensor& input;    // (T, H)
+  const Tensor& top;      // (T, k) int32
+  Tensor& permuted;       // (T·k, H) written
+  Tensor& row_of_copy;    // (T·k) int64 written: the permuted row of copy t·k + slot
+  Tensor& source_of_row;  // (T·k) int64 written: the copy a permuted row holds
+  std::int64_t experts = 0;
+};
+
+// grad_input[t] = Σ_slot grad_permuted[row_of_copy[t·k + slot]], k = T·k / T.
+struct MoePermuteBackwardArgs {
+  const Tensor& grad_permuted;  // (T·k, H)
+  const Tensor& row_of_copy;    // (T·k)
+  Tensor& grad_input;           // (T, H) written
+};
+
+// The combine: output[t] = Σ_slot gates[t, slot] · expert_output[row_of_copy[t·k + slot]].
+struct MoeUnpermuteArgs {
+  const Tensor& expert_output;  // (T·k, H) in permuted order
+  const Tensor& gates;          // (T, k)
+  const Tensor& row_of_copy;    // (T·k)
+  Tensor& output;               // (T, H) written
+};
+
+// grad_expert_output[row] = gates[i] · grad_output[i / k] for i = source_of_row[row];
+// grad_gates[t, slot] = <grad_output[t], expert_output[row_of_copy[t·k + slot]]>.
+struct MoeUnpermuteBackwardArgs {
+  const Tensor& grad_output;    // (T, H)
+  const Tensor& expert_output;  // (T·k, H)
+  const Tensor& gates;          // (T, k)
+  const Tensor& source_of_row;  // (T·k)
+  const Tensor& row_of_copy;    // (T·k)
+  Tensor& grad_expert_output;   // (T·k, H) written
+  Tensor& grad_gates;           // (T, k) fp32 written
+};
+
 // Decoupled-weight-decay Adam (AdamW) on fp32 main parameters; the gradient is multiplied
 // by grad_scale first (the clipping coefficient), so clipping adds no pass and no branch.
 struct AdamArgs {
@@ -290,6 +358,15 @@ class Device {
   virtual void fill(Stream& s, Tensor& x, float value) = 0;
   virtual void copy(Stream& s, const Tensor& from, Tensor& to) = 0;
   virtual void copy_columns(Stream& s, const ColumnCopyArgs& args) = 0;
+  // Mixture of experts (MoeRouterArgs): the router blocks the host until its counts are
+  // there (E entries in tokens_per_expert).
+  virtual void moe_router(Stream& s, const MoeRouterArgs& args,
+                          std::span<std::int64_t> tokens_per_expert) = 0;
+  virtual void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) = 0;
+  virtual void moe_permute(Stream& s, const MoePermuteArgs& args) = 0;
+  virtual void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) = 0;
+  virtual void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) = 0;
+  virtual void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) = 0;
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;

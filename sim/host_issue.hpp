@@ -52,6 +52,11 @@ class HostIssueCommunicator : public Communicator {
     issue();
     return inner_.all_to_all_v(s, input, send_counts, output, recv_counts);
   }
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override {
+    issue();
+    inner_.all_gather_counts(s, mine, all);
+  }
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     issue();
     return inner_.batch_p2p(s, ops);

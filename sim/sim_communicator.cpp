@@ -429,6 +429,36 @@ std::vector<std::vector<double>> SimCommunicator::send_matrix(
   return rows;
 }
 
+void SimCommunicator::all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                                        std::span<std::int64_t> all) {
+  const std::size_t n = mine.size();
+  if (all.size() != n * static_cast<std::size_t>(size()))
+    throw std::invalid_argument("all_gather_counts on " + id_ + ": " + std::to_string(all.size()) +
+                                " places for " + std::to_string(size()) + " members' " +
+                                std::to_string(n) + " counts");
+  const std::string key = id_ + "#counts" + std::to_string(counts_sequence_++);
+  world_.count_posts(key).posts[me_].assign(mine.begin(), mine.end());
+  // Every simulated member posts before it issues, so all have posted once this is done.
+  collective(s, "all_gather", static_cast<double>(all.size() * sizeof(std::int64_t)))->wait();
+  auto& entry = world_.count_posts(key);
+  const std::vector<std::int64_t>* first = nullptr;
+  for (int m : members_)
+    if (auto it = entry.posts.find(m); it != entry.posts.end()) {
+      first = &it->second;
+      break;
+    }
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    auto it = entry.posts.find(members_[i]);
+    const std::vector<std::int64_t>& v = it != entry.posts.end() ? it->second : *first;
+    if (v.size() != n)
+      throw std::invalid_argument("all_gather_counts on " + id_ + ": members post " +
+                                  std::to_string(v.size()) + " and " + std::to_string(n) +
+                                  " counts");
+    std::copy(v.begin(), v.end(), all.begin() + static_cast<std::ptrdiff_t>(i * n));
+  }
+  if (++entry.read == static_cast<int>(entry.posts.size())) world_.forget_count_posts(key);
+}
+
 std::unique_ptr<Work> SimCommunicator::all_to_all_v(Stream& s, const Tensor& input,
                                                     std::span<const std::int64_t> send_counts,
                                                     Tensor& output,

@@ -106,6 +106,11 @@ class SimCommunicator : public Communicator {
                                      std::span<const std::int64_t> send_counts, Tensor& output,
                                      std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  // Priced as an all_gather of the counts; the values really travel between the
+  // simulated ranks. A member not simulated counts what the first simulated one does
+  // (the routing model routes every rank alike).
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override;
   void barrier() override;
 
   struct WorkState;
@@ -146,6 +151,7 @@ class SimCommunicator : public Communicator {
   std::string name_;
   std::string id_;
   std::int64_t sequence_ = 0;
+  std::int64_t counts_sequence_ = 0;  // all_gather_counts issued, the key of the next
   std::map<std::pair<int, int>, std::int64_t> p2p_sequence_;  // (src, dst) global → count
   std::map<std::pair<std::string, int>, Plan> plans_;
   std::map<std::pair<int, int>, std::vector<Flow>> p2p_flows_;  // (src, dst) → with images

@@ -428,6 +428,80 @@ void SimDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
           .bytes = (a.accumulate ? 3.0 : 2.0) * moved});
 }
 
+// The MoE ops move rows (memory-bound); the router's counts are the routing model's.
+void SimDevice::moe_router(Stream& s, const MoeRouterArgs& a,
+                           std::span<std::int64_t> tokens_per_expert) {
+  const std::int64_t T = a.probs.shape[0], E = a.probs.shape[1], k = a.top.shape[1];
+  if (static_cast<std::int64_t>(tokens_per_expert.size()) != E)
+    throw std::invalid_argument("moe_router: tokens_per_expert holds " +
+                                std::to_string(tokens_per_expert.size()) + " counts for " +
+                                std::to_string(E) + " experts");
+  run(s, {.op = "moe_router",
+          .dtype = a.logits.dtype,
+          .m = T,
+          .n = E,
+          .k = k,
+          .flops = 4.0 * static_cast<double>(T * E),
+          .bytes = static_cast<double>(a.logits.bytes().value + a.probs.bytes().value +
+                                       a.top.bytes().value + a.gates.bytes().value)});
+  // The counts come to the host: a copy and a wait, as Megatron's .cpu() of them.
+  run(s, {.op = "download",
+          .dtype = DType::int64,
+          .m = E,
+          .bytes = static_cast<double>(E * 8)});
+  s.synchronize();
+  const auto counts = routed_counts(options_.routing, T, E, k);
+  std::copy(counts.begin(), counts.end(), tokens_per_expert.begin());
+}
+
+void SimDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) {
+  run(s, {.op = "moe_router_backward",
+          .dtype = a.grad_logits.dtype,
+          .m = a.probs.shape[0],
+          .n = a.probs.shape[1],
+          .k = a.top.shape[1],
+          .flops = 4.0 * static_cast<double>(a.probs.numel()),
+          .bytes = static_cast<double>(a.probs.bytes().value + a.grad_logits.bytes().value +
+                                       2 * a.gates.bytes().value + a.top.bytes().value)});
+}
+
+void SimDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
+  run(s, {.op = "moe_permute",
+          .dtype = a.permuted.dtype,
+          .m = a.permuted.shape[0],
+          .n = a.permuted.shape[1],
+          .bytes = 2.0 * static_cast<double>(a.permuted.bytes().value) +
+                   static_cast<double>(a.row_of_copy.bytes().value * 2)});
+}
+
+void SimDevice::moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) {
+  run(s, {.op = "moe_permute_backward",
+          .dtype = a.grad_permuted.dtype,
+          .m = a.grad_permuted.shape[0],
+          .n = a.grad_permuted.shape[1],
+          .bytes = static_cast<double>(a.grad_permuted.bytes().value +
+                                       a.grad_input.bytes().value)});
+}
+
+void SimDevice::moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) {
+  run(s, {.op = "moe_unpermute",
+          .dtype = a.expert_output.dtype,
+          .m = a.expert_output.shape[0],
+          .n = a.expert_output.shape[1],
+          .flops = 2.0 * static_cast<double>(a.expert_output.numel()),
+          .bytes = static_cast<double>(a.expert_output.bytes().value + a.output.bytes().value)});
+}
+
+void SimDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& a) {
+  run(s, {.op = "moe_unpermute_backward",
+          .dtype = a.expert_output.dtype,
+          .m = a.expert_output.shape[0],
+          .n = a.expert_output.shape[1],
+          .flops = 4.0 * static_cast<double>(a.expert_output.numel()),
+          .bytes = 2.0 * static_cast<double>(a.expert_output.bytes().value) +
+                   static_cast<double>(a.grad_output.bytes().value)});
+}
+
 void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
   run(s, {.op = "sum_squares",
           .dtype = x.dtype,

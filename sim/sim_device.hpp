@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/moe_routing.hpp"
 #include "core/device.hpp"
 #include "sim/cost_model.hpp"
 
@@ -80,6 +81,7 @@ struct SimDeviceOptions {
   DType compute_dtype = DType::fp32;  // precision the ops are priced in (bf16 on GPUs)
   bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
   HostCosts host;                     // the issuing host; all zero: issue is free
+  MoeRouting routing;                 // where the router sends tokens (sim/moe_routing.hpp)
 };
 
 class SimDevice : public Device {
@@ -134,6 +136,13 @@ class SimDevice : public Device {
   void fill(Stream& s, Tensor& x, float value) override;
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
   void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
+  void moe_router(Stream& s, const MoeRouterArgs& args,
+                  std::span<std::int64_t> tokens_per_expert) override;
+  void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) override;
+  void moe_permute(Stream& s, const MoePermuteArgs& args) override;
+  void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
+  void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;
+  void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

@@ -104,6 +104,14 @@ class SimWorld {
     return send_bytes_[key];
   }
   void forget_send_bytes_posts(const std::string& key) { send_bytes_.erase(key); }
+  // What each member posted to an all_gather_counts: global rank → its counts, and how
+  // many members have read them (the last one forgets the key).
+  struct CountPosts {
+    std::map<int, std::vector<std::int64_t>> posts;
+    int read = 0;
+  };
+  CountPosts& count_posts(const std::string& key) { return counts_[key]; }
+  void forget_count_posts(const std::string& key) { counts_.erase(key); }
 
   RankStats& stats(int rank) { return stats_[rank]; }
   const std::map<int, RankStats>& all_stats() const { return stats_; }
@@ -129,6 +137,7 @@ class SimWorld {
   std::map<int, RankStats> stats_;
   std::map<std::string, std::map<int, std::pair<int, int>>> splits_;
   std::map<std::string, std::map<int, std::vector<double>>> send_bytes_;
+  std::map<std::string, CountPosts> counts_;
   std::function<bool(const simgrid::s4u::Link*)> nonblocking_;
   std::vector<int> node_of_;
 };

@@ -188,6 +188,28 @@ void OpTracingDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
 void OpTracingDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
   traced(s, buffer_key("copy_columns", a.from), [&] { inner_.copy_columns(s, a); });
 }
+void OpTracingDevice::moe_router(Stream& s, const MoeRouterArgs& a,
+                                 std::span<std::int64_t> tokens_per_expert) {
+  traced(s, buffer_key("moe_router", a.logits), [&] { inner_.moe_router(s, a, tokens_per_expert); });
+}
+void OpTracingDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) {
+  traced(s, buffer_key("moe_router_backward", a.grad_logits),
+         [&] { inner_.moe_router_backward(s, a); });
+}
+void OpTracingDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
+  traced(s, buffer_key("moe_permute", a.permuted), [&] { inner_.moe_permute(s, a); });
+}
+void OpTracingDevice::moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) {
+  traced(s, buffer_key("moe_permute_backward", a.grad_permuted),
+         [&] { inner_.moe_permute_backward(s, a); });
+}
+void OpTracingDevice::moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) {
+  traced(s, buffer_key("moe_unpermute", a.expert_output), [&] { inner_.moe_unpermute(s, a); });
+}
+void OpTracingDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& a) {
+  traced(s, buffer_key("moe_unpermute_backward", a.expert_output),
+         [&] { inner_.moe_unpermute_backward(s, a); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

@@ -87,6 +87,13 @@ class OpTracingDevice : public Device {
   void fill(Stream& s, Tensor& x, float value) override;
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
   void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
+  void moe_router(Stream& s, const MoeRouterArgs& args,
+                  std::span<std::int64_t> tokens_per_expert) override;
+  void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) override;
+  void moe_permute(Stream& s, const MoePermuteArgs& args) override;
+  void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
+  void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;
+  void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

@@ -78,6 +78,10 @@ class TracingCommunicator : public Communicator {
                                      std::span<const std::int64_t> send_counts, Tensor& out,
                                      std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override {
+    inner_.all_gather_counts(s, mine, all);
+  }
   void barrier() override { inner_.barrier(); }
 
  private:

@@ -18,8 +18,10 @@
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layer_norm.hpp"
+#include "kernels/cpu/moe.hpp"
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/router.hpp"
 #include "kernels/cpu/swiglu.hpp"
 
 namespace tandem {
@@ -118,6 +120,9 @@ float* f32(const Tensor& t) {
 }
 const std::int32_t* i32(const Tensor& t) {
   return t.data<std::int32_t>();
+}
+std::int64_t* i64(const Tensor& t) {
+  return t.data<std::int64_t>();
 }
 
 }  // namespace
@@ -317,6 +322,55 @@ void CpuDevice::fill(Stream&, Tensor& x, float value) {
     return;
   }
   k::fill(f32(x), x.numel(), value);
+}
+
+void CpuDevice::moe_router(Stream&, const MoeRouterArgs& a,
+                           std::span<std::int64_t> tokens_per_expert) {
+  const auto sh = op_arguments::router_shape("moe_router", a, a.force_balance);
+  same_numel("moe_router", a.logits, a.probs);
+  if (static_cast<std::int64_t>(tokens_per_expert.size()) != sh.experts)
+    throw std::invalid_argument("moe_router: tokens_per_expert holds " +
+                                std::to_string(tokens_per_expert.size()) + " counts for " +
+                                std::to_string(sh.experts) + " experts");
+  k::router_top_k(sh, f32(a.logits), f32(a.probs), a.top.data<std::int32_t>(), f32(a.gates),
+                  tokens_per_expert.data());
+}
+
+void CpuDevice::moe_router_backward(Stream&, const MoeRouterBackwardArgs& a) {
+  const auto sh = op_arguments::router_shape("moe_router_backward", a, false);
+  same_numel("moe_router_backward", a.probs, a.grad_logits);
+  same_numel("moe_router_backward", a.gates, a.grad_gates);
+  if (!a.aux_grad.empty() && static_cast<std::int64_t>(a.aux_grad.size()) != sh.experts)
+    throw std::invalid_argument("moe_router_backward: aux_grad holds " +
+                                std::to_string(a.aux_grad.size()) + " values for " +
+                                std::to_string(sh.experts) + " experts");
+  k::router_backward(sh, f32(a.probs), i32(a.top), f32(a.gates), f32(a.grad_gates),
+                     a.aux_grad.empty() ? nullptr : a.aux_grad.data(), f32(a.grad_logits));
+}
+
+void CpuDevice::moe_permute(Stream&, const MoePermuteArgs& a) {
+  const auto sh = op_arguments::moe_shape("moe_permute", a.input, a.permuted, a.experts);
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(a.experts));
+  k::moe_permute(sh, f32(a.input), i32(a.top), f32(a.permuted), i64(a.source_of_row),
+                 i64(a.row_of_copy), counts.data());
+}
+
+void CpuDevice::moe_permute_backward(Stream&, const MoePermuteBackwardArgs& a) {
+  const auto sh = op_arguments::moe_shape("moe_permute_backward", a.grad_input, a.grad_permuted, 1);
+  k::moe_permute_backward(sh, f32(a.grad_permuted), i64(a.row_of_copy), f32(a.grad_input));
+}
+
+void CpuDevice::moe_unpermute(Stream&, const MoeUnpermuteArgs& a) {
+  const auto sh = op_arguments::moe_shape("moe_unpermute", a.output, a.expert_output, 1);
+  k::moe_unpermute(sh, f32(a.expert_output), f32(a.gates), i64(a.row_of_copy), f32(a.output));
+}
+
+void CpuDevice::moe_unpermute_backward(Stream&, const MoeUnpermuteBackwardArgs& a) {
+  const auto sh =
+      op_arguments::moe_shape("moe_unpermute_backward", a.grad_output, a.expert_output, 1);
+  k::moe_unpermute_backward(sh, f32(a.grad_output), f32(a.expert_output), f32(a.gates),
+                            i64(a.source_of_row), i64(a.row_of_copy), f32(a.grad_expert_output),
+                            f32(a.grad_gates));
 }
 
 void CpuDevice::copy_columns(Stream&, const ColumnCopyArgs& a) {

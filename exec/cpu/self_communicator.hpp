@@ -28,6 +28,8 @@ class SelfCommunicator : public Communicator {
   std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
                                      std::span<const std::int64_t> send_counts, Tensor& output,
                                      std::span<const std::int64_t> recv_counts) override;
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
   void barrier() override {}
 

@@ -56,6 +56,9 @@ class MpiCommunicator final : public Communicator {
   // All receives and sends posted together (MPI_Irecv/Isend), completed together
   // (MPI_Waitall); a receive that gets fewer elements than its tensor holds is an error.
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  // MPI_Allgather of the host integers on the communicator's thread, in issue order.
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override;
   // Blocks the host until every rank of the communicator has issued its barrier.
   void barrier() override;
 

@@ -46,7 +46,11 @@ void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t
     std::int32_t* mine = top + t * k;
     // softmax is monotonic: the logits rank the experts as the probabilities do, ties
     // included, and ranking the logits keeps ties that rounding of exp could split.
-    math::router_top_k(row, static_cast<std::int32_t>(E), static_cast<std::int32_t>(k), mine);
+    if (s.force_balance)
+      math::router_forced_top_k(t, static_cast<std::int32_t>(E), static_cast<std::int32_t>(k),
+                                mine);
+    else
+      math::router_top_k(row, static_cast<std::int32_t>(E), static_cast<std::int32_t>(k), mine);
     for (std::int64_t j = 0; j < k; ++j) {
       ++tokens_per_expert[mine[j]];
       picked[static_cast<std::size_t>(j)] = row[mine[j]];
@@ -56,6 +60,27 @@ void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t
     } else {
       softmax_row(picked.data(), k, gates + t * k);
     }
+  }
+}
+
+void router_backward(RouterShape s, const float* probs, const std::int32_t* top,
+                     const float* gates, const float* grad_gates, const float* aux_grad,
+                     float* dlogits) {
+  check(s);
+  const auto E = static_cast<std::int32_t>(s.experts);
+  const auto k = static_cast<std::int32_t>(s.top_k);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t t = 0; t < s.tokens; ++t) {
+    const float* p = probs + t * E;
+    const std::int32_t* tk = top + t * k;
+    const float* g = gates + t * k;
+    const float* dg = grad_gates + t * k;
+    const float dot = math::router_probs_dot(p, aux_grad, tk, dg, E, k, s.pre_softmax);
+    float gate_dot = 0;
+    for (std::int32_t j = 0; j < k; ++j) gate_dot += g[j] * dg[j];
+    for (std::int32_t e = 0; e < E; ++e)
+      dlogits[t * E + e] =
+          math::router_logit_grad(p, aux_grad, tk, g, dg, k, s.pre_softmax, dot, gate_dot, e);
   }
 }
 

@@ -18,6 +18,8 @@ struct RouterShape {
   std::int64_t experts = 0;  // E
   std::int64_t top_k = 0;    // k ≤ E
   bool pre_softmax = false;  // gates from the softmax over all experts
+  // Experts by position (math::router_forced_top_k), not by score; gates as usual.
+  bool force_balance = false;
 };
 
 // Throws std::invalid_argument unless tokens ≥ 0 and 1 ≤ top_k ≤ experts.
@@ -31,5 +33,11 @@ void router_top_k(RouterShape s, const float* logits,  // (T, E)
 // order: the value does not depend on the thread count.
 float router_aux_loss(RouterShape s, const float* probs,  // (T, E)
                       const std::int64_t* tokens_per_expert, float coeff);
+
+// dlogits (T, E) written: the gradient of the gates (T, k) back through the router, plus
+// aux_grad (E; null: none) into every probability (kernels/math/router.hpp).
+void router_backward(RouterShape s, const float* probs, const std::int32_t* top,
+                     const float* gates, const float* grad_gates, const float* aux_grad,
+                     float* dlogits);
 
 }  // namespace tandem::kernels::cpu

@@ -34,4 +34,54 @@ TANDEM_HOST_DEVICE inline void router_top_k(const float* scores, std::int32_t ex
   }
 }
 
+// Megatron's moe_router_force_load_balancing, made deterministic: copy i = t·k + slot goes
+// to expert i mod experts, so every expert gets T·k / E copies (the first T·k mod E one
+// more) and a token's k experts differ (k ≤ experts).
+TANDEM_HOST_DEVICE inline void router_forced_top_k(std::int64_t token, std::int32_t experts,
+                                                   std::int32_t k, std::int32_t* top) {
+  for (std::int32_t slot = 0; slot < k; ++slot)
+    top[slot] = static_cast<std::int32_t>((token * k + slot) % experts);
+}
+
+// d logits(e) of one token. The gradient reaching the probabilities is aux_grad[e] (the
+// load-balancing loss's, null: none) plus, with pre_softmax (gates = probs at top), the
+// gates' gradient at the token's experts; it goes back through the softmax over all
+// experts. Without pre_softmax the gates are a softmax of the logits at top, and their
+// gradient goes back through it into those logits. No scratch: E may be in the hundreds.
+TANDEM_HOST_DEVICE inline float router_probs_grad(const float* aux_grad, const std::int32_t* top,
+                                                  const float* grad_gates, std::int32_t k,
+                                                  bool pre_softmax, std::int32_t e) {
+  float g = aux_grad != nullptr ? aux_grad[e] : 0.0f;
+  if (pre_softmax)
+    for (std::int32_t j = 0; j < k; ++j) g += top[j] == e ? grad_gates[j] : 0.0f;
+  return g;
+}
+
+// Σ_e probs(e) · d probs(e), the softmax backward's shared term, for one token.
+TANDEM_HOST_DEVICE inline float router_probs_dot(const float* probs, const float* aux_grad,
+                                                 const std::int32_t* top, const float* grad_gates,
+                                                 std::int32_t experts, std::int32_t k,
+                                                 bool pre_softmax) {
+  float dot = 0;
+  if (aux_grad != nullptr)
+    for (std::int32_t e = 0; e < experts; ++e) dot += probs[e] * aux_grad[e];
+  if (pre_softmax)
+    for (std::int32_t j = 0; j < k; ++j) dot += probs[top[j]] * grad_gates[j];
+  return dot;
+}
+
+// d logits(e) of one token, from router_probs_dot's `dot` and (without pre_softmax)
+// gate_dot = Σ_j gates[j] · grad_gates[j].
+TANDEM_HOST_DEVICE inline float router_logit_grad(const float* probs, const float* aux_grad,
+                                                  const std::int32_t* top, const float* gates,
+                                                  const float* grad_gates, std::int32_t k,
+                                                  bool pre_softmax, float dot, float gate_dot,
+                                                  std::int32_t e) {
+  float d = probs[e] * (router_probs_grad(aux_grad, top, grad_gates, k, pre_softmax, e) - dot);
+  if (!pre_softmax)
+    for (std::int32_t j = 0; j < k; ++j)
+      d += top[j] == e ? gates[j] * (grad_gates[j] - gate_dot) : 0.0f;
+  return d;
+}
+
 }  // namespace tandem::kernels::math

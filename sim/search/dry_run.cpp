@@ -111,10 +111,16 @@ class InstantCommunicator : public Communicator {
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor&) override {
     return priced(s, Collective::all_to_all, input.bytes());
   }
-  // Nothing on the dense GPT step issues it yet; priced as an all_to_all of the input.
+  // Priced as an all_to_all of the input (the split is the routing model's).
   std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input, std::span<const std::int64_t>,
                                      Tensor&, std::span<const std::int64_t>) override {
     return priced(s, Collective::all_to_all, input.bytes());
+  }
+  // Every rank routes alike in the simulator (its routing model): the members' counts
+  // are this rank's. Priced at nothing, a few integers.
+  void all_gather_counts(Stream&, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override {
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = mine[i % mine.size()];
   }
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     if (notes_ != nullptr) {

@@ -152,6 +152,31 @@ class RecordingDevice : public Device {
     note("copy_columns", a.from);
     inner_.copy_columns(s, a);
   }
+  void moe_router(Stream& s, const MoeRouterArgs& a,
+                  std::span<std::int64_t> tokens_per_expert) override {
+    note("moe_router", a.logits);
+    inner_.moe_router(s, a, tokens_per_expert);
+  }
+  void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) override {
+    note("moe_router_backward", a.grad_logits);
+    inner_.moe_router_backward(s, a);
+  }
+  void moe_permute(Stream& s, const MoePermuteArgs& a) override {
+    note("moe_permute", a.permuted);
+    inner_.moe_permute(s, a);
+  }
+  void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) override {
+    note("moe_permute_backward", a.grad_permuted);
+    inner_.moe_permute_backward(s, a);
+  }
+  void moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) override {
+    note("moe_unpermute", a.expert_output);
+    inner_.moe_unpermute(s, a);
+  }
+  void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& a) override {
+    note("moe_unpermute_backward", a.expert_output);
+    inner_.moe_unpermute_backward(s, a);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);
