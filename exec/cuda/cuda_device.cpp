@@ -2,6 +2,7 @@
 // then one launcher of kernels/cuda per op on the stream's cudaStream_t.
 #include "exec/cuda/cuda_device.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -67,6 +68,9 @@ float* f32(const Tensor& t) {
 }
 const std::int32_t* i32(const Tensor& t) {
   return t.data<std::int32_t>();
+}
+std::int64_t* i64(const Tensor& t) {
+  return t.data<std::int64_t>();
 }
 
 void at_least(const char* op, const Tensor& t, std::int64_t n, const char* what) {
@@ -370,6 +374,89 @@ void CudaDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, co
   kc::cross_entropy_backward({cuda_stream_of(s), blas_}, ce_shape(a),
                              floats(a.logits, "cross_entropy"), i32(a.targets), f32(row_max),
                              f32(sum_exp), f32(grad_loss), floats(grad_logits, "cross_entropy"));
+}
+
+void CudaDevice::moe_router(Stream& s, const MoeRouterArgs& a,
+                            std::span<std::int64_t> tokens_per_expert) {
+  const char* op = "moe_router";
+  const auto sh = op_arguments::router_shape(op, a, a.force_balance);
+  same_numel(op, a.logits, a.probs);
+  if (static_cast<std::int64_t>(tokens_per_expert.size()) != sh.experts)
+    throw std::invalid_argument("moe_router: tokens_per_expert holds " +
+                                std::to_string(tokens_per_expert.size()) + " counts for " +
+                                std::to_string(sh.experts) + " experts");
+  const cudaStream_t stream = cuda_stream_of(s);
+  const Scratch counts = scratch(tokens_per_expert.size() * sizeof(std::int64_t));
+  auto* device_counts = static_cast<std::int64_t*>(counts.data());
+  kc::router_top_k({stream, blas_}, sh, floats(a.logits, op), f32(a.probs),
+                   a.top.data<std::int32_t>(), f32(a.gates), device_counts);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(tokens_per_expert.data(), device_counts,
+                                    tokens_per_expert.size_bytes(), cudaMemcpyDeviceToHost,
+                                    stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) {
+  const char* op = "moe_router_backward";
+  const auto sh = op_arguments::router_shape(op, a, false);
+  same_numel(op, a.probs, a.grad_logits);
+  same_numel(op, a.gates, a.grad_gates);
+  if (!a.aux_grad.empty() && static_cast<std::int64_t>(a.aux_grad.size()) != sh.experts)
+    throw std::invalid_argument("moe_router_backward: aux_grad holds " +
+                                std::to_string(a.aux_grad.size()) + " values for " +
+                                std::to_string(sh.experts) + " experts");
+  const kc::Context c{cuda_stream_of(s), blas_};
+  const Scratch aux = scratch(std::max<std::size_t>(1, a.aux_grad.size_bytes()));
+  auto* device_aux = static_cast<float*>(aux.data());
+  if (!a.aux_grad.empty()) kc::upload_by_launch(c, a.aux_grad.data(), sh.experts, device_aux);
+  kc::router_backward(c, sh, f32(a.probs), i32(a.top), f32(a.gates), f32(a.grad_gates),
+                      a.aux_grad.empty() ? nullptr : device_aux, floats(a.grad_logits, op));
+}
+
+void CudaDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
+  const char* op = "moe_permute";
+  const auto sh = op_arguments::moe_shape(op, a.input, a.permuted, a.experts);
+  const std::int64_t copies = sh.tokens * sh.top_k;
+  at_least(op, a.top, copies, "top");
+  at_least(op, a.row_of_copy, copies, "row_of_copy");
+  at_least(op, a.source_of_row, copies, "source_of_row");
+  const Scratch maps =
+      scratch(static_cast<std::size_t>(kc::moe_permute_scratch(sh.experts)) * sizeof(std::int64_t));
+  kc::moe_permute({cuda_stream_of(s), blas_}, sh, floats(a.input, op), i32(a.top),
+                  floats(a.permuted, op), i64(a.source_of_row), i64(a.row_of_copy),
+                  static_cast<std::int64_t*>(maps.data()));
+}
+
+void CudaDevice::moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) {
+  const char* op = "moe_permute_backward";
+  const auto sh = op_arguments::moe_shape(op, a.grad_input, a.grad_permuted, 1);
+  at_least(op, a.row_of_copy, sh.tokens * sh.top_k, "row_of_copy");
+  kc::moe_permute_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_permuted, op),
+                           i64(a.row_of_copy), floats(a.grad_input, op));
+}
+
+void CudaDevice::moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) {
+  const char* op = "moe_unpermute";
+  const auto sh = op_arguments::moe_shape(op, a.output, a.expert_output, 1);
+  at_least(op, a.gates, sh.tokens * sh.top_k, "gates");
+  at_least(op, a.row_of_copy, sh.tokens * sh.top_k, "row_of_copy");
+  kc::moe_unpermute({cuda_stream_of(s), blas_}, sh, floats(a.expert_output, op), f32(a.gates),
+                    i64(a.row_of_copy), floats(a.output, op));
+}
+
+void CudaDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& a) {
+  const char* op = "moe_unpermute_backward";
+  const auto sh = op_arguments::moe_shape(op, a.grad_output, a.expert_output, 1);
+  const std::int64_t copies = sh.tokens * sh.top_k;
+  same_numel(op, a.expert_output, a.grad_expert_output);
+  at_least(op, a.gates, copies, "gates");
+  at_least(op, a.grad_gates, copies, "grad_gates");
+  at_least(op, a.source_of_row, copies, "source_of_row");
+  at_least(op, a.row_of_copy, copies, "row_of_copy");
+  kc::moe_unpermute_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_output, op),
+                             floats(a.expert_output, op), f32(a.gates), i64(a.source_of_row),
+                             i64(a.row_of_copy), floats(a.grad_expert_output, op),
+                             f32(a.grad_gates));
 }
 
 void CudaDevice::add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) {

@@ -72,6 +72,14 @@ class CudaDevice final : public Device {
   void cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, const Tensor& row_max,
                               const Tensor& sum_exp, const Tensor& grad_loss,
                               Tensor& grad_logits) override;
+  // The router waits for its counts (a stream sync), as Megatron's copy to the CPU does.
+  void moe_router(Stream& s, const MoeRouterArgs& args,
+                  std::span<std::int64_t> tokens_per_expert) override;
+  void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) override;
+  void moe_permute(Stream& s, const MoePermuteArgs& args) override;
+  void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
+  void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;
+  void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) override;
   void add(Stream& s, const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale(Stream& s, Tensor& x, float factor) override;
   void fill(Stream& s, Tensor& x, float value) override;

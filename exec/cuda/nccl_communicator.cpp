@@ -358,6 +358,30 @@ std::unique_ptr<Work> NcclCommunicator::batch_p2p(Stream& s, std::span<const P2P
   return l.finish();
 }
 
+void NcclCommunicator::all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                                         std::span<std::int64_t> all) {
+  const CallSite where{"all_gather_counts", name_, size_};
+  if (all.size() != mine.size() * static_cast<std::size_t>(size_))
+    throw std::invalid_argument(describe(where) + ": " + std::to_string(all.size()) +
+                                " places for " + std::to_string(size_) + " members' " +
+                                std::to_string(mine.size()) + " counts");
+  if (mine.empty()) return;  // every member holds none (the same length on each)
+  Tensor send = device_.allocate(Shape{static_cast<std::int64_t>(mine.size())}, DType::int64);
+  Tensor recv = device_.allocate(Shape{static_cast<std::int64_t>(all.size())}, DType::int64);
+  Launch l = begin(s, where.op);
+  l.keep(send);
+  l.keep(recv);
+  // `mine` and `all` are host memory the caller keeps until this returns: the copies run
+  // on the communication stream, in order with the gather, and the wait covers them all.
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(send.storage->data(), mine.data(), mine.size_bytes(),
+                                    cudaMemcpyHostToDevice, l.stream()));
+  TANDEM_NCCL_CHECK(ncclAllGather(send.storage->data(), recv.storage->data(), mine.size(),
+                                  ncclInt64, l.comm(), l.stream()));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(all.data(), recv.storage->data(), all.size_bytes(),
+                                    cudaMemcpyDeviceToHost, l.stream()));
+  l.finish()->wait();
+}
+
 void NcclCommunicator::barrier() {
   Tensor token = device_.allocate(Shape{1}, DType::int32);
   device_.fill(*stream_, token, 0);

@@ -58,6 +58,10 @@ class NcclCommunicator final : public Communicator {
                                      std::span<const std::int64_t> send_counts, Tensor& output,
                                      std::span<const std::int64_t> recv_counts) override;
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override;
+  // Through device buffers: `mine` copied up, ncclAllGather (int64) on the communication
+  // stream after the work issued on `s`, copied down, waited for.
+  void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
+                         std::span<std::int64_t> all) override;
   // A one-element all-reduce, waited for: every rank has issued its barrier.
   void barrier() override;
 

@@ -21,8 +21,10 @@
 #include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layer_norm.hpp"
+#include "kernels/cpu/moe.hpp"
 #include "kernels/cpu/rms_norm.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/router.hpp"
 #include "kernels/math/adam.hpp"
 #include "kernels/math/copy_columns.hpp"
 #include "kernels/math/host_device.hpp"
@@ -143,5 +145,42 @@ void flash_attention_forward(Context c, cpu::FlashShape s, ConstFloats q_source,
 void flash_attention_backward(Context c, cpu::FlashShape s, ConstFloats dout, ConstFloats q_source,
                               ConstFloats kv_source, ConstFloats out, const float* lse,
                               Floats grad_q_source, Floats grad_kv_source);
+
+// ---- mixture of experts (moe.cu), the contracts of cpu/{router,moe}.hpp --------------------
+// The most experts one token goes to on the GPU (the router keeps the k gate logits of a
+// token in registers).
+inline constexpr std::int64_t kRouterMaxTopK = 16;
+// probs (T, E), top (T, k) and gates (T, k) written, one thread per token; counts (E, device
+// int64) written: the routed copies per expert. Throws std::invalid_argument unless
+// tokens ≥ 0 and 1 ≤ top_k ≤ min(experts, kRouterMaxTopK).
+void router_top_k(Context c, cpu::RouterShape s, ConstFloats logits, float* probs,
+                  std::int32_t* top, float* gates, std::int64_t* counts);
+// dlogits (T, E) written; aux_grad (E, device memory) or null.
+void router_backward(Context c, cpu::RouterShape s, const float* probs, const std::int32_t* top,
+                     const float* gates, const float* grad_gates, const float* aux_grad,
+                     Floats dlogits);
+// device[0, n) = host[0, n), in stream order, through kernel parameters (captured at
+// launch): `host` may be freed when this returns, and the host does not wait. For a few
+// hundred values (the router's aux_grad); n/256 launches.
+void upload_by_launch(Context c, const float* host, std::int64_t n, float* device);
+// Scratch of moe_permute, in int64 values: counts (E), offsets (E + 1), next (E).
+inline std::int64_t moe_permute_scratch(std::int64_t experts) {
+  return 3 * experts + 1;
+}
+// permuted (T·k, H), source_of_row and row_of_copy (T·k) written; a top entry outside
+// [0, experts) traps the kernel (the stream's next sync fails).
+void moe_permute(Context c, cpu::MoeShape s, ConstFloats x, const std::int32_t* top,
+                 Floats permuted, std::int64_t* source_of_row, std::int64_t* row_of_copy,
+                 std::int64_t* scratch);
+// dx (T, H) written. Row maps outside [0, T·k) trap, as in the ops below.
+void moe_permute_backward(Context c, cpu::MoeShape s, ConstFloats dpermuted,
+                          const std::int64_t* row_of_copy, Floats dx);
+// out (T, H) written; gates (T, k) fp32.
+void moe_unpermute(Context c, cpu::MoeShape s, ConstFloats y, const float* gates,
+                   const std::int64_t* row_of_copy, Floats out);
+// dy (T·k, H) and dgates (T, k, fp32) written.
+void moe_unpermute_backward(Context c, cpu::MoeShape s, ConstFloats dout, ConstFloats y,
+                            const float* gates, const std::int64_t* source_of_row,
+                            const std::int64_t* row_of_copy, Floats dy, float* dgates);
 
 }  // namespace tandem::kernels::cuda
