@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cuda/cuda_device.hpp"
 #include "exec/cuda/cuda_info.hpp"
+#include "kernels/cuda/check.hpp"
 #include "kernels/math/bf16.hpp"
 
 namespace tandem::testing {
@@ -82,6 +84,35 @@ class TwoDevices {
     cpu_.upload(cpu_.default_stream(), p.cpu, produce);
     gpu_->upload(gpu_->default_stream(), p.gpu, produce);
     return p;
+  }
+
+  // Uninitialised integer tensors (int32 or int64) on both bindings.
+  TensorPair integers(const Shape& shape, DType dtype) {
+    return {cpu_.allocate(shape, dtype), gpu_->allocate(shape, dtype)};
+  }
+  // The elements of an integer tensor (T = std::int32_t or std::int64_t) of either binding,
+  // after the gpu's default stream has drained.
+  template <typename T>
+  std::vector<T> read_ints(const Tensor& t, bool on_gpu) {
+    std::vector<T> host(static_cast<std::size_t>(t.numel()));
+    if (!on_gpu) {
+      std::copy(t.data<T>(), t.data<T>() + t.numel(), host.begin());
+      return host;
+    }
+    gpu_->default_stream().synchronize();
+    TANDEM_CUDA_CHECK(
+        cudaMemcpy(host.data(), t.data<T>(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // Both sides hold the same integers.
+  template <typename T>
+  ::testing::AssertionResult same_ints(const TensorPair& p) {
+    const std::vector<T> g = read_ints<T>(p.gpu, true), c = read_ints<T>(p.cpu, false);
+    for (std::size_t i = 0; i < g.size(); ++i)
+      if (g[i] != c[i])
+        return ::testing::AssertionFailure() << "element " << i << " of " << p.gpu.shape.to_string()
+                                             << ": gpu " << g[i] << ", cpu " << c[i];
+    return ::testing::AssertionSuccess();
   }
 
   Floats read_cpu(const Tensor& t) {

@@ -7,7 +7,11 @@
 
 #include <cmath>
 #include <numeric>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "kernels/cuda/ops.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 namespace tandem::testing {
@@ -301,6 +305,151 @@ TEST_P(CudaOps, SumSquaresAccumulates) {
   gpu().sum_squares(gs(), x.gpu, out.gpu);
   EXPECT_TRUE(d().close(out, 1e-6));
   EXPECT_GT(d().read_gpu(out.gpu)[0], 2.0f);
+}
+
+// The router on logits in the test's dtype (bf16 rounding makes ties: both bindings rank
+// them to the lower expert), in each gate mode and with forced balance; its backward with
+// and without the load-balancing term. Experts and counts must match exactly.
+TEST_P(CudaOps, MoeRouterForwardBackward) {
+  const std::int64_t T = 53, E = 12, k = 3;
+  const std::vector<float> aux_grad = random_floats(static_cast<std::size_t>(E), 151);
+  std::uint64_t seed = 152;
+  for (bool pre_softmax : {false, true}) {
+    for (bool force_balance : {false, true}) {
+      const std::string mode = std::string("pre_softmax ") + (pre_softmax ? "on" : "off") +
+                               ", force_balance " + (force_balance ? "on" : "off");
+      auto logits = d().random({T, E}, dtype(), seed++, -2.0f, 2.0f);
+      auto probs = d().poisoned({T, E}, DType::fp32);
+      auto gates = d().poisoned({T, k}, DType::fp32);
+      auto top = d().ids({T, k}, std::vector<std::int32_t>(static_cast<std::size_t>(T * k), -1));
+      std::vector<std::int64_t> cpu_counts(static_cast<std::size_t>(E), -1),
+          gpu_counts(static_cast<std::size_t>(E), -1);
+      cpu().moe_router(cs(),
+                       {.logits = logits.cpu,
+                        .probs = probs.cpu,
+                        .top = top.cpu,
+                        .gates = gates.cpu,
+                        .pre_softmax = pre_softmax,
+                        .force_balance = force_balance},
+                       cpu_counts);
+      gpu().moe_router(gs(),
+                       {.logits = logits.gpu,
+                        .probs = probs.gpu,
+                        .top = top.gpu,
+                        .gates = gates.gpu,
+                        .pre_softmax = pre_softmax,
+                        .force_balance = force_balance},
+                       gpu_counts);
+      EXPECT_TRUE(d().same_ints<std::int32_t>(top)) << mode;
+      EXPECT_EQ(gpu_counts, cpu_counts) << mode;
+      EXPECT_EQ(std::accumulate(gpu_counts.begin(), gpu_counts.end(), std::int64_t{0}), T * k);
+      EXPECT_TRUE(d().close(probs, 1e-5)) << mode;  // fp32 from logits rounded alike
+      EXPECT_TRUE(d().close(gates, 1e-5)) << mode;
+      auto grad_gates = d().random({T, k}, DType::fp32, seed++);
+      for (bool with_aux : {false, true}) {
+        auto grad_logits = d().poisoned({T, E}, DType::fp32);
+        const std::span<const float> aux =
+            with_aux ? std::span<const float>(aux_grad) : std::span<const float>();
+        cpu().moe_router_backward(cs(), {.probs = probs.cpu,
+                                         .top = top.cpu,
+                                         .gates = gates.cpu,
+                                         .grad_gates = grad_gates.cpu,
+                                         .aux_grad = aux,
+                                         .grad_logits = grad_logits.cpu,
+                                         .pre_softmax = pre_softmax});
+        gpu().moe_router_backward(gs(), {.probs = probs.gpu,
+                                         .top = top.gpu,
+                                         .gates = gates.gpu,
+                                         .grad_gates = grad_gates.gpu,
+                                         .aux_grad = aux,
+                                         .grad_logits = grad_logits.gpu,
+                                         .pre_softmax = pre_softmax});
+        EXPECT_TRUE(d().close(grad_logits, 1e-5)) << mode << ", aux_grad " << with_aux;
+      }
+    }
+  }
+  // More experts per token than the GPU router keeps in registers.
+  const std::int64_t wide = kernels::cuda::kRouterMaxTopK + 1;
+  auto logits = d().random({4, wide}, dtype(), seed++);
+  auto probs = d().poisoned({4, wide}, DType::fp32);
+  auto gates = d().poisoned({4, wide}, DType::fp32);
+  auto top = d().ids({4, wide}, std::vector<std::int32_t>(static_cast<std::size_t>(4 * wide), 0));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(wide));
+  EXPECT_THROW(
+      gpu().moe_router(
+          gs(), {.logits = logits.gpu, .probs = probs.gpu, .top = top.gpu, .gates = gates.gpu},
+          counts),
+      std::invalid_argument);
+}
+
+// The dispatch: permute's rows and maps (exactly the CPU's), the combine with the gates and
+// the backward of both. top repeats experts, leaves one empty and routes a token twice to
+// one expert (kept: one copy per slot).
+TEST_P(CudaOps, MoePermuteUnpermuteForwardBackward) {
+  const std::int64_t T = 41, H = 70, E = 6, k = 2;
+  std::vector<std::int32_t> experts(static_cast<std::size_t>(T * k));
+  for (std::size_t i = 0; i < experts.size(); ++i)
+    experts[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 5);  // expert 5 gets none
+  experts[6] = experts[7];  // token 3: both slots to one expert
+  auto top = d().ids({T, k}, experts);
+  auto input = d().random({T, H}, dtype(), 161);
+  auto permuted = d().poisoned({T * k, H}, dtype());
+  auto row_of_copy = d().integers({T * k}, DType::int64);
+  auto source_of_row = d().integers({T * k}, DType::int64);
+  cpu().moe_permute(cs(), {.input = input.cpu,
+                           .top = top.cpu,
+                           .permuted = permuted.cpu,
+                           .row_of_copy = row_of_copy.cpu,
+                           .source_of_row = source_of_row.cpu,
+                           .experts = E});
+  gpu().moe_permute(gs(), {.input = input.gpu,
+                           .top = top.gpu,
+                           .permuted = permuted.gpu,
+                           .row_of_copy = row_of_copy.gpu,
+                           .source_of_row = source_of_row.gpu,
+                           .experts = E});
+  EXPECT_TRUE(d().same_ints<std::int64_t>(row_of_copy));
+  EXPECT_TRUE(d().same_ints<std::int64_t>(source_of_row));
+  EXPECT_TRUE(d().close(permuted, 0.0));  // copies
+  auto gates = d().random({T, k}, DType::fp32, 162, 0.0f, 1.0f);
+  auto output = d().poisoned({T, H}, dtype());
+  cpu().moe_unpermute(cs(), {.expert_output = permuted.cpu,
+                             .gates = gates.cpu,
+                             .row_of_copy = row_of_copy.cpu,
+                             .output = output.cpu});
+  gpu().moe_unpermute(gs(), {.expert_output = permuted.gpu,
+                             .gates = gates.gpu,
+                             .row_of_copy = row_of_copy.gpu,
+                             .output = output.gpu});
+  EXPECT_TRUE(d().close(output, tol()));
+  auto grad_permuted = d().random({T * k, H}, dtype(), 163);
+  auto grad_input = d().poisoned({T, H}, dtype());
+  cpu().moe_permute_backward(cs(), {.grad_permuted = grad_permuted.cpu,
+                                    .row_of_copy = row_of_copy.cpu,
+                                    .grad_input = grad_input.cpu});
+  gpu().moe_permute_backward(gs(), {.grad_permuted = grad_permuted.gpu,
+                                    .row_of_copy = row_of_copy.gpu,
+                                    .grad_input = grad_input.gpu});
+  EXPECT_TRUE(d().close(grad_input, tol()));
+  auto grad_output = d().random({T, H}, dtype(), 164);
+  auto grad_expert_output = d().poisoned({T * k, H}, dtype());
+  auto grad_gates = d().poisoned({T, k}, DType::fp32);
+  cpu().moe_unpermute_backward(cs(), {.grad_output = grad_output.cpu,
+                                      .expert_output = permuted.cpu,
+                                      .gates = gates.cpu,
+                                      .source_of_row = source_of_row.cpu,
+                                      .row_of_copy = row_of_copy.cpu,
+                                      .grad_expert_output = grad_expert_output.cpu,
+                                      .grad_gates = grad_gates.cpu});
+  gpu().moe_unpermute_backward(gs(), {.grad_output = grad_output.gpu,
+                                      .expert_output = permuted.gpu,
+                                      .gates = gates.gpu,
+                                      .source_of_row = source_of_row.gpu,
+                                      .row_of_copy = row_of_copy.gpu,
+                                      .grad_expert_output = grad_expert_output.gpu,
+                                      .grad_gates = grad_gates.gpu});
+  EXPECT_TRUE(d().close(grad_expert_output, tol()));
+  EXPECT_TRUE(d().close(grad_gates, 1e-5));  // dot products in double of the same inputs
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::fp32, DType::bf16),

@@ -201,6 +201,23 @@ TEST_F(Nccl, AllToAllVMovesUnevenSplitsInRankOrder) {
       out, [&](int i) { return want[static_cast<std::size_t>(i)]; }, "all_to_all_v");
 }
 
+TEST_F(Nccl, AllGatherCountsIsRankMajorOnTheHost) {
+  // counts(rank, j) = 1000·rank + j: distinct per member and position.
+  const std::vector<std::int64_t> mine{1000 * rank() + 0, 1000 * rank() + 1, 1000 * rank() + 2};
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size()), -1);
+  comm().all_gather_counts(stream(), mine, all);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    EXPECT_EQ(all[i], static_cast<std::int64_t>(1000 * (i / 3) + i % 3)) << "element " << i;
+  std::vector<std::int64_t> short_of_one(all.size() - 1);
+  try {
+    comm().all_gather_counts(stream(), mine, short_of_one);
+    ADD_FAILURE() << "all_gather_counts accepted a wrong output size";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("all_gather_counts on group world"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(Nccl, BatchP2PRingShiftsBothWays) {
   const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
   Tensor to_next =
