@@ -304,6 +304,24 @@ std::vector<FieldDef> model_fields() {
           {"moe_shared_expert_intermediate_size",
            "MLP width of the shared expert every token goes through (absent: none)", positive()}),
       moe_layer_freq_field(),
+      make_field(m, &M::moe_router_load_balancing_type,
+                 {"moe_router_load_balancing_type", "aux_loss | seq_aux_loss | sinkhorn | none",
+                  choices({"aux_loss", "seq_aux_loss", "sinkhorn", "none"})}),
+      make_field(m, &M::moe_aux_loss_coeff,
+                 {"moe_aux_loss_coeff", "weight of the load-balancing loss", Rule{.min = 0.0}}),
+      make_field(m, &M::moe_router_pre_softmax,
+                 {"moe_router_pre_softmax", "gates from the softmax over all experts"}),
+      make_field(m, &M::moe_router_force_load_balancing,
+                 {"moe_router_force_load_balancing",
+                  "route copy t·k + slot to expert (t·k + slot) mod E (benchmarks)"}),
+      make_field(m, &M::moe_token_dispatcher_type,
+                 {"moe_token_dispatcher_type", "alltoall | allgather | flex",
+                  choices({"alltoall", "allgather", "flex"})}),
+      make_field(m, &M::moe_grouped_gemm,
+                 {"moe_grouped_gemm", "the local experts' GEMMs as one grouped GEMM"}),
+      make_field(m, &M::moe_expert_capacity_factor,
+                 {"moe_expert_capacity_factor", "expert capacity (absent: dropless)",
+                  Rule{.min = 0.0, .min_open = true}}),
   };
 }
 
@@ -324,6 +342,10 @@ std::vector<FieldDef> parallelism_fields() {
       make_field(
           p, &P::expert_model_parallel_size,
           {"expert_model_parallel_size", "expert-parallel size ep (divides dp)", positive()}),
+      make_field(
+          p, &P::expert_tensor_parallel_size,
+          {"expert_tensor_parallel_size",
+           "tensor-parallel size of the experts (default tensor_model_parallel_size)", positive()}),
       make_field(p, &P::num_layers_per_virtual_pipeline_stage,
                  {"num_layers_per_virtual_pipeline_stage",
                   "layers per virtual pipeline stage (interleaved schedule)", positive()}),

@@ -213,6 +213,12 @@ void check_moe(const Scenario& s, Violations& out) {
   if (listed > 0 && listed != m.num_layers)
     out.push_back({"moe_layer_freq", cat("a list of ", listed),
                    cat("must list one 0 or 1 per layer: num_layers = ", m.num_layers)});
+  // Megatron's arguments.py: "When using MoE and tensor parallelism, sequence parallelism
+  // must be used" (each tp rank routes its own sequence shard).
+  if (tp > 1 && !s.parallelism.sequence_parallel)
+    out.push_back({"sequence_parallel", "false",
+                   cat("must be set with num_experts and tensor_model_parallel_size = ", tp,
+                       " > 1 (Megatron's rule for MoE with tensor parallelism)")});
   if (m.moe_shared_expert_intermediate_size && *m.moe_shared_expert_intermediate_size % tp != 0)
     out.push_back({"moe_shared_expert_intermediate_size",
                    cat(*m.moe_shared_expert_intermediate_size),

@@ -12,8 +12,8 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/moe.hpp"
-#include "kernels/cpu/router.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/router.hpp"
 #include "kernels/math/copy_columns.hpp"
 
 namespace tandem::op_arguments {
@@ -85,20 +85,22 @@ kernels::cpu::RouterShape router_shape(const char* op, const Args& a, bool force
     throw std::invalid_argument(std::string(op) + ": probs " + p.to_string() + ", top " +
                                 t.to_string() + " and gates " + a.gates.shape.to_string() +
                                 " must be (T, E), (T, k) and (T, k) with 1 ≤ k ≤ E");
-  return {.tokens = p[0], .experts = p[1], .top_k = t[1], .pre_softmax = a.pre_softmax,
+  return {.tokens = p[0],
+          .experts = p[1],
+          .top_k = t[1],
+          .pre_softmax = a.pre_softmax,
           .force_balance = force_balance};
 }
 
 // The dispatch's shape from the tokens (T, H) and the routed copies (T·k, H).
-inline kernels::cpu::MoeShape moe_shape(const char* op, const Tensor& tokens,
-                                        const Tensor& copies, std::int64_t experts) {
+inline kernels::cpu::MoeShape moe_shape(const char* op, const Tensor& tokens, const Tensor& copies,
+                                        std::int64_t experts) {
   const Shape& x = tokens.shape;
   const Shape& y = copies.shape;
   if (x.rank() != 2 || y.rank() != 2 || x[1] != y[1] || (x[0] == 0 ? y[0] != 0 : y[0] % x[0] != 0))
     throw std::invalid_argument(std::string(op) + ": tokens " + x.to_string() + " and copies " +
                                 y.to_string() + " must be (T, H) and (T·k, H)");
-  return {.tokens = x[0], .hidden = x[1], .experts = experts,
-          .top_k = x[0] == 0 ? 1 : y[0] / x[0]};
+  return {.tokens = x[0], .hidden = x[1], .experts = experts, .top_k = x[0] == 0 ? 1 : y[0] / x[0]};
 }
 
 inline kernels::math::ColumnCopy column_copy(const ColumnCopyArgs& a) {

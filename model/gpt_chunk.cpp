@@ -31,11 +31,16 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
     // Under sequence parallelism each rank adds the positions of its shard only.
     position_ = params.add({"embedding.position_embeddings.weight", Shape{dims.max_positions, C},
                             ShardKind::replicated, 0.02f, 0, true, false, sp});
-  const LayerDims ld{dims.hidden,      dims.heads,      dims.ffn, dims.seq,
-                     dims.micro_batch, dims.num_layers, sp,       o};
+  LayerDims ld{dims.hidden,      dims.heads,      dims.ffn, dims.seq,
+               dims.micro_batch, dims.num_layers, sp,       o};
+  ld.ep_size = dims.ep_size;
+  ld.ep_rank = dims.ep_rank;
   layers_.reserve(static_cast<std::size_t>(plan.num_layers));
-  for (int i = 0; i < plan.num_layers; ++i)
+  for (int i = 0; i < plan.num_layers; ++i) {
+    const auto layer = static_cast<std::size_t>(plan.first_layer + i);
+    ld.moe = layer < dims.moe_layers.size() && dims.moe_layers[layer] ? dims.moe : MoeOptions{};
     layers_.emplace_back(params, plan.first_layer + i, ld, recompute);
+  }
   if (plan.post_process) {
     final_ln_w_ = params.add(
         {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false, sp});
@@ -186,7 +191,7 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
   }
   s.final_input = Tensor{};
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    g = layers_[i].backward(env, g, s.layers[i]);
+    g = layers_[i].backward(env, g, s.layers[i], loss_scale);
     ready(layers_[i].parameter_indices());
   }
   if (!plan_.pre_process) return g;

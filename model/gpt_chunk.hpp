@@ -28,6 +28,11 @@ struct GptDims {
   // with untie_embeddings_and_output_weights the last stage has its own output layer
   // ("output_layer.weight") and the first stage's word embedding is not shared.
   LayerOptions options;
+  // Mixture of experts: which layers are MoE layers (empty: none), their options and this
+  // rank's place on the expert grid.
+  std::vector<bool> moe_layers;
+  MoeOptions moe;
+  int ep_size = 1, ep_rank = 0;
 };
 
 // Which layers a chunk holds: chunk c of pp rank r holds layers

@@ -14,13 +14,13 @@ AdamW::AdamW(Device& device, ParameterSet& params, AdamConfig config, OptimizerS
   device.fill(device.default_stream(), exp_avg_sq_, 0.0f);
 }
 
-Tensor AdamW::grad_sum_squares(Stream& s) {
+Tensor AdamW::grad_sum_squares(Stream& s, bool experts) {
   Tensor out = device_.allocate(Shape{1}, DType::fp32);
   device_.fill(s, out, 0.0f);
   for (const auto& piece : shard_.pieces) {
     const Parameter& p = params_[piece.param];
     const bool tp_duplicate = p.spec.shard == ShardKind::replicated && params_.tp_rank() != 0;
-    if (tp_duplicate || p.spec.shared_copy) continue;
+    if (tp_duplicate || p.spec.shared_copy || p.spec.expert != experts) continue;
     device_.sum_squares(s, params_.grads().view(Shape{piece.length}, piece.begin), out);
   }
   return out;

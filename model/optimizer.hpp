@@ -34,7 +34,8 @@ class AdamW {
   // Σ grad² over the shard's elements of the parameters this rank counts, into a
   // one-element fp32 tensor; the caller all-reduces it across the model-parallel groups
   // (and the data-parallel group when the shard is a dp slice) before taking the root.
-  Tensor grad_sum_squares(Stream& s);
+  // Only the experts' weights with `experts`, else only the others.
+  Tensor grad_sum_squares(Stream& s, bool experts = false);
   // One update at learning rate `lr`, gradients multiplied by `grad_scale` (clipping).
   void step(Stream& s, float lr, float grad_scale);
 

@@ -6,12 +6,21 @@
 
 namespace tandem {
 
-OptimizerShard make_optimizer_shard(const ParameterSet& params, int dp_size, int dp_rank) {
-  if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size)
-    throw std::invalid_argument("optimizer shard: rank " + std::to_string(dp_rank) + " of " +
-                                std::to_string(dp_size));
+OptimizerShard make_optimizer_shard(const ParameterSet& params, int dense_size, int dense_rank,
+                                    int expert_dp_size, int expert_dp_rank) {
+  if (expert_dp_size == 0) {
+    expert_dp_size = dense_size;
+    expert_dp_rank = dense_rank;
+  }
+  for (const auto& [size, rank] :
+       {std::pair{dense_size, dense_rank}, std::pair{expert_dp_size, expert_dp_rank}})
+    if (size < 1 || rank < 0 || rank >= size)
+      throw std::invalid_argument("optimizer shard: rank " + std::to_string(rank) + " of " +
+                                  std::to_string(size));
   OptimizerShard shard;
   for (const auto& bucket : params.buckets()) {
+    const int dp_size = bucket.expert ? expert_dp_size : dense_size;
+    const int dp_rank = bucket.expert ? expert_dp_rank : dense_rank;
     const std::int64_t size = bucket.end - bucket.begin;
     if (size % dp_size != 0)
       throw std::invalid_argument("optimizer shard: bucket [" + std::to_string(bucket.begin) +

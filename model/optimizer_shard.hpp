@@ -34,7 +34,10 @@ struct OptimizerShard {
 
 // Rank `dp_rank` of `dp_size`'s shard of `params` (allocated; every bucket's size a
 // multiple of dp_size). Throws std::invalid_argument when a bucket does not divide.
-OptimizerShard make_optimizer_shard(const ParameterSet& params, int dp_size, int dp_rank);
+// The experts' buckets are cut over the expert-data-parallel group instead (rank
+// expert_dp_rank of expert_dp_size; 0: as the others).
+OptimizerShard make_optimizer_shard(const ParameterSet& params, int dp_size, int dp_rank,
+                                    int expert_dp_size = 0, int expert_dp_rank = 0);
 
 // The pieces of `shard` that belong to parameter `param`.
 std::vector<ShardPiece> pieces_of(const OptimizerShard& shard, int param);

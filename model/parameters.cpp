@@ -137,7 +137,8 @@ int ParameterSet::add(ParameterSpec spec) {
 
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel) {
-  if (layout.pad_to < 1) throw std::invalid_argument("BufferLayout: pad_to must be ≥ 1");
+  if (layout.pad_to < 1 || layout.expert_pad_to < 1)
+    throw std::invalid_argument("BufferLayout: pad_to and expert_pad_to must be ≥ 1");
   std::vector<BufferBucket> buckets;
   std::int64_t offset = 0;
   bool open = false;
@@ -145,25 +146,30 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
     if (!open) return;
     BufferBucket& b = buckets.back();
     const std::int64_t size = offset - b.begin;
-    b.end = b.begin + (size + layout.pad_to - 1) / layout.pad_to * layout.pad_to;
+    const std::int64_t pad = b.expert ? layout.expert_pad_to : layout.pad_to;
+    b.end = b.begin + (size + pad - 1) / pad * pad;
     offset = b.end;
     open = false;
   };
-  auto start = [&] {
+  auto start = [&](bool expert) {
     close();
-    buckets.push_back({offset, offset, {}});
+    buckets.push_back({offset, offset, {}, expert});
     open = true;
   };
-  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
-    Parameter& p = params[static_cast<std::size_t>(i)];
-    const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
-    if (alone || !open ||
-        (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
-      start();
-    p.value_offset = p.grad_offset = offset;
-    offset += p.local_shape.numel();
-    buckets.back().params.push_back(i);
-    if (alone) close();
+  for (const bool experts : {false, true}) {
+    close();
+    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+      Parameter& p = params[static_cast<std::size_t>(i)];
+      if (p.spec.expert != experts) continue;
+      const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
+      if (alone || !open ||
+          (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
+        start(experts);
+      p.value_offset = p.grad_offset = offset;
+      offset += p.local_shape.numel();
+      buckets.back().params.push_back(i);
+      if (alone) close();
+    }
   }
   close();
   numel = offset;

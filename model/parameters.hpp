@@ -41,6 +41,10 @@ struct ParameterSpec {
   // row-parallel biases, the position embedding under sequence parallelism): the gradient
   // is all-reduced over tp (Megatron's `sequence_parallel` parameter attribute).
   bool sequence_parallel = false;
+  // An expert's weight (mixture of experts): this rank holds its own experts, so the
+  // gradient is reduced over the expert-data-parallel group, not the data-parallel one
+  // (Megatron's allreduce = False), and its buckets hold expert weights only.
+  bool expert = false;
 };
 
 struct Parameter {
@@ -58,6 +62,7 @@ struct Parameter {
 struct BufferLayout {
   std::int64_t bucket_elements = 0;  // a bucket closes once it holds this many; 0: one bucket
   int pad_to = 1;                    // every bucket's size is a multiple of this
+  int expert_pad_to = 1;             // … of this for the experts' buckets (expert-dp size)
   // Parameters that get a bucket of their own: Megatron's shared embedding with the
   // distributed optimizer, so the first and last stage shard it alike.
   std::function<bool(const ParameterSpec&)> own_bucket;
@@ -68,6 +73,7 @@ struct BufferLayout {
 struct BufferBucket {
   std::int64_t begin = 0, end = 0;
   std::vector<int> params;  // indices, in buffer order
+  bool expert = false;      // holds experts' weights (after all the others in the buffer)
 };
 
 class ParameterSet {
@@ -125,6 +131,9 @@ std::vector<std::int64_t> shard_positions(const ParameterSpec& spec, int size, i
 void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& shard,
                   std::vector<float>& full);
 // Lays out `params` (their local shapes, registration order) as allocate() does and returns
+// the buckets; sets every parameter's offsets. The experts' weights come after all the
+// others, in buckets of their own (Megatron's separate expert buffer). Pure arithmetic.
+// (Below: the old summary.)
 // the buckets; sets every parameter's offsets. Pure arithmetic.
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel);

@@ -41,6 +41,9 @@ struct ModelEnv {
   // chunks, r and 2·cp − 1 − r, and attention gathers keys and values over this group.
   Communicator* cp = nullptr;
   CpCommType cp_comm = CpCommType::p2p;  // how its keys and values travel (Megatron's default)
+  // Expert parallelism (mixture-of-experts layers; else null): the ranks whose experts
+  // together make a layer's, over which the tokens are exchanged (model/moe_layer.hpp).
+  Communicator* ep = nullptr;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

@@ -81,6 +81,15 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
   ln2_w_ = norm("post_attention_layernorm.weight", 1.0f);
   if (!rms) ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
+  if (dims.moe.num_experts > 0) {
+    if (bias)
+      throw std::invalid_argument(
+          "num_experts: the experts have no biases (Megatron's grouped experts have none): set "
+          "disable_bias_linear");
+    moe_ = std::make_unique<MoeLayer>(params, p + "mlp.", dims.hidden, dims.moe, o.swiglu, sp,
+                                      dims.ep_size, dims.ep_rank, std_dev, out_std);
+    return;
+  }
   // SwiGLU: one column-parallel GEMM for gate and up; each rank holds its rows of both.
   const std::int64_t fc1_rows = o.swiglu ? 2 * F : F;
   const ShardKind fc1_kind = o.swiglu ? ShardKind::glu_rows : ShardKind::rows;
@@ -95,6 +104,8 @@ std::vector<int> TransformerLayer::parameter_indices() const {
   for (int i : {ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_, ln2_w_, ln2_b_, fc1_w_, fc1_b_,
                 fc2_w_, fc2_b_})
     if (i >= 0) out.push_back(i);
+  if (moe_)
+    for (int i : moe_->parameter_indices()) out.push_back(i);
   return out;
 }
 
@@ -256,6 +267,12 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   proj = Tensor{};
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
+  if (moe_) {
+    Tensor mlp = moe_->forward(env, a.ln2_out, a.moe);
+    Tensor out = allocate_like(env, x.shape);
+    d.add(s, a.residual, mlp, out);
+    return out;
+  }
   a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_], bias(fc1_b_));
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
@@ -276,7 +293,8 @@ Tensor TransformerLayer::forward(ModelEnv& env, const Tensor& x, LayerActivation
   return out;
 }
 
-Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& a) {
+Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& a,
+                                  float loss_scale) {
   Device& d = env.device;
   Stream& s = env.stream;
   if (recompute_ == Recompute::full) forward_all(env, a.input, a, true);
@@ -288,18 +306,22 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     Tensor scratch = allocate_like(env, a.attn_out.shape);
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
-  // MLP half: out = residual + fc2(act(fc1(norm2(residual)))).
-  Tensor d_gelu = row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], bias(fc2_b_));
-  a.gelu_out = Tensor{};
-  Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
-  if (dims_.options.swiglu)
-    d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
-  else
-    d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
-  d_gelu = Tensor{};
-  a.fc1_out = Tensor{};
-  Tensor d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_));
-  d_fc1 = Tensor{};
+  // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'.
+  Tensor d_ln2;
+  if (moe_) {
+    d_ln2 = moe_->backward(env, grad_out, a.moe, loss_scale);
+  } else {
+    Tensor d_gelu = row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], bias(fc2_b_));
+    a.gelu_out = Tensor{};
+    Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
+    if (dims_.options.swiglu)
+      d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
+    else
+      d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
+    d_gelu = Tensor{};
+    a.fc1_out = Tensor{};
+    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_));
+  }
   Tensor d_residual = allocate_like(env, grad_out.shape);
   norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
   d.add(s, d_residual, grad_out, d_residual);

@@ -14,9 +14,11 @@
 // a tensor-parallel rank's contiguous rows are its G / tp whole query groups.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/moe_layer.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace tandem {
@@ -54,6 +56,10 @@ struct LayerDims {
   int num_layers = 0;              // of the whole model, for the output-layer init scale
   bool sequence_parallel = false;  // activations outside tp regions are sequence shards
   LayerOptions options;
+  // A mixture-of-experts layer when moe.num_experts > 0: its MLP is a MoeLayer, whose
+  // experts this rank holds as ep rank ep_rank of ep_size.
+  MoeOptions moe;
+  int ep_size = 1, ep_rank = 0;
 };
 
 // What backward needs from forward. With full recomputation only `input` is kept; with
@@ -65,6 +71,7 @@ struct LayerActivations {
   // round the ring once more; all_gather: the whole sequence's).
   Tensor context_kv;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
+  MoeActivations moe;  // the MoE MLP's, in a mixture-of-experts layer
 };
 
 class TransformerLayer {
@@ -73,7 +80,9 @@ class TransformerLayer {
   TransformerLayer(ParameterSet& params, int index, const LayerDims& dims, Recompute recompute);
 
   Tensor forward(ModelEnv& env, const Tensor& x, LayerActivations& saved);
-  Tensor backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& saved);
+  // `loss_scale` is the LM loss gradient's scale, which the MoE aux loss's follows.
+  Tensor backward(ModelEnv& env, const Tensor& grad_out, LayerActivations& saved,
+                  float loss_scale = 1.0f);
   // The indices of this layer's parameters in the ParameterSet.
   std::vector<int> parameter_indices() const;
 
@@ -101,7 +110,8 @@ class TransformerLayer {
   Recompute recompute_;
   // -1 where the configuration has no such parameter (biases, RMSNorm's β).
   int ln1_w_, ln1_b_ = -1, qkv_w_, qkv_b_ = -1, proj_w_, proj_b_ = -1;
-  int ln2_w_, ln2_b_ = -1, fc1_w_, fc1_b_ = -1, fc2_w_, fc2_b_ = -1;
+  int ln2_w_, ln2_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
+  std::unique_ptr<MoeLayer> moe_;  // in place of fc1 / fc2 in a mixture-of-experts layer
 };
 
 }  // namespace tandem

@@ -92,9 +92,9 @@ std::vector<std::int64_t> routed_counts(const MoeRouting& r, std::int64_t tokens
       w[e] = 1.0 / std::pow(static_cast<double>(e + 1), r.zipf_exponent);
   } else {
     if (r.weights.size() != E)
-      throw ConfigError("moe_routing", to_string(r),
-                        "a histogram lists one weight per expert: num_experts = " +
-                            std::to_string(experts));
+      throw ConfigError(
+          "moe_routing", to_string(r),
+          "a histogram lists one weight per expert: num_experts = " + std::to_string(experts));
     w = r.weights;
   }
   // Shares of the copies, none above `tokens`: cap the largest and share out the rest.

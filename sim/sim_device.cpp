@@ -445,10 +445,7 @@ void SimDevice::moe_router(Stream& s, const MoeRouterArgs& a,
           .bytes = static_cast<double>(a.logits.bytes().value + a.probs.bytes().value +
                                        a.top.bytes().value + a.gates.bytes().value)});
   // The counts come to the host: a copy and a wait, as Megatron's .cpu() of them.
-  run(s, {.op = "download",
-          .dtype = DType::int64,
-          .m = E,
-          .bytes = static_cast<double>(E * 8)});
+  run(s, {.op = "download", .dtype = DType::int64, .m = E, .bytes = static_cast<double>(E * 8)});
   s.synchronize();
   const auto counts = routed_counts(options_.routing, T, E, k);
   std::copy(counts.begin(), counts.end(), tokens_per_expert.begin());
@@ -475,12 +472,12 @@ void SimDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
 }
 
 void SimDevice::moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) {
-  run(s, {.op = "moe_permute_backward",
-          .dtype = a.grad_permuted.dtype,
-          .m = a.grad_permuted.shape[0],
-          .n = a.grad_permuted.shape[1],
-          .bytes = static_cast<double>(a.grad_permuted.bytes().value +
-                                       a.grad_input.bytes().value)});
+  run(s,
+      {.op = "moe_permute_backward",
+       .dtype = a.grad_permuted.dtype,
+       .m = a.grad_permuted.shape[0],
+       .n = a.grad_permuted.shape[1],
+       .bytes = static_cast<double>(a.grad_permuted.bytes().value + a.grad_input.bytes().value)});
 }
 
 void SimDevice::moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) {

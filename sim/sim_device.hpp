@@ -23,9 +23,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sim/moe_routing.hpp"
 #include "core/device.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/moe_routing.hpp"
 
 namespace tandem::sim {
 

@@ -232,16 +232,20 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     rr.device =
         std::make_unique<SimDevice>(o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
                                                                .record_ops = o.record_ops,
-                                                               .host = host_costs(topology.gpu)});
+                                                               .host = host_costs(topology.gpu),
+                                                               .routing = o.routing});
     if (!o.trace_path.empty())
       rr.device->set_op_observer(
           [&rr](const OpDesc& op, double start, double seconds, double starved) {
             rr.observe(op, start, seconds, starved);
           });
     std::map<GroupKind, Communicator*> used;
-    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp,
-                           GroupKind::embedding, GroupKind::cp, GroupKind::dp_cp}) {
+    for (GroupKind kind :
+         {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding,
+          GroupKind::cp, GroupKind::dp_cp, GroupKind::ep, GroupKind::expert_dp}) {
       if ((kind == GroupKind::cp || kind == GroupKind::dp_cp) && layout.sizes.cp == 1) continue;
+      const bool expert_group = kind == GroupKind::ep || kind == GroupKind::expert_dp;
+      if (expert_group && !s.model.num_experts) continue;
       const auto& members = rr.ctx.group(kind);
       if (members.empty()) continue;
       rr.comms[kind] = std::make_unique<SimCommunicator>(

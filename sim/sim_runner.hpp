@@ -29,6 +29,7 @@ struct SimulateOptions {
   std::string trace_path;    // write the merged Chrome trace there (empty: no trace)
   bool record_ops = false;   // keep every rank's priced op sequence (RankReport::ops)
   SimDevice::Pricer pricer;  // prices each Device op (sim/cost_model.hpp)
+  MoeRouting routing;        // where MoE routers send tokens (sim/moe_routing.hpp)
   // Called with the fraction of forward/backward passes simulated so far.
   std::function<void(double)> progress;
 };

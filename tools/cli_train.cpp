@@ -53,15 +53,11 @@ int env_int(const char* name, int fallback) {
 // The rules a real run adds to the scenario's own.
 void check_trainable(const Scenario& s, int launched, const std::string& device) {
   std::vector<Violation> v;
-  const auto& p = s.parallelism;
   if (s.cluster.world_size != launched)
     v.push_back({"cluster.world_size", std::to_string(s.cluster.world_size),
                  "this run has " + std::to_string(launched) + " process(es): pass --world-size " +
                      std::to_string(launched) + " or launch with mpirun -np " +
                      std::to_string(s.cluster.world_size)});
-  if (p.expert_model_parallel_size != 1)
-    v.push_back({"expert_model_parallel_size", std::to_string(p.expert_model_parallel_size),
-                 "the GPT trained here has no experts; needs 1"});
   // Mixed precision: bf16 activations and parameter copies over fp32 main parameters
   // on the cuda binding; the cpu kernels compute fp32 only.
   if (device != "cuda" && (s.training.bf16 || s.training.fp16))
@@ -179,10 +175,10 @@ void run_training(TrainOptions& o) {
   try {
     const int rank = mpi.world().rank();
     log.emplace(o.log_dir, rank, rank == launched - 1);  // Megatron's print_rank_last
-    const Layout layout =
-        make_layout({launched, s.parallelism.tensor_model_parallel_size,
-                     s.parallelism.pipeline_model_parallel_size,
-                     s.parallelism.context_parallel_size, 1, s.parallelism.order});
+    const Layout layout = make_layout(
+        {launched, s.parallelism.tensor_model_parallel_size,
+         s.parallelism.pipeline_model_parallel_size, s.parallelism.context_parallel_size,
+         s.parallelism.expert_model_parallel_size, s.parallelism.order});
     auto backend = make_train_backend(o.device, mpi, layout);
     const ParallelContext ctx = make_parallel_context(layout, rank);
     // With --trace every communicator is wrapped so its collectives land in the trace.

@@ -7,8 +7,8 @@
 namespace tandem {
 
 GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-                         Communicator& dp, Device& device, Stream& stream)
-    : params_(params), reduction_(reduction), dp_(dp), device_(device), stream_(stream) {
+                         Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp)
+    : params_(params), reduction_(reduction), device_(device), stream_(stream) {
   const auto& layout = params.buckets();
   if (shard.bucket_slices.size() != layout.size())
     throw std::invalid_argument("GradBuckets: the optimizer shard has " +
@@ -21,6 +21,9 @@ GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, Grad
     b.end = layout[k].end;
     std::tie(b.slice_begin, b.slice_end) = shard.bucket_slices[k];
     b.parameters = static_cast<int>(layout[k].params.size());
+    b.group = layout[k].expert ? expert_dp : &dp;
+    if (b.group == nullptr)
+      throw std::invalid_argument("GradBuckets: the experts' gradients need an expert-dp group");
     for (int i : layout[k].params) bucket_of_[static_cast<std::size_t>(i)] = static_cast<int>(k);
     buckets_.push_back(std::move(b));
   }
@@ -40,11 +43,11 @@ void GradBuckets::begin_step(int last_microbatch) {
 void GradBuckets::launch(Bucket& b) {
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
   if (reduction_ == GradReduction::all_reduce) {
-    b.work = dp_.all_reduce(stream_, view, ReduceOp::sum);
+    b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
     return;
   }
   b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, DType::fp32);
-  b.work = dp_.reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
+  b.work = b.group->reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
 }
 
 void GradBuckets::on_grads_ready(int microbatch, const std::vector<int>& parameters) {
@@ -83,7 +86,7 @@ void GradBuckets::start_param_gather() {
     // In place: this rank's slice already sits in its block of the bucket.
     const Tensor slice = params_.values().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
     Tensor whole = params_.values().view(Shape{b.end - b.begin}, b.begin);
-    b.gather = dp_.all_gather(stream_, slice, whole);
+    b.gather = b.group->all_gather(stream_, slice, whole);
   }
 }
 

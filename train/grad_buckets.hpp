@@ -27,8 +27,9 @@ class GradBuckets : public GradReadyHook {
  public:
   // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
   // writes and what the parameter all-gather sends).
+  // The experts' buckets reduce over `expert_dp` (needed when there are any).
   GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-              Communicator& dp, Device& device, Stream& stream);
+              Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr);
 
   // Gradients are final during the backward of microbatch `last_microbatch`.
   void begin_step(int last_microbatch);
@@ -50,6 +51,7 @@ class GradBuckets : public GradReadyHook {
     std::int64_t slice_begin = 0, slice_end = 0;  // this rank's slice (reduce_scatter)
     int parameters = 0;
     int ready = 0;
+    Communicator* group = nullptr;  // dp, or expert-dp for the experts' buckets
     std::unique_ptr<Work> work;
     Tensor scattered;  // (slice) the reduce-scatter's output until it is written back
     std::unique_ptr<Work> gather;
@@ -58,7 +60,6 @@ class GradBuckets : public GradReadyHook {
 
   ParameterSet& params_;
   GradReduction reduction_;
-  Communicator& dp_;
   Device& device_;
   Stream& stream_;
   std::vector<Bucket> buckets_;

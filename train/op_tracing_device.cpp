@@ -190,7 +190,8 @@ void OpTracingDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
 }
 void OpTracingDevice::moe_router(Stream& s, const MoeRouterArgs& a,
                                  std::span<std::int64_t> tokens_per_expert) {
-  traced(s, buffer_key("moe_router", a.logits), [&] { inner_.moe_router(s, a, tokens_per_expert); });
+  traced(s, buffer_key("moe_router", a.logits),
+         [&] { inner_.moe_router(s, a, tokens_per_expert); });
 }
 void OpTracingDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) {
   traced(s, buffer_key("moe_router_backward", a.grad_logits),

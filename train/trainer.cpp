@@ -27,7 +27,27 @@ LayerOptions options_of(const Scenario& s) {
           .learned_position_embedding = m.position_embedding_type == "learned_absolute"};
 }
 
-GptDims dims_of(const Scenario& s) {
+std::vector<bool> moe_layers_of(const Scenario& s) {
+  std::vector<bool> out;
+  for (int i = 0; i < s.model.num_layers; ++i) out.push_back(is_moe_layer(s, i));
+  return out;
+}
+
+MoeOptions moe_options_of(const Scenario& s) {
+  const auto& m = s.model;
+  if (!m.num_experts) return {};
+  return {.num_experts = *m.num_experts,
+          .top_k = m.moe_router_topk,
+          .ffn = moe_ffn_hidden_size(s),
+          .shared_ffn = m.moe_shared_expert_intermediate_size.value_or(0),
+          .aux_loss_coeff = m.moe_router_load_balancing_type == "aux_loss"
+                                ? static_cast<float>(m.moe_aux_loss_coeff)
+                                : 0.0f,
+          .pre_softmax = m.moe_router_pre_softmax,
+          .force_balance = m.moe_router_force_load_balancing};
+}
+
+GptDims dims_of(const Scenario& s, const ParallelContext& ctx) {
   const auto& m = s.model;
   const auto& p = s.parallelism;
   // Megatron turns sequence parallelism off at tp 1 (it has nothing to shard).
@@ -43,7 +63,11 @@ GptDims dims_of(const Scenario& s) {
           s.training.bf16   ? DType::bf16
           : s.training.fp16 ? DType::fp16
                             : DType::fp32,
-          options_of(s)};
+          options_of(s),
+          moe_layers_of(s),
+          moe_options_of(s),
+          ctx.sizes.ep,
+          ctx.coords.ep};
 }
 
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
@@ -57,6 +81,7 @@ BufferLayout buffer_layout_of(const Scenario& s, const ParallelContext& ctx) {
   const bool distributed = p.use_distributed_optimizer;
   BufferLayout layout{.bucket_elements = p.overlap_grad_reduce ? p.ddp_bucket_size : 0,
                       .pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp : 1,
+                      .expert_pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp / ctx.sizes.ep : 1,
                       .own_bucket = nullptr};
   if (distributed && ctx.sizes.pp > 1)
     layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kWordEmbedding; };
@@ -87,10 +112,31 @@ void check_step_supports(const Scenario& s) {
     throw ConfigError("cp_comm_type", comm,
                       "the training step exchanges keys and values by p2p (a ring) or "
                       "all_gather; a2a (Ulysses) is not in it yet");
-  if (s.model.num_experts)
-    throw ConfigError("num_experts", std::to_string(*s.model.num_experts),
-                      "mixture-of-experts layers are not in tandem's training step yet (tandem "
-                      "scenario counts their parameters and FLOPs); leave num_experts out");
+  if (!s.model.num_experts) return;
+  const auto& m = s.model;
+  std::vector<Violation> v;
+  if (m.moe_token_dispatcher_type != "alltoall")
+    v.push_back({"moe_token_dispatcher_type", m.moe_token_dispatcher_type,
+                 "the training step dispatches tokens with Megatron's alltoall dispatcher: use "
+                 "alltoall"});
+  if (m.moe_expert_capacity_factor)
+    v.push_back({"moe_expert_capacity_factor", std::to_string(*m.moe_expert_capacity_factor),
+                 "the training step is dropless (no capacity, no dropped tokens): leave it out"});
+  if (m.moe_router_load_balancing_type != "aux_loss" && m.moe_router_load_balancing_type != "none")
+    v.push_back({"moe_router_load_balancing_type", m.moe_router_load_balancing_type,
+                 "the training step balances with aux_loss (or none)"});
+  const int tp = s.parallelism.tensor_model_parallel_size;
+  if (s.parallelism.expert_tensor_parallel_size && *s.parallelism.expert_tensor_parallel_size != tp)
+    v.push_back({"expert_tensor_parallel_size",
+                 std::to_string(*s.parallelism.expert_tensor_parallel_size),
+                 "the training step splits experts over the tp group (Megatron's default): use "
+                 "tensor_model_parallel_size = " +
+                     std::to_string(tp)});
+  if (!m.disable_bias_linear)
+    v.push_back({"disable_bias_linear", "false",
+                 "the experts have no biases (as Megatron's grouped experts): set "
+                 "disable_bias_linear with num_experts"});
+  if (!v.empty()) throw ConfigError(v);
 }
 
 TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& group, int cp) {
@@ -99,7 +145,9 @@ TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& grou
           group(cp > 1 ? GroupKind::dp_cp : GroupKind::dp),
           group(GroupKind::tp_pp),
           group(GroupKind::embedding),
-          cp > 1 ? group(GroupKind::cp) : nullptr};
+          cp > 1 ? group(GroupKind::cp) : nullptr,
+          group(GroupKind::ep),
+          group(GroupKind::expert_dp)};
 }
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
@@ -112,7 +160,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       groups_(groups),
       train_(train),
       valid_(valid),
-      dims_(dims_of(scenario)),
+      dims_(dims_of(scenario, ctx)),
       params_(ctx.sizes.tp, ctx.coords.tp),
       microbatches_(scenario.training.global_batch_size, scenario.training.micro_batch_size,
                     ctx.sizes.dp, rampup_of(scenario)) {
@@ -125,6 +173,11 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
         recompute));
   const auto& par = scenario.parallelism;
   const int dp = ctx.sizes.dp * ctx.sizes.cp;
+  const bool experts = scenario.model.num_experts.has_value();
+  if (experts) {
+    need(groups_.ep, "ep");
+    need(groups_.expert_dp, "expert-dp");
+  }
   params_.allocate(device_, buffer_layout_of(scenario, ctx), dims_.compute);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   optimizer_ = std::make_unique<AdamW>(
@@ -132,14 +185,16 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)},
       par.use_distributed_optimizer
-          ? make_optimizer_shard(params_, dp, need(groups_.dp, "dp").rank())
+          ? make_optimizer_shard(params_, dp, need(groups_.dp, "dp").rank(),
+                                 experts ? groups_.expert_dp->size() : 0,
+                                 experts ? groups_.expert_dp->rank() : 0)
           : make_optimizer_shard(params_, 1, 0));
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
   program_ = std::make_unique<GptStageProgram>(
       ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
                ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr,
-               parse_cp_comm_type(scenario.parallelism.cp_comm_type)},
+               parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.
@@ -151,7 +206,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
-      need(groups_.dp, "dp"), device_, stream_);
+      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
 }
@@ -207,10 +262,18 @@ void Trainer::finalize_grads() {
 }
 
 double Trainer::global_grad_norm() {
+  const bool distributed = scenario_.parallelism.use_distributed_optimizer;
   Tensor ss = optimizer_->grad_sum_squares(stream_);
   // The distributed optimizer's slices are disjoint across dp: add them up first.
-  if (scenario_.parallelism.use_distributed_optimizer)
-    need(groups_.dp, "dp").all_reduce(stream_, ss, ReduceOp::sum)->wait();
+  if (distributed) need(groups_.dp, "dp").all_reduce(stream_, ss, ReduceOp::sum)->wait();
+  if (scenario_.model.num_experts) {
+    // The experts: sliced over expert-dp, different on every ep rank; then with the rest
+    // over tp and pp (whose groups keep the ep coordinate).
+    Tensor experts = optimizer_->grad_sum_squares(stream_, true);
+    if (distributed) groups_.expert_dp->all_reduce(stream_, experts, ReduceOp::sum)->wait();
+    groups_.ep->all_reduce(stream_, experts, ReduceOp::sum)->wait();
+    device_.add(stream_, ss, experts, ss);
+  }
   need(groups_.model_parallel, "model-parallel").all_reduce(stream_, ss, ReduceOp::sum)->wait();
   float host = 0;
   device_.download(stream_, ss, std::span<float>(&host, 1));

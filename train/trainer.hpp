@@ -27,8 +27,10 @@ namespace tandem {
 // Layouts the scenario validator accepts (Megatron runs them) that this training step
 // cannot run yet, refused before any work as a ConfigError naming the field: context
 // parallelism without the fused attention op (context_parallel_size > 1 needs
-// use_flash_attn) and mixture-of-experts layers (num_experts: the dispatch kernels are in
-// kernels/cpu/moe.hpp, the layer is not). Every binding's entry point calls it.
+// use_flash_attn), Ulysses (a2a) context parallelism, and the mixture-of-experts options
+// beyond Megatron-Core's alltoall dispatcher, dropless, with aux_loss balancing (the
+// allgather and flex dispatchers, capacity factors, expert tensor parallelism other than
+// tp, other balancing losses, experts with biases). Every binding's entry point calls it.
 void check_step_supports(const Scenario& s);
 
 // This rank's communicators, one per group kind it uses (not owned).
@@ -39,6 +41,10 @@ struct TrainerGroups {
   Communicator* model_parallel = nullptr;  // tp-pp: where the grad norm is summed
   Communicator* embedding = nullptr;       // first + last stage; nullptr if not a member
   Communicator* cp = nullptr;              // context parallel; needed when cp > 1
+  // Mixture of experts: the ranks whose experts make a layer's, and the ranks holding the
+  // same experts (where their gradients are reduced); needed when there are experts.
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
 };
 
 // The groups a binding hands the Trainer, looked up by kind: dp is Megatron's dp-cp group

@@ -420,8 +420,7 @@ std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCase
 // The mixture-of-experts ops. Router ops: m tokens, n experts, k = top_k. Dispatch ops:
 // m routed copies (tokens · k), n hidden, k = top_k, over max(k, 8) experts; their row
 // maps come from one permute run while the case is built.
-std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOptions&,
-                               Tensors& t) {
+std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
   if (s.op.rfind("moe_", 0) != 0) return std::nullopt;
   const DType d = s.dtype;
   const std::int64_t k = std::max<std::int64_t>(1, s.k), n = columns(s);
@@ -429,12 +428,12 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
     if (k > n)
       throw std::invalid_argument("calibrate: " + s.op + " needs k (top_k) ≤ n (experts), got k " +
                                   std::to_string(k) + ", n " + std::to_string(n));
-    t.floats({s.m, n}, d, -2, 2);               // logits
-    t.floats({s.m, n}, DType::fp32, 0, 0);      // probs
-    t.ints({s.m, k}, n);                        // top
-    t.floats({s.m, k}, DType::fp32, 0, 0);      // gates
-    t.floats({s.m, k}, DType::fp32, -1, 1);     // grad_gates
-    t.floats({s.m, n}, DType::fp32, 0, 0);      // grad_logits
+    t.floats({s.m, n}, d, -2, 2);            // logits
+    t.floats({s.m, n}, DType::fp32, 0, 0);   // probs
+    t.ints({s.m, k}, n);                     // top
+    t.floats({s.m, k}, DType::fp32, 0, 0);   // gates
+    t.floats({s.m, k}, DType::fp32, -1, 1);  // grad_gates
+    t.floats({s.m, n}, DType::fp32, 0, 0);   // grad_logits
     auto counts = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n));
     auto route = [counts](Device& dev, Stream& st, T& x) {
       dev.moe_router(st, {.logits = x[0], .probs = x[1], .top = x[2], .gates = x[3]}, *counts);
@@ -452,33 +451,39 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
                   }};
   }
   if (s.m % k != 0)
-    throw std::invalid_argument("calibrate: " + s.op + " needs m (routed copies) a multiple of k, got m " +
+    throw std::invalid_argument("calibrate: " + s.op +
+                                " needs m (routed copies) a multiple of k, got m " +
                                 std::to_string(s.m) + ", k " + std::to_string(k));
   const std::int64_t tokens = s.m / k, experts = std::max<std::int64_t>(k, 8);
-  t.floats({tokens, n}, d, -1, 1);                    // 0 tokens
-  t.ints({tokens, k}, experts);                       // 1 top
-  t.floats({s.m, n}, d, 0, 0);                        // 2 permuted copies
-  t.floats({tokens, k}, DType::fp32, 0, 1);           // 3 gates
-  t.floats({tokens, k}, DType::fp32, 0, 0);           // 4 grad gates
+  t.floats({tokens, n}, d, -1, 1);           // 0 tokens
+  t.ints({tokens, k}, experts);              // 1 top
+  t.floats({s.m, n}, d, 0, 0);               // 2 permuted copies
+  t.floats({tokens, k}, DType::fp32, 0, 1);  // 3 gates
+  t.floats({tokens, k}, DType::fp32, 0, 0);  // 4 grad gates
   std::vector<Tensor> made = t.take();
   made.push_back(device.allocate(Shape{s.m}, DType::int64));  // 5 row_of_copy
   made.push_back(device.allocate(Shape{s.m}, DType::int64));  // 6 source_of_row
   auto permute = [experts](Device& dev, Stream& st, T& x) {
-    dev.moe_permute(st, {.input = x[0], .top = x[1], .permuted = x[2], .row_of_copy = x[5],
-                         .source_of_row = x[6], .experts = experts});
+    dev.moe_permute(st, {.input = x[0],
+                         .top = x[1],
+                         .permuted = x[2],
+                         .row_of_copy = x[5],
+                         .source_of_row = x[6],
+                         .experts = experts});
   };
   permute(device, device.default_stream(), made);
   if (s.op == "moe_permute") return OpCase{device, std::move(made), permute};
   if (s.op == "moe_permute_backward")
     return OpCase{device, std::move(made), [](Device& dev, Stream& st, T& x) {
-                    dev.moe_permute_backward(st, {.grad_permuted = x[2], .row_of_copy = x[5],
-                                                  .grad_input = x[0]});
+                    dev.moe_permute_backward(
+                        st, {.grad_permuted = x[2], .row_of_copy = x[5], .grad_input = x[0]});
                   }};
   if (s.op == "moe_unpermute")
-    return OpCase{device, std::move(made), [](Device& dev, Stream& st, T& x) {
-                    dev.moe_unpermute(st, {.expert_output = x[2], .gates = x[3],
-                                           .row_of_copy = x[5], .output = x[0]});
-                  }};
+    return OpCase{
+        device, std::move(made), [](Device& dev, Stream& st, T& x) {
+          dev.moe_unpermute(
+              st, {.expert_output = x[2], .gates = x[3], .row_of_copy = x[5], .output = x[0]});
+        }};
   if (s.op == "moe_unpermute_backward") {
     made.push_back(device.allocate(Shape{s.m, n}, d));  // 7 grad of the copies
     return OpCase{device, std::move(made), [](Device& dev, Stream& st, T& x) {

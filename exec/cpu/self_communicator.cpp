@@ -72,9 +72,9 @@ std::unique_ptr<Work> SelfCommunicator::all_to_all_v(Stream& s, const Tensor& in
 void SelfCommunicator::all_gather_counts(Stream&, std::span<const std::int64_t> mine,
                                          std::span<std::int64_t> all) {
   if (all.size() != mine.size())
-    throw std::invalid_argument("all_gather_counts on a one-rank group: " +
-                                std::to_string(all.size()) + " places for " +
-                                std::to_string(mine.size()) + " counts");
+    throw std::invalid_argument(
+        "all_gather_counts on a one-rank group: " + std::to_string(all.size()) + " places for " +
+        std::to_string(mine.size()) + " counts");
   std::copy(mine.begin(), mine.end(), all.begin());
 }
 

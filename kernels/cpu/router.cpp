@@ -63,9 +63,8 @@ void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t
   }
 }
 
-void router_backward(RouterShape s, const float* probs, const std::int32_t* top,
-                     const float* gates, const float* grad_gates, const float* aux_grad,
-                     float* dlogits) {
+void router_backward(RouterShape s, const float* probs, const std::int32_t* top, const float* gates,
+                     const float* grad_gates, const float* aux_grad, float* dlogits) {
   check(s);
   const auto E = static_cast<std::int32_t>(s.experts);
   const auto k = static_cast<std::int32_t>(s.top_k);

@@ -36,8 +36,7 @@ float router_aux_loss(RouterShape s, const float* probs,  // (T, E)
 
 // dlogits (T, E) written: the gradient of the gates (T, k) back through the router, plus
 // aux_grad (E; null: none) into every probability (kernels/math/router.hpp).
-void router_backward(RouterShape s, const float* probs, const std::int32_t* top,
-                     const float* gates, const float* grad_gates, const float* aux_grad,
-                     float* dlogits);
+void router_backward(RouterShape s, const float* probs, const std::int32_t* top, const float* gates,
+                     const float* grad_gates, const float* aux_grad, float* dlogits);
 
 }  // namespace tandem::kernels::cpu

@@ -1,0 +1,442 @@
+#include "model/moe_layer.hpp"
+
+#include <stdexcept>
+
+namespace tandem {
+
+std::int64_t MoeSplits::send_rows(int j) const {
+  std::int64_t n = 0;
+  for (int e = j * local_experts(); e < (j + 1) * local_experts(); ++e)
+    n += count(ep_rank, tp_rank, e);
+  return n;
+}
+
+std::int64_t MoeSplits::recv_rows(int i, int j) const {
+  std::int64_t n = 0;
+  for (int e = first_local(); e < first_local() + local_experts(); ++e) n += count(j, i, e);
+  return n;
+}
+
+std::int64_t MoeSplits::held_rows(int i) const {
+  std::int64_t n = 0;
+  for (int j = 0; j < ep; ++j) n += recv_rows(i, j);
+  return n;
+}
+
+std::int64_t MoeSplits::expert_rows(int e) const {
+  std::int64_t n = 0;
+  for (int i = 0; i < tp; ++i)
+    for (int j = 0; j < ep; ++j) n += count(j, i, first_local() + e);
+  return n;
+}
+
+namespace {
+
+Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t rows) {
+  const std::int64_t width = t.shape[1];
+  return t.view(Shape{rows, width}, first * width);
+}
+
+// Row offsets of the chunks (tp rank i, ep rank j, local expert e) in the order the
+// exchanges leave them (i, j, e) and in the experts' order (e, i, j).
+struct ChunkOffsets {
+  std::vector<std::int64_t> exchanged, by_expert, rows;  // indexed (i · ep + j) · E_l + e
+};
+
+ChunkOffsets chunk_offsets(const MoeSplits& s) {
+  const int El = s.local_experts();
+  const auto n = static_cast<std::size_t>(s.tp * s.ep * El);
+  ChunkOffsets c{std::vector<std::int64_t>(n), std::vector<std::int64_t>(n),
+                 std::vector<std::int64_t>(n)};
+  auto at = [&](int i, int j, int e) { return (static_cast<std::size_t>(i) * s.ep + j) * El + e; };
+  std::int64_t row = 0;
+  for (int i = 0; i < s.tp; ++i)
+    for (int j = 0; j < s.ep; ++j)
+      for (int e = 0; e < El; ++e) {
+        c.rows[at(i, j, e)] = s.count(j, i, s.first_local() + e);
+        c.exchanged[at(i, j, e)] = row;
+        row += c.rows[at(i, j, e)];
+      }
+  row = 0;
+  for (int e = 0; e < El; ++e)
+    for (int i = 0; i < s.tp; ++i)
+      for (int j = 0; j < s.ep; ++j) {
+        c.by_expert[at(i, j, e)] = row;
+        row += c.rows[at(i, j, e)];
+      }
+  return c;
+}
+
+// Copies every chunk from one order into the other (Megatron's sort_chunks_by_idxs).
+Tensor reorder_chunks(ModelEnv& env, const Tensor& from, const MoeSplits& s, bool to_experts) {
+  if (s.local_experts() == 1 || s.tp * s.ep == 1) return from;
+  const ChunkOffsets c = chunk_offsets(s);
+  Tensor to = allocate_like(env, from.shape);
+  for (std::size_t k = 0; k < c.rows.size(); ++k) {
+    if (c.rows[k] == 0) continue;
+    const std::int64_t src = to_experts ? c.exchanged[k] : c.by_expert[k];
+    const std::int64_t dst = to_experts ? c.by_expert[k] : c.exchanged[k];
+    Tensor out = rows_of(to, dst, c.rows[k]);
+    env.device.copy(env.stream, rows_of(from, src, c.rows[k]), out);
+  }
+  return to;
+}
+
+std::vector<std::int64_t> elements(const std::vector<std::int64_t>& rows, std::int64_t width) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t r : rows) out.push_back(r * width);
+  return out;
+}
+
+}  // namespace
+
+MoeLayer::MoeLayer(ParameterSet& params, const std::string& prefix, int hidden, const MoeOptions& o,
+                   bool swiglu, bool sequence_parallel, int ep_size, int ep_rank, float init_std,
+                   float out_std)
+    : params_(params),
+      options_(o),
+      swiglu_(swiglu),
+      hidden_(hidden),
+      ep_size_(ep_size),
+      ep_rank_(ep_rank) {
+  if (o.num_experts < 1 || o.top_k < 1 || o.top_k > o.num_experts)
+    throw std::invalid_argument("moe_router_topk " + std::to_string(o.top_k) +
+                                " must lie in [1, num_experts = " + std::to_string(o.num_experts) +
+                                "]");
+  if (o.num_experts % ep_size != 0)
+    throw std::invalid_argument("num_experts " + std::to_string(o.num_experts) +
+                                " is not divisible by expert_model_parallel_size " +
+                                std::to_string(ep_size));
+  const std::int64_t C = hidden;
+  // The router is replicated over tp; under sequence parallelism each tp rank routes its
+  // own shard, so its gradient is all-reduced over tp (Megatron marks it so).
+  router_ = params.add({prefix + "router.weight", Shape{o.num_experts, C}, ShardKind::replicated,
+                        init_std, 0, true, false, sequence_parallel});
+  const std::int64_t F = o.ffn;
+  const std::int64_t fc1_rows = swiglu ? 2 * F : F;
+  const ShardKind fc1_kind = swiglu ? ShardKind::glu_rows : ShardKind::rows;
+  const int local = o.num_experts / ep_size;
+  for (int e = ep_rank * local; e < (ep_rank + 1) * local; ++e) {
+    const std::string p = prefix + "experts." + std::to_string(e) + ".";
+    ParameterSpec fc1{p + "fc1.weight", Shape{fc1_rows, C}, fc1_kind, init_std, 0, true, false};
+    ParameterSpec fc2{p + "fc2.weight", Shape{C, F}, ShardKind::columns, out_std, 0, true, false};
+    fc1.expert = fc2.expert = true;
+    fc1_.push_back(params.add(std::move(fc1)));
+    fc2_.push_back(params.add(std::move(fc2)));
+  }
+  if (o.shared_ffn > 0) {
+    const std::int64_t S = o.shared_ffn;
+    shared_fc1_ = params.add({prefix + "shared_experts.fc1.weight", Shape{swiglu ? 2 * S : S, C},
+                              fc1_kind, init_std, 0, true, false});
+    shared_fc2_ = params.add({prefix + "shared_experts.fc2.weight", Shape{C, S}, ShardKind::columns,
+                              out_std, 0, true, false});
+  }
+}
+
+std::vector<int> MoeLayer::parameter_indices() const {
+  std::vector<int> out{router_};
+  out.insert(out.end(), fc1_.begin(), fc1_.end());
+  out.insert(out.end(), fc2_.begin(), fc2_.end());
+  for (int i : {shared_fc1_, shared_fc2_})
+    if (i >= 0) out.push_back(i);
+  return out;
+}
+
+Communicator& MoeLayer::ep(ModelEnv& env) const {
+  if (env.ep == nullptr || env.ep->size() != ep_size_)
+    throw std::logic_error("MoeLayer: the model environment has no expert-parallel group of " +
+                           std::to_string(ep_size_));
+  return *env.ep;
+}
+
+void MoeLayer::activation(ModelEnv& env, const Tensor& in, Tensor& out) {
+  if (swiglu_)
+    env.device.swiglu(env.stream, in, out);
+  else
+    env.device.gelu(env.stream, in, out);
+}
+
+void MoeLayer::activation_backward(ModelEnv& env, const Tensor& grad, const Tensor& in,
+                                   Tensor& grad_in) {
+  if (swiglu_)
+    env.device.swiglu_backward(env.stream, grad, in, grad_in);
+  else
+    env.device.gelu_backward(env.stream, grad, in, grad_in);
+}
+
+Tensor MoeLayer::dispatch(ModelEnv& env, const Tensor& permuted, const MoeSplits& s) {
+  const std::int64_t C = hidden_;
+  std::vector<std::int64_t> send, recv;
+  for (int j = 0; j < s.ep; ++j) {
+    send.push_back(s.send_rows(j));
+    recv.push_back(s.recv_rows(s.tp_rank, j));
+  }
+  const std::int64_t held = s.held_rows(s.tp_rank);
+  Tensor received = allocate_like(env, Shape{held, C});
+  ep(env)
+      .all_to_all_v(env.stream, permuted, elements(send, C), received, elements(recv, C))
+      ->wait();
+  Tensor gathered = received;
+  if (s.tp > 1) {
+    // Every tp rank's copies for these experts (a variable-size all-gather): send ours to
+    // each member.
+    Tensor tiled = allocate_like(env, Shape{held * s.tp, C});
+    std::vector<std::int64_t> rows;
+    std::int64_t total = 0;
+    for (int i = 0; i < s.tp; ++i) {
+      if (held > 0) {
+        Tensor block = rows_of(tiled, i * held, held);
+        env.device.copy(env.stream, received, block);
+      }
+      rows.push_back(s.held_rows(i));
+      total += rows.back();
+    }
+    gathered = allocate_like(env, Shape{total, C});
+    env.tp
+        .all_to_all_v(env.stream, tiled, std::vector<std::int64_t>(s.tp, held * C), gathered,
+                      elements(rows, C))
+        ->wait();
+  }
+  return reorder_chunks(env, gathered, s, true);
+}
+
+Tensor MoeLayer::combine(ModelEnv& env, const Tensor& expert_rows, const MoeSplits& s) {
+  const std::int64_t C = hidden_;
+  Tensor exchanged = reorder_chunks(env, expert_rows, s, false);
+  const std::int64_t held = s.held_rows(s.tp_rank);
+  Tensor reduced = exchanged;
+  if (s.tp > 1) {
+    // Each tp rank's partial sums of every member's rows back to that member, summed there
+    // in tp rank order (a variable-size reduce-scatter).
+    std::vector<std::int64_t> rows;
+    for (int i = 0; i < s.tp; ++i) rows.push_back(s.held_rows(i));
+    Tensor parts = allocate_like(env, Shape{held * s.tp, C});
+    env.tp
+        .all_to_all_v(env.stream, exchanged, elements(rows, C), parts,
+                      std::vector<std::int64_t>(s.tp, held * C))
+        ->wait();
+    reduced = allocate_like(env, Shape{held, C});
+    if (held > 0) {
+      env.device.add(env.stream, rows_of(parts, 0, held), rows_of(parts, held, held), reduced);
+      for (int i = 2; i < s.tp; ++i)
+        env.device.add(env.stream, reduced, rows_of(parts, i * held, held), reduced);
+    }
+  }
+  std::vector<std::int64_t> send, recv;
+  std::int64_t back_rows = 0;
+  for (int j = 0; j < s.ep; ++j) {
+    send.push_back(s.recv_rows(s.tp_rank, j));
+    recv.push_back(s.send_rows(j));
+    back_rows += recv.back();
+  }
+  Tensor back = allocate_like(env, Shape{back_rows, C});
+  ep(env).all_to_all_v(env.stream, reduced, elements(send, C), back, elements(recv, C))->wait();
+  return back;
+}
+
+Tensor MoeLayer::forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t N = x.shape[0], C = hidden_, E = options_.num_experts, k = options_.top_k;
+  a.input = x;
+  // Router.
+  Tensor logits = linear_forward(env, x, params_[router_], nullptr);
+  a.probs = allocate_fp32(d, Shape{N, E});
+  a.top = d.allocate(Shape{N, k}, DType::int32);
+  a.gates = allocate_fp32(d, Shape{N, k});
+  std::vector<std::int64_t> local(static_cast<std::size_t>(E));
+  d.moe_router(st,
+               {.logits = logits,
+                .probs = a.probs,
+                .top = a.top,
+                .gates = a.gates,
+                .pre_softmax = options_.pre_softmax,
+                .force_balance = options_.force_balance},
+               local);
+  logits = Tensor{};
+  // Who sends whom what: the tp group's counts, then every ep member's.
+  Communicator& expert = ep(env);
+  MoeSplits& s = a.splits;
+  s = MoeSplits{expert.size(), env.tp.size(),       expert.rank(),
+                env.tp.rank(), static_cast<int>(E), {}};
+  std::vector<std::int64_t> tp_counts(static_cast<std::size_t>(s.tp * E));
+  env.tp.all_gather_counts(st, local, tp_counts);
+  s.counts.resize(static_cast<std::size_t>(s.ep) * tp_counts.size());
+  expert.all_gather_counts(st, tp_counts, s.counts);
+  // The load-balancing loss counts the whole sequence: the tp shards (and cp chunks).
+  a.sequence_counts.assign(static_cast<std::size_t>(E), 0);
+  for (int i = 0; i < s.tp; ++i)
+    for (int e = 0; e < E; ++e) a.sequence_counts[e] += s.count(s.ep_rank, i, e);
+  a.sequence_tokens = N * s.tp;
+  if (env.cp != nullptr) {
+    std::vector<std::int64_t> cp_counts(a.sequence_counts.size() * env.cp->size());
+    env.cp->all_gather_counts(st, a.sequence_counts, cp_counts);
+    for (std::size_t e = 0; e < a.sequence_counts.size(); ++e) {
+      a.sequence_counts[e] = 0;
+      for (int r = 0; r < env.cp->size(); ++r)
+        a.sequence_counts[e] += cp_counts[r * a.sequence_counts.size() + e];
+    }
+    a.sequence_tokens *= env.cp->size();
+  }
+  // Dispatch.
+  Tensor permuted = allocate_like(env, Shape{N * k, C});
+  a.row_of_copy = d.allocate(Shape{N * k}, DType::int64);
+  a.source_of_row = d.allocate(Shape{N * k}, DType::int64);
+  d.moe_permute(st, {.input = x,
+                     .top = a.top,
+                     .permuted = permuted,
+                     .row_of_copy = a.row_of_copy,
+                     .source_of_row = a.source_of_row,
+                     .experts = E});
+  a.dispatched = dispatch(env, permuted, s);
+  permuted = Tensor{};
+  // The local experts, each on its rows.
+  const std::int64_t rows = a.dispatched.shape[0];
+  const Shape& w1 = params_[fc1_.front()].local_shape;
+  const Shape& w2 = params_[fc2_.front()].local_shape;
+  a.fc1_out = allocate_like(env, Shape{rows, w1[0]});
+  a.act = allocate_like(env, Shape{rows, w2[1]});
+  Tensor y = allocate_like(env, Shape{rows, C});
+  std::int64_t first = 0;
+  for (std::size_t e = 0; e < fc1_.size(); ++e) {
+    const std::int64_t n = s.expert_rows(static_cast<int>(e));
+    if (n == 0) continue;
+    Tensor h = rows_of(a.fc1_out, first, n);
+    d.gemm(st, {.a = rows_of(a.dispatched, first, n),
+                .b = params_[fc1_[e]].compute,
+                .c = h,
+                .transpose_b = true});
+    first += n;
+  }
+  if (rows > 0) activation(env, a.fc1_out, a.act);
+  first = 0;
+  for (std::size_t e = 0; e < fc2_.size(); ++e) {
+    const std::int64_t n = s.expert_rows(static_cast<int>(e));
+    if (n == 0) continue;
+    Tensor out = rows_of(y, first, n);
+    d.gemm(st, {.a = rows_of(a.act, first, n),
+                .b = params_[fc2_[e]].compute,
+                .c = out,
+                .transpose_b = true});
+    first += n;
+  }
+  a.expert_output = combine(env, y, s);
+  y = Tensor{};
+  Tensor out = allocate_like(env, Shape{N, C});
+  d.moe_unpermute(st, {.expert_output = a.expert_output,
+                       .gates = a.gates,
+                       .row_of_copy = a.row_of_copy,
+                       .output = out});
+  if (shared_fc1_ >= 0) {
+    a.shared_fc1_out = column_parallel_forward(env, x, params_[shared_fc1_], nullptr);
+    a.shared_act =
+        allocate_like(env, Shape{a.shared_fc1_out.shape[0], params_[shared_fc2_].local_shape[1]});
+    activation(env, a.shared_fc1_out, a.shared_act);
+    Tensor shared = row_parallel_forward(env, a.shared_act, params_[shared_fc2_], nullptr);
+    d.add(st, out, shared, out);
+  }
+  return out;
+}
+
+Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a,
+                          float loss_scale) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t N = a.input.shape[0], C = hidden_, E = options_.num_experts,
+                     k = options_.top_k;
+  const MoeSplits& s = a.splits;
+  Tensor dx = allocate_like(env, Shape{N, C});
+  // The shared expert.
+  Tensor d_shared;
+  if (shared_fc1_ >= 0) {
+    Tensor d_act =
+        row_parallel_backward(env, a.shared_act, grad_out, params_[shared_fc2_], nullptr);
+    Tensor d_h = allocate_like(env, a.shared_fc1_out.shape);
+    activation_backward(env, d_act, a.shared_fc1_out, d_h);
+    d_act = a.shared_act = Tensor{};
+    d_shared = column_parallel_backward(env, a.input, d_h, params_[shared_fc1_], nullptr);
+    a.shared_fc1_out = Tensor{};
+  }
+  // The combine.
+  Tensor d_copies = allocate_like(env, a.expert_output.shape);
+  Tensor d_gates = allocate_fp32(d, Shape{N, k});
+  d.moe_unpermute_backward(st, {.grad_output = grad_out,
+                                .expert_output = a.expert_output,
+                                .gates = a.gates,
+                                .source_of_row = a.source_of_row,
+                                .row_of_copy = a.row_of_copy,
+                                .grad_expert_output = d_copies,
+                                .grad_gates = d_gates});
+  a.expert_output = Tensor{};
+  Tensor dy = dispatch(env, d_copies, s);
+  d_copies = Tensor{};
+  // The experts, backward.
+  const std::int64_t rows = a.dispatched.shape[0];
+  Tensor d_act = allocate_like(env, a.act.shape);
+  std::int64_t first = 0;
+  for (std::size_t e = 0; e < fc2_.size(); ++e) {
+    const std::int64_t n = s.expert_rows(static_cast<int>(e));
+    if (n == 0) continue;
+    Parameter& w2 = params_[fc2_[e]];
+    const Tensor dy_e = rows_of(dy, first, n);
+    Tensor da = rows_of(d_act, first, n);
+    d.gemm(st, {.a = dy_e, .b = w2.compute, .c = da});
+    d.gemm(st, {.a = dy_e,
+                .b = rows_of(a.act, first, n),
+                .c = w2.grad,
+                .transpose_a = true,
+                .beta = 1.0f});
+    first += n;
+  }
+  dy = a.act = Tensor{};
+  Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
+  if (rows > 0) activation_backward(env, d_act, a.fc1_out, d_fc1);
+  d_act = a.fc1_out = Tensor{};
+  Tensor d_rows = allocate_like(env, Shape{rows, C});
+  first = 0;
+  for (std::size_t e = 0; e < fc1_.size(); ++e) {
+    const std::int64_t n = s.expert_rows(static_cast<int>(e));
+    if (n == 0) continue;
+    Parameter& w1 = params_[fc1_[e]];
+    const Tensor dh = rows_of(d_fc1, first, n);
+    Tensor dxe = rows_of(d_rows, first, n);
+    d.gemm(st, {.a = dh, .b = w1.compute, .c = dxe});
+    d.gemm(st, {.a = dh,
+                .b = rows_of(a.dispatched, first, n),
+                .c = w1.grad,
+                .transpose_a = true,
+                .beta = 1.0f});
+    first += n;
+  }
+  d_fc1 = a.dispatched = Tensor{};
+  Tensor d_permuted = combine(env, d_rows, s);
+  d_rows = Tensor{};
+  d.moe_permute_backward(
+      st, {.grad_permuted = d_permuted, .row_of_copy = a.row_of_copy, .grad_input = dx});
+  d_permuted = Tensor{};
+  // The router: the gates' gradient and the load-balancing loss's.
+  std::vector<float> aux;
+  if (options_.aux_loss_coeff > 0 && a.sequence_tokens > 0) {
+    const double T = static_cast<double>(a.sequence_tokens);
+    const double scale = static_cast<double>(loss_scale) * options_.aux_loss_coeff *
+                         static_cast<double>(E) / (static_cast<double>(k) * T * T);
+    for (std::int64_t f : a.sequence_counts)
+      aux.push_back(static_cast<float>(scale * static_cast<double>(f)));
+  }
+  Tensor d_logits = allocate_like(env, Shape{N, E});
+  d.moe_router_backward(st, {.probs = a.probs,
+                             .top = a.top,
+                             .gates = a.gates,
+                             .grad_gates = d_gates,
+                             .aux_grad = aux,
+                             .grad_logits = d_logits,
+                             .pre_softmax = options_.pre_softmax});
+  Tensor d_router = linear_input_grad(env, d_logits, params_[router_]);
+  linear_weight_grad(env, a.input, d_logits, params_[router_], nullptr);
+  d.add(st, dx, d_router, dx);
+  if (shared_fc1_ >= 0) d.add(st, dx, d_shared, dx);
+  a = MoeActivations{};
+  return dx;
+}
+
+}  // namespace tandem
