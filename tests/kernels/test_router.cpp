@@ -139,5 +139,70 @@ TEST(Router, RefusesTopKOutsideTheExperts) {
                std::invalid_argument);
 }
 
+// router_backward against central differences in double of
+//   L(logits) = Σ_{t,j} dg[t, j] · gates[t, j] + Σ_{t,e} aux[e] · probs[t, e]
+// with the experts held where the forward put them (logits spread 0.4 apart, so a step of
+// 1e-3 changes no choice): both gate modes, with the load-balancing gradient.
+TEST(RouterBackward, MatchesFiniteDifferencesOfGatesAndAuxLoss) {
+  for (const bool pre_softmax : {false, true}) {
+    const RouterShape s{.tokens = 5, .experts = 6, .top_k = 2, .pre_softmax = pre_softmax};
+    const auto T = static_cast<std::size_t>(s.tokens), E = static_cast<std::size_t>(s.experts),
+               k = static_cast<std::size_t>(s.top_k);
+    Floats logits(T * E);
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t e = 0; e < E; ++e)
+        logits[t * E + e] = 0.4f * static_cast<float>((e * 5 + t * 3) % E) - 1.0f;
+    const Floats dg = random_floats(T * k, 17, -1.0f, 1.0f);
+    const Floats aux = random_floats(E, 19, 0.0f, 0.5f);
+    const Routed r = route(s, logits);
+    Floats dlogits(T * E);
+    router_backward(s, r.probs.data(), r.top.data(), r.gates.data(), dg.data(), aux.data(),
+                    dlogits.data());
+    // L in double, the experts fixed to r.top.
+    auto loss = [&](const std::vector<double>& x) {
+      double sum = 0;
+      for (std::size_t t = 0; t < T; ++t) {
+        const double* row = x.data() + t * E;
+        const double max = *std::max_element(row, row + E);
+        double z = 0;
+        for (std::size_t e = 0; e < E; ++e) z += std::exp(row[e] - max);
+        for (std::size_t e = 0; e < E; ++e) sum += aux[e] * std::exp(row[e] - max) / z;
+        double zk = 0;
+        for (std::size_t j = 0; j < k; ++j) zk += std::exp(row[r.top[t * k + j]] - max);
+        for (std::size_t j = 0; j < k; ++j) {
+          const double p = std::exp(row[r.top[t * k + j]] - max);
+          sum += dg[t * k + j] * (pre_softmax ? p / z : p / zk);
+        }
+      }
+      return sum;
+    };
+    std::vector<double> x(logits.begin(), logits.end());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double keep = x[i], eps = 1e-3;
+      x[i] = keep + eps;
+      const double up = loss(x);
+      x[i] = keep - eps;
+      const double down = loss(x);
+      x[i] = keep;
+      EXPECT_NEAR(dlogits[i], (up - down) / (2 * eps), 1e-5)
+          << "pre_softmax " << pre_softmax << ", logit " << i;
+    }
+  }
+}
+
+// Forced balance: copy t·k + slot goes to expert (t·k + slot) mod E, whatever the logits,
+// and the gates are still the softmax of the logits at those experts.
+TEST(RouterForcedBalance, RoutesByPosition) {
+  const RouterShape s{.tokens = 5, .experts = 4, .top_k = 2, .force_balance = true};
+  const Floats logits = random_floats(20, 23, -2.0f, 2.0f);
+  const Routed r = route(s, logits);
+  for (std::int64_t i = 0; i < 10; ++i) EXPECT_EQ(r.top[static_cast<std::size_t>(i)], i % 4);
+  EXPECT_EQ(r.counts, (std::vector<std::int64_t>{3, 3, 2, 2}));
+  for (std::size_t t = 0; t < 5; ++t) {
+    const float a = logits[t * 4 + r.top[t * 2]], b = logits[t * 4 + r.top[t * 2 + 1]];
+    EXPECT_NEAR(r.gates[t * 2], 1.0 / (1.0 + std::exp(static_cast<double>(b - a))), 1e-6);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::kernels::cpu

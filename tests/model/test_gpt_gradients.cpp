@@ -44,10 +44,22 @@ constexpr GptDims kLlamaDims{.num_layers = 2,
                                          .flash_attn = true,
                                          .untie_embeddings_and_output_weights = true}};
 
+// A mixture of experts on the Llama frame: layer 1 only (layer 0 stays dense), 4 experts
+// of width 12, top-2, a shared expert of width 8.
+GptDims moe_dims(float aux_loss_coeff) {
+  GptDims d = kLlamaDims;
+  d.moe_layers = {false, true};
+  d.moe = {
+      .num_experts = 4, .top_k = 2, .ffn = 12, .shared_ffn = 8, .aux_loss_coeff = aux_loss_coeff};
+  return d;
+}
+
 struct TinyGpt {
   CpuDevice device;
   SelfCommunicator tp{device, "tp"};
-  ModelEnv env{device, device.default_stream(), tp};
+  SelfCommunicator ep{device, "ep"};
+  ModelEnv env{device,  device.default_stream(), tp, false, DType::fp32,
+               nullptr, CpCommType::p2p,         &ep};
   ParameterSet params{1, 0};
   GptChunk chunk;
   MicrobatchTensors mb;
@@ -113,6 +125,122 @@ void expect_finite_difference_gradients(TinyGpt& m) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+// The MoE layer's gradients (router through the gates, experts, shared expert) against
+// central differences. Routing is piecewise constant: where a step moves a token to
+// another expert the loss jumps, so a coordinate whose difference quotients at ε and ε/2
+// disagree sits on such a kink and is skipped (at most a tenth of them).
+TEST(MoeGradients, MatchFiniteDifferences) {
+  TinyGpt m(Recompute::none, moe_dims(0.0f));
+  // Experts 64 times louder than their init, so the gates (and the router behind them)
+  // move the loss well above the finite differences' noise.
+  for (auto& p : m.params.all())
+    if (p.spec.expert)
+      for (std::int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] *= 8.0f;
+  const auto grads = m.gradients();
+  std::mt19937 gen(5);
+  int checked = 0, kinks = 0, experts = 0, router = 0;
+  for (auto& p : m.params.all()) {
+    std::uniform_int_distribution<std::int64_t> pick(0, p.value.numel() - 1);
+    // The router's gradients are small: more of them, against a tighter floor.
+    const bool is_router = p.spec.name == "layers.1.mlp.router.weight";
+    for (int k = 0; k < (is_router ? 12 : 3); ++k) {
+      const std::int64_t i = pick(gen);
+      float& w = p.value.data<float>()[i];
+      const float saved = w;
+      auto quotient = [&](float eps) {
+        w = saved + eps;
+        const double up = m.loss();
+        w = saved - eps;
+        const double down = m.loss();
+        w = saved;
+        return (up - down) / (2.0 * static_cast<double>(eps));
+      };
+      const double coarse = quotient(4e-3f), fine = quotient(2e-3f);
+      const double tolerance = (is_router ? 1e-4 : 2e-3) + 3e-2 * std::abs(fine);
+      if (std::abs(coarse - fine) > tolerance) {
+        ++kinks;
+        continue;
+      }
+      const double analytic = grads[static_cast<std::size_t>(p.grad_offset + i)];
+      EXPECT_NEAR(analytic, fine, tolerance) << p.spec.name << "[" << i << "]";
+      ++checked;
+      experts += p.spec.expert;
+      router += is_router;
+    }
+  }
+  EXPECT_GT(checked, 40);
+  EXPECT_GT(experts, 10);
+  EXPECT_GE(router, 6);
+  EXPECT_LE(kinks * 10, checked + kinks);
+}
+
+// Layer 1 holds the router (4 × 16), four experts by global index (fc1 gate + up rows,
+// fc2) flagged as experts, and the shared expert; no dense fc1 / fc2.
+TEST(MoeGradients, TheLayerHoldsItsExpertsByGlobalIndex) {
+  TinyGpt m(Recompute::none, moe_dims(0.0f));
+  int experts = 0;
+  bool router = false, shared = false, dense_mlp = false;
+  for (const auto& p : m.params.all()) {
+    if (p.spec.name == "layers.1.mlp.router.weight") {
+      router = true;
+      EXPECT_EQ(p.local_shape, (Shape{4, 16}));
+      EXPECT_FALSE(p.spec.expert);
+    }
+    if (p.spec.name.rfind("layers.1.mlp.experts.", 0) == 0) {
+      ++experts;
+      EXPECT_TRUE(p.spec.expert) << p.spec.name;
+    }
+    if (p.spec.name == "layers.1.mlp.experts.3.fc1.weight") {
+      EXPECT_EQ(p.local_shape, (Shape{24, 16}));
+    }
+    if (p.spec.name == "layers.1.mlp.experts.3.fc2.weight") {
+      EXPECT_EQ(p.local_shape, (Shape{16, 12}));
+    }
+    shared = shared || p.spec.name == "layers.1.mlp.shared_experts.fc1.weight";
+    dense_mlp = dense_mlp || p.spec.name == "layers.1.mlp.fc1.weight";
+  }
+  EXPECT_TRUE(router);
+  EXPECT_TRUE(shared);
+  EXPECT_FALSE(dense_mlp);
+  EXPECT_EQ(experts, 8);
+  // The experts' weights sit after all the others, in buckets of their own.
+  for (const auto& b : m.params.buckets())
+    for (int i : b.params) EXPECT_EQ(m.params[i].spec.expert, b.expert) << m.params[i].spec.name;
+}
+
+// The load-balancing loss enters at the router's probabilities: what lies after the
+// router (the experts, the shared expert, the final norm and the output layer) gets the
+// same gradient with and without it, the router another one.
+TEST(MoeGradients, TheAuxLossEntersAtTheRouter) {
+  TinyGpt plain(Recompute::none, moe_dims(0.0f)), balanced(Recompute::none, moe_dims(0.5f));
+  const auto g0 = plain.gradients(), g1 = balanced.gradients();
+  ASSERT_EQ(g0.size(), g1.size());
+  int downstream = 0;
+  for (const auto& p : plain.params.all()) {
+    double most = 0;
+    for (std::int64_t i = 0; i < p.local_shape.numel(); ++i) {
+      const auto at = static_cast<std::size_t>(p.grad_offset + i);
+      most = std::max(most, static_cast<double>(std::abs(g0[at] - g1[at])));
+    }
+    const std::string& n = p.spec.name;
+    if (n == "layers.1.mlp.router.weight") {
+      EXPECT_GT(most, 1e-6) << n;
+    } else if (p.spec.expert || n.find("shared_experts") != std::string::npos ||
+               n.rfind("final_layernorm", 0) == 0 || n == "output_layer.weight") {
+      EXPECT_EQ(most, 0.0) << n;
+      ++downstream;
+    }
+  }
+  EXPECT_EQ(downstream, 8 + 2 + 1 + 1);
+}
+
+TEST(MoeGradients, RecomputationGivesTheSameGradients) {
+  TinyGpt none(Recompute::none, moe_dims(0.1f)), full(Recompute::full, moe_dims(0.1f));
+  const auto g0 = none.gradients(), g2 = full.gradients();
+  ASSERT_EQ(g0.size(), g2.size());
+  for (std::size_t i = 0; i < g0.size(); ++i) ASSERT_EQ(g0[i], g2[i]) << i;
 }
 
 TEST(GptGradients, MatchFiniteDifferences) {

@@ -10,7 +10,10 @@
 # (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases, fused attention) is
 # checked the same way under tensor (with and without sequence parallelism), pipeline and
 # context parallelism (cp 2 alone and with tp 2, pp 2 or the distributed optimizer; cp 4;
-# keys and values round the ring, Megatron's default, and all-gathered).
+# keys and values round the ring, Megatron's default, and all-gathered). A mixture of
+# experts on that frame (8 experts, top-2, a shared expert, aux loss) is checked under
+# expert parallelism: alone, with tp and sequence parallelism, with pp, with the distributed
+# optimizer over the expert-data-parallel group, and with full recomputation.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -91,6 +94,25 @@ for k in "${!llama_layouts[@]}"; do
   entry="${llama_layouts[$k]}"
   # shellcheck disable=SC2086
   check "llama$k" "$llama_reference" "$work/llama_reference" "${entry%%|*}" "${llama[@]}" ${entry#*|}
+done
+
+# Mixture of experts: every expert's weights by its global index, whatever ep holds them.
+moe=("${llama[@]}" --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32
+  --moe-shared-expert-intermediate-size 32 --moe-aux-loss-coeff 0.01)
+moe_reference=$("$tandem" train "$scenario" "${common[@]}" "${moe[@]}" --world-size 1 \
+  --save "$work/moe_reference" | losses)
+[ "$(echo "$moe_reference" | wc -l)" -eq 5 ] || { echo "MoE single-process run printed no 5 losses"; exit 1; }
+moe_layouts=(
+  "2|--expert-model-parallel-size 2"
+  "4|--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
+  "8|--expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
+  "4|--expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "2|--expert-model-parallel-size 2 --recompute-granularity full"
+)
+for k in "${!moe_layouts[@]}"; do
+  entry="${moe_layouts[$k]}"
+  # shellcheck disable=SC2086
+  check "moe$k" "$moe_reference" "$work/moe_reference" "${entry%%|*}" "${moe[@]}" ${entry#*|}
 done
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"
