@@ -444,8 +444,9 @@ void SimDevice::moe_router(Stream& s, const MoeRouterArgs& a,
           .flops = 4.0 * static_cast<double>(T * E),
           .bytes = static_cast<double>(a.logits.bytes().value + a.probs.bytes().value +
                                        a.top.bytes().value + a.gates.bytes().value)});
-  // The counts come to the host: a copy and a wait, as Megatron's .cpu() of them.
-  run(s, {.op = "download", .dtype = DType::int64, .m = E, .bytes = static_cast<double>(E * 8)});
+  // The counts come to the host: the host waits for the router, as Megatron's .cpu() of
+  // them makes it (the copy of E integers itself is left out, as the real devices' op
+  // sequence has it inside the router).
   s.synchronize();
   const auto counts = routed_counts(options_.routing, T, E, k);
   std::copy(counts.begin(), counts.end(), tokens_per_expert.begin());

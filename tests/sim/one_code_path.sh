@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
-# the same number of Device ops and the same op sequence (context parallelism included).
+# the same number of Device ops and the same op sequence (context parallelism and the
+# mixture of experts with balanced routing included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -19,6 +20,10 @@ layouts=(
   "--world-size 4 --tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel true --group-query-attention true --num-query-groups 2 --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true"
   "--world-size 4 --pipeline-model-parallel-size 2 --context-parallel-size 2 --use-flash-attn true --use-distributed-optimizer true --recompute-granularity selective"
   "--world-size 4 --context-parallel-size 4 --cp-comm-type all_gather --use-flash-attn true"
+  # Mixture of experts with the router's balanced routing (Megatron's force_load_balancing)
+  # on the real side and the simulator's uniform routing model: the same split sizes
+  "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true"
+  "--world-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000 --recompute-granularity full"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

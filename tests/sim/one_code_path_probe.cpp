@@ -66,7 +66,7 @@ int run_cpu(const Scenario& s) {
   const auto& p = s.parallelism;
   const Layout layout =
       make_layout({mpi.world().size(), p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
-                   p.context_parallel_size, 1, p.order});
+                   p.context_parallel_size, p.expert_model_parallel_size, p.order});
   CpuDevice cpu;
   testing::RecordingDevice device(cpu);
   auto comms = make_group_communicators(mpi.world(), layout);
