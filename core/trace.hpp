@@ -24,6 +24,8 @@ inline constexpr int compute = 0;
 inline constexpr int pp_comm = 1;
 inline constexpr int tp_comm = 2;
 inline constexpr int dp_comm = 3;
+inline constexpr int op_classes = 4;  // the simulator's compute split by op class
+inline constexpr int ep_comm = 5;     // the experts' token exchange (mixture of experts)
 }  // namespace trace_thread
 
 struct TraceSlice {

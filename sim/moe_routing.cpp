@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 
-namespace tandem {
+namespace tandem::sim {
 
 namespace {
 
@@ -138,4 +138,4 @@ std::vector<std::int64_t> routed_counts(const MoeRouting& r, std::int64_t tokens
   return counts;
 }
 
-}  // namespace tandem
+}  // namespace tandem::sim

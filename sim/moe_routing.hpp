@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem {
+namespace tandem::sim {
 
 struct MoeRouting {
   enum class Kind { uniform, zipf, histogram };
@@ -36,4 +36,4 @@ std::string to_string(const MoeRouting& r);
 std::vector<std::int64_t> routed_counts(const MoeRouting& r, std::int64_t tokens,
                                         std::int64_t experts, std::int64_t top_k);
 
-}  // namespace tandem
+}  // namespace tandem::sim

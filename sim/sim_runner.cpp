@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/trace.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
 #include "sim/host_issue.hpp"
@@ -78,7 +79,7 @@ struct RankRun {
     pending_start = begin;
     pending_end = begin + seconds;
   }
-  static constexpr int kOpsThread = 4;  // after compute, pp, tp and dp comm
+  static constexpr int kOpsThread = tandem::trace_thread::op_classes;
   static RunTrace::Clock::time_point at(double seconds) {
     return RunTrace::Clock::time_point(std::chrono::duration_cast<RunTrace::Clock::duration>(
         std::chrono::duration<double>(seconds)));

@@ -23,7 +23,7 @@ namespace {
 
 struct SimulateCliOptions {
   ScenarioOptions scenario;
-  std::string mode = "symmetric", calibration, json, trace, svg;
+  std::string mode = "symmetric", calibration, json, trace, svg, moe_routing = "uniform";
   int iterations = 1;
   bool quiet = false;
 };
@@ -45,6 +45,12 @@ void run_simulate(SimulateCliOptions& o) {
                           std::to_string(topology.node.gpus_per_node) + " GPUs per node");
   std::optional<sim::CalibrationTable> table;
   if (!o.calibration.empty()) table = sim::load_calibration(o.calibration);
+  const sim::MoeRouting routing = sim::parse_moe_routing(o.moe_routing);
+  if (routing.kind == sim::MoeRouting::Kind::histogram && s.model.num_experts &&
+      static_cast<int>(routing.weights.size()) != *s.model.num_experts)
+    throw ConfigError("--moe-routing", o.moe_routing,
+                      "a histogram lists one weight per expert: num_experts = " +
+                          std::to_string(*s.model.num_experts));
   check_output("--json", o.json);
   check_output("--trace", o.trace);
   check_output("--svg", o.svg);
@@ -53,6 +59,7 @@ void run_simulate(SimulateCliOptions& o) {
   sim::SimulateOptions so;
   so.mode = o.mode == "full" ? sim::SimMode::full : sim::SimMode::symmetric;
   so.iterations = o.iterations;
+  so.routing = routing;
   so.pricer = [cost](const sim::OpDesc& op) { return cost->seconds(op); };
   std::string trace_path = o.trace;
   if (trace_path.empty() && !o.svg.empty()) trace_path = o.svg + ".trace.json";
@@ -98,6 +105,11 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--iterations", opts->iterations, "Iterations to simulate (the last is reported)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--moe-routing", opts->moe_routing,
+                  "Where MoE routers send tokens: uniform | zipf:S (expert e's share ∝ "
+                  "1/(e+1)^S) | histogram:w0,w1,… (one weight per expert, e.g. a real run's "
+                  "tokens per expert)")
       ->capture_default_str();
   cmd->add_option("--calibration", opts->calibration,
                   "Calibration table (from tandem calibrate) overriding the cost model per op");

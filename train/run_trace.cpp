@@ -97,6 +97,8 @@ int trace_thread_of(GroupKind kind) {
       return trace_thread::tp_comm;
     case GroupKind::pp:
       return trace_thread::pp_comm;
+    case GroupKind::ep:
+      return trace_thread::ep_comm;
     default:
       return trace_thread::dp_comm;
   }
@@ -201,6 +203,14 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
     trace.name_thread(pid, trace_thread::pp_comm, "pp send/recv", 1);
     trace.name_thread(pid, trace_thread::tp_comm, "tp comm", 2);
     trace.name_thread(pid, trace_thread::dp_comm, "dp comm", 3);
+    // The threads only some runs have, named where they are.
+    bool op_classes = false, ep = false;
+    for (const auto& e : parts[r]) {
+      op_classes = op_classes || e.value("tid", -1) == trace_thread::op_classes;
+      ep = ep || e.value("tid", -1) == trace_thread::ep_comm;
+    }
+    if (op_classes) trace.name_thread(pid, trace_thread::op_classes, "op classes", 5);
+    if (ep) trace.name_thread(pid, trace_thread::ep_comm, "ep comm", 4);
     for (const auto& e : parts[r]) {
       if (e.at("ph") == "X") {
         const auto s = e.at("start_ns").get<std::int64_t>(), f = e.at("end_ns").get<std::int64_t>();

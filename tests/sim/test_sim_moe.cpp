@@ -1,0 +1,115 @@
+// The simulator's mixture of experts: the routing models' split sizes (worked by hand),
+// their parsing, and what routing does to a simulated step — a skewed model loads one ep
+// rank's experts and makes the step slower than the uniform one, and the report puts the
+// token exchange under the ep group.
+// SimGrid's engine can start once per process, so each simulation runs in a child.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/moe_routing.hpp"
+#include "sim/sim_runner.hpp"
+#include "tests/tools/in_child.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim {
+namespace {
+
+using Counts = std::vector<std::int64_t>;
+
+TEST(MoeRouting, UniformSharesTheCopiesOutInExpertOrder) {
+  // 5 tokens · top-2 = 10 copies over 4 experts: 3, 3, 2, 2 (the forced-balance router's).
+  EXPECT_EQ(routed_counts({}, 5, 4, 2), (Counts{3, 3, 2, 2}));
+  EXPECT_EQ(routed_counts({}, 8, 8, 2), (Counts{2, 2, 2, 2, 2, 2, 2, 2}));
+}
+
+TEST(MoeRouting, ZipfFollowsItsSharesAndCapsAnExpertAtOneCopyPerToken) {
+  // S = 1, 4 experts: shares ∝ 1, 1/2, 1/3, 1/4 = 12/25, 6/25, 4/25, 3/25 of 100 copies
+  // (100 tokens, top-1): 48, 24, 16, 12.
+  EXPECT_EQ(routed_counts(parse_moe_routing("zipf:1"), 100, 4, 1), (Counts{48, 24, 16, 12}));
+  // S = 2, top-2: expert 0's share, 1 / (1 + 1/4 + 1/9 + 1/16) = 0.70 of 200 copies, is
+  // above what it can take (each token once): it keeps 100 and the other 100 go
+  // 1/4 : 1/9 : 1/16 = 36 : 16 : 9 to the rest, 59.02, 26.23, 14.75 → 59, 26, 15 (the
+  // last copy to the largest remainder).
+  EXPECT_EQ(routed_counts(parse_moe_routing("zipf:2"), 100, 4, 2), (Counts{100, 59, 26, 15}));
+  // S = 0 is uniform.
+  EXPECT_EQ(routed_counts(parse_moe_routing("zipf:0"), 5, 4, 2), (Counts{3, 3, 2, 2}));
+}
+
+TEST(MoeRouting, HistogramTakesOneWeightPerExpert) {
+  EXPECT_EQ(routed_counts(parse_moe_routing("histogram:3,1,0,0"), 8, 4, 1), (Counts{6, 2, 0, 0}));
+  EXPECT_THROW(routed_counts(parse_moe_routing("histogram:1,1"), 8, 4, 1), ConfigError);
+}
+
+TEST(MoeRouting, RejectsWhatItCannotRead) {
+  for (const char* bad : {"", "zipf", "zipf:", "zipf:-1", "zipf:x", "histogram:", "histogram:1,,2",
+                          "histogram:0,0", "normal:1"})
+    EXPECT_THROW(parse_moe_routing(bad), ConfigError) << bad;
+  EXPECT_EQ(to_string(parse_moe_routing("zipf:1.5")), "zipf:1.5");
+  EXPECT_EQ(parse_moe_routing("uniform"), MoeRouting{});
+}
+
+// 8 experts over ep 8 on one DGX A100: each rank holds one expert.
+Scenario moe_on_one_node() {
+  Scenario s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.model.vocab_size = 32000;
+  s.model.disable_bias_linear = true;
+  s.model.num_experts = 8;
+  s.model.moe_router_topk = 2;
+  s.model.moe_aux_loss_coeff = 0.01;
+  s.parallelism.expert_model_parallel_size = 8;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 16;
+  s.training.bf16 = true;
+  s.cluster.world_size = 8;
+  s.cluster.gpus_per_node = 8;
+  s.cluster.topology = "dgx-a100-80g";
+  return s;
+}
+
+nlohmann::json simulate_routed(const Scenario& s, const std::string& routing) {
+  return testing::in_child([&] {
+    const Topology t = load_topology(s.cluster.topology);
+    auto cost = std::make_shared<CostModel>(t.gpu);
+    SimulateOptions o;
+    o.mode = SimMode::full;
+    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+    o.routing = parse_moe_routing(routing);
+    return to_json(simulate(s, t, o));
+  });
+}
+
+TEST(SimMoe, SkewedRoutingMakesTheStepSlowerThanUniform) {
+  Scenario s = moe_on_one_node();
+  validate(s);
+  const auto uniform = simulate_routed(s, "uniform");
+  const auto skewed = simulate_routed(s, "zipf:1.2");
+  const double t_uniform = uniform.at("iteration_seconds").get<double>();
+  const double t_skewed = skewed.at("iteration_seconds").get<double>();
+  // Expert 0's rank gets a token's copy from nearly every token instead of a quarter of
+  // them: its GEMMs and its share of the exchange grow, and everyone waits for it.
+  EXPECT_GT(t_skewed, 1.2 * t_uniform) << t_uniform << " s uniform, " << t_skewed << " s skewed";
+  // The token exchange is the ep group's communication, exposed in the report.
+  EXPECT_GT(uniform.at("exposed_seconds").at("ep").get<double>(), 0.0);
+  EXPECT_GT(skewed.at("exposed_seconds").at("ep").get<double>(),
+            uniform.at("exposed_seconds").at("ep").get<double>());
+}
+
+TEST(SimMoe, AHistogramOfEqualWeightsIsUniform) {
+  Scenario s = moe_on_one_node();
+  s.model.num_layers = 2;
+  const auto uniform = simulate_routed(s, "uniform");
+  const auto flat = simulate_routed(s, "histogram:1,1,1,1,1,1,1,1");
+  EXPECT_DOUBLE_EQ(uniform.at("iteration_seconds").get<double>(),
+                   flat.at("iteration_seconds").get<double>());
+}
+
+}  // namespace
+}  // namespace tandem::sim
