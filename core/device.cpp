@@ -23,6 +23,7 @@ const std::vector<std::string>& device_op_names() {
                                                  "fill",
                                                  "copy",
                                                  "copy_columns",
+                                                 "copy_rows",
                                                  "sum_squares",
                                                  "adam",
                                                  "rms_norm",

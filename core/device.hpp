@@ -266,6 +266,18 @@ struct MoeUnpermuteBackwardArgs {
   Tensor& grad_gates;           // (T, k) fp32 written
 };
 
+// Blocks of rows of `from` into places in `to` (same dtype and row width), in one op: the
+// mixture-of-experts dispatcher's regrouping of its chunks (Megatron's
+// sort_chunks_by_idxs) and its copies of a block for every tp rank. Blocks may be empty.
+struct RowBlock {
+  std::int64_t from_row = 0, to_row = 0, rows = 0;
+};
+struct RowCopyArgs {
+  const Tensor& from;  // (rows, C)
+  Tensor& to;          // (rows', C)
+  std::span<const RowBlock> blocks;
+};
+
 // Decoupled-weight-decay Adam (AdamW) on fp32 main parameters; the gradient is multiplied
 // by grad_scale first (the clipping coefficient), so clipping adds no pass and no branch.
 struct AdamArgs {
@@ -358,6 +370,7 @@ class Device {
   virtual void fill(Stream& s, Tensor& x, float value) = 0;
   virtual void copy(Stream& s, const Tensor& from, Tensor& to) = 0;
   virtual void copy_columns(Stream& s, const ColumnCopyArgs& args) = 0;
+  virtual void copy_rows(Stream& s, const RowCopyArgs& args) = 0;
   // Mixture of experts (MoeRouterArgs): the router blocks the host until its counts are
   // there (E entries in tokens_per_expert).
   virtual void moe_router(Stream& s, const MoeRouterArgs& args,

@@ -103,6 +103,23 @@ inline kernels::cpu::MoeShape moe_shape(const char* op, const Tensor& tokens, co
   return {.tokens = x[0], .hidden = x[1], .experts = experts, .top_k = x[0] == 0 ? 1 : y[0] / x[0]};
 }
 
+// Bytes per row of a copy_rows and the check that every block lies inside both tensors.
+inline std::int64_t row_copy_bytes(const RowCopyArgs& a) {
+  const Shape& f = a.from.shape;
+  const Shape& t = a.to.shape;
+  if (f.rank() != 2 || t.rank() != 2 || f[1] != t[1] || a.from.dtype != a.to.dtype)
+    throw std::invalid_argument("copy_rows: from " + f.to_string() + " and to " + t.to_string() +
+                                " must be (rows, C) of one width and dtype");
+  for (const RowBlock& b : a.blocks)
+    if (b.rows < 0 || b.from_row < 0 || b.to_row < 0 || b.from_row + b.rows > f[0] ||
+        b.to_row + b.rows > t[0])
+      throw std::invalid_argument("copy_rows: block of " + std::to_string(b.rows) +
+                                  " rows from row " + std::to_string(b.from_row) + " to row " +
+                                  std::to_string(b.to_row) + " leaves " + f.to_string() + " or " +
+                                  t.to_string());
+  return f[1] * dtype_size(a.from.dtype).value;
+}
+
 inline kernels::math::ColumnCopy column_copy(const ColumnCopyArgs& a) {
   const Shape &f = a.from.shape, &t = a.to.shape;
   if (f.rank() != 2 || t.rank() != 2 || f[0] != t[0] || a.from.dtype != a.to.dtype || a.width < 0 ||

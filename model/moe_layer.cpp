@@ -67,18 +67,18 @@ ChunkOffsets chunk_offsets(const MoeSplits& s) {
   return c;
 }
 
-// Copies every chunk from one order into the other (Megatron's sort_chunks_by_idxs).
+// Copies every chunk from one order into the other (Megatron's sort_chunks_by_idxs), in
+// one op.
 Tensor reorder_chunks(ModelEnv& env, const Tensor& from, const MoeSplits& s, bool to_experts) {
   if (s.local_experts() == 1 || s.tp * s.ep == 1) return from;
   const ChunkOffsets c = chunk_offsets(s);
   Tensor to = allocate_like(env, from.shape);
-  for (std::size_t k = 0; k < c.rows.size(); ++k) {
-    if (c.rows[k] == 0) continue;
-    const std::int64_t src = to_experts ? c.exchanged[k] : c.by_expert[k];
-    const std::int64_t dst = to_experts ? c.by_expert[k] : c.exchanged[k];
-    Tensor out = rows_of(to, dst, c.rows[k]);
-    env.device.copy(env.stream, rows_of(from, src, c.rows[k]), out);
-  }
+  std::vector<RowBlock> blocks;
+  for (std::size_t k = 0; k < c.rows.size(); ++k)
+    if (c.rows[k] > 0)
+      blocks.push_back({to_experts ? c.exchanged[k] : c.by_expert[k],
+                        to_experts ? c.by_expert[k] : c.exchanged[k], c.rows[k]});
+  env.device.copy_rows(env.stream, {.from = from, .to = to, .blocks = blocks});
   return to;
 }
 
@@ -182,15 +182,14 @@ Tensor MoeLayer::dispatch(ModelEnv& env, const Tensor& permuted, const MoeSplits
     // each member.
     Tensor tiled = allocate_like(env, Shape{held * s.tp, C});
     std::vector<std::int64_t> rows;
+    std::vector<RowBlock> copies;
     std::int64_t total = 0;
     for (int i = 0; i < s.tp; ++i) {
-      if (held > 0) {
-        Tensor block = rows_of(tiled, i * held, held);
-        env.device.copy(env.stream, received, block);
-      }
+      copies.push_back({0, i * held, held});
       rows.push_back(s.held_rows(i));
       total += rows.back();
     }
+    env.device.copy_rows(env.stream, {.from = received, .to = tiled, .blocks = copies});
     gathered = allocate_like(env, Shape{total, C});
     env.tp
         .all_to_all_v(env.stream, tiled, std::vector<std::int64_t>(s.tp, held * C), gathered,

@@ -500,6 +500,18 @@ void SimDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs
                    static_cast<double>(a.grad_output.bytes().value)});
 }
 
+void SimDevice::copy_rows(Stream& s, const RowCopyArgs& a) {
+  std::int64_t rows = 0;
+  for (const RowBlock& b : a.blocks) rows += b.rows;
+  const std::int64_t width = a.from.shape.rank() == 2 ? a.from.shape[1] : 0;
+  run(s, {.op = "copy_rows",
+          .dtype = a.from.dtype,
+          .m = rows,
+          .n = width,
+          .bytes = 2.0 * static_cast<double>(rows * width) *
+                   static_cast<double>(dtype_size(a.from.dtype).value)});
+}
+
 void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
   run(s, {.op = "sum_squares",
           .dtype = x.dtype,

@@ -136,6 +136,7 @@ class SimDevice : public Device {
   void fill(Stream& s, Tensor& x, float value) override;
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
   void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
+  void copy_rows(Stream& s, const RowCopyArgs& args) override;
   void moe_router(Stream& s, const MoeRouterArgs& args,
                   std::span<std::int64_t> tokens_per_expert) override;
   void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) override;

@@ -211,6 +211,9 @@ void OpTracingDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwa
   traced(s, buffer_key("moe_unpermute_backward", a.expert_output),
          [&] { inner_.moe_unpermute_backward(s, a); });
 }
+void OpTracingDevice::copy_rows(Stream& s, const RowCopyArgs& a) {
+  traced(s, buffer_key("copy_rows", a.from), [&] { inner_.copy_rows(s, a); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

@@ -369,6 +369,22 @@ std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCase
                     dev.copy_columns(st, {.from = x[0], .to = x[1], .from_column = n, .width = n});
                   }};
   }
+  if (s.op == "copy_rows") {
+    // m rows of n columns in k blocks (default 8), reversed: a dispatcher's regrouping.
+    const std::int64_t blocks = std::max<std::int64_t>(1, s.k > 0 ? s.k : 8);
+    const std::int64_t width = std::max<std::int64_t>(1, s.n);
+    t.floats({m, width}, d, -1, 1);
+    t.floats({m, width}, d, 0, 0);
+    auto order = std::make_shared<std::vector<RowBlock>>();
+    const std::int64_t per = m / blocks;
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t count = b + 1 == blocks ? m - per * (blocks - 1) : per;
+      order->push_back({b * per, m - b * per - count, count});
+    }
+    return OpCase{device, t.take(), [order](Device& dev, Stream& st, T& x) {
+                    dev.copy_rows(st, {.from = x[0], .to = x[1], .blocks = *order});
+                  }};
+  }
   if (s.op == "sum_squares") {
     t.floats({m}, d, -1, 1);
     t.floats({1}, DType::fp32, 0, 0);

@@ -386,6 +386,18 @@ void CpuDevice::copy(Stream&, const Tensor& from, Tensor& to) {
               static_cast<std::size_t>(from.bytes().value));
 }
 
+void CpuDevice::copy_rows(Stream&, const RowCopyArgs& a) {
+  const std::int64_t row = op_arguments::row_copy_bytes(a);
+  const char* from = static_cast<const char*>(tensor_data_or_throw(a.from)) +
+                     a.from.offset * dtype_size(a.from.dtype).value;
+  char* to =
+      static_cast<char*>(tensor_data_or_throw(a.to)) + a.to.offset * dtype_size(a.to.dtype).value;
+  for (const RowBlock& b : a.blocks)
+    if (b.rows > 0)
+      std::memcpy(to + b.to_row * row, from + b.from_row * row,
+                  static_cast<std::size_t>(b.rows * row));
+}
+
 void CpuDevice::sum_squares(Stream&, const Tensor& x, Tensor& out) {
   f32(out)[0] =
       static_cast<float>(static_cast<double>(f32(out)[0]) + k::sum_squares(f32(x), x.numel()));

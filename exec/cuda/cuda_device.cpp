@@ -495,6 +495,18 @@ void CudaDevice::copy(Stream& s, const Tensor& from, Tensor& to) {
   kc::convert({cuda_stream_of(s), blas_}, floats(from, "copy"), floats(to, "copy"), from.numel());
 }
 
+// One device-to-device copy per block, in stream order.
+void CudaDevice::copy_rows(Stream& s, const RowCopyArgs& a) {
+  const std::int64_t row = op_arguments::row_copy_bytes(a);
+  const char* from = static_cast<const char*>(address(a.from));
+  char* to = static_cast<char*>(address(a.to));
+  for (const RowBlock& b : a.blocks)
+    if (b.rows > 0)
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(to + b.to_row * row, from + b.from_row * row,
+                                        static_cast<std::size_t>(b.rows * row),
+                                        cudaMemcpyDeviceToDevice, cuda_stream_of(s)));
+}
+
 void CudaDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   const Scratch partial = scratch(kc::kSumSquaresBlocks * sizeof(double));
   kc::sum_squares({cuda_stream_of(s), blas_}, floats(x, "sum_squares"), x.numel(), f32(out),

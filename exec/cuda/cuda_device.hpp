@@ -86,6 +86,7 @@ class CudaDevice final : public Device {
   // Same dtype: a device copy; fp32 ↔ bf16: a converting copy.
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
   void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
+  void copy_rows(Stream& s, const RowCopyArgs& args) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

@@ -177,6 +177,10 @@ class RecordingDevice : public Device {
     note("moe_unpermute_backward", a.expert_output);
     inner_.moe_unpermute_backward(s, a);
   }
+  void copy_rows(Stream& s, const RowCopyArgs& a) override {
+    note("copy_rows", a.from);
+    inner_.copy_rows(s, a);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);
