@@ -75,9 +75,9 @@ class Communicator {
                                              Tensor& output,
                                              std::span<const std::int64_t> recv_counts) = 0;
   virtual std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) = 0;
-  // Issued on s after its work; blocks the host until it holds every member's `mine` (the same length on each),
-  // rank-major in `all` (size() × mine.size()). Host integers: the split sizes of a
-  // mixture of experts' dispatch, which Megatron all-gathers and copies to the CPU.
+  // Issued on s after its work; blocks the host until it holds every member's `mine` (the same
+  // length on each), rank-major in `all` (size() × mine.size()). Host integers: the split sizes of
+  // a mixture of experts' dispatch, which Megatron all-gathers and copies to the CPU.
   virtual void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
                                  std::span<std::int64_t> all) = 0;
   virtual void barrier() = 0;

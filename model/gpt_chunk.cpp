@@ -1,5 +1,6 @@
 #include "model/gpt_chunk.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -51,6 +52,17 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
                                   ShardKind::rows, 0.02f, 0, true, false})
                     : word_;
   }
+}
+
+std::vector<std::int64_t> GptChunk::routed_per_expert() const {
+  std::vector<std::int64_t> sum;
+  for (const auto& layer : layers_) {
+    if (!layer.moe()) continue;
+    const auto& r = layer.moe()->routed();
+    sum.resize(std::max(sum.size(), r.size()), 0);
+    for (std::size_t e = 0; e < r.size(); ++e) sum[e] += r[e];
+  }
+  return sum;
 }
 
 std::vector<int> GptChunk::present(std::initializer_list<int> indices) const {

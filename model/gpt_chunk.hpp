@@ -80,6 +80,9 @@ class GptChunk {
   // Per-row losses (T·B) of a microbatch run forward on the last stage, until backward.
   const Tensor& row_losses(int microbatch) const { return saved_.at(microbatch).losses; }
   const ChunkPlan& plan() const { return plan_; }
+  // Copies sent to each expert by this rank's tokens, summed over the chunk's MoE layers
+  // and the microbatches trained (empty without MoE layers).
+  std::vector<std::int64_t> routed_per_expert() const;
   void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
 
  private:

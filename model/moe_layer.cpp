@@ -344,6 +344,8 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
   const std::int64_t N = a.input.shape[0], C = hidden_, E = options_.num_experts,
                      k = options_.top_k;
   const MoeSplits& s = a.splits;
+  routed_.resize(static_cast<std::size_t>(E), 0);
+  for (int e = 0; e < E; ++e) routed_[e] += s.count(s.ep_rank, s.tp_rank, e);
   Tensor dx = allocate_like(env, Shape{N, C});
   // The shared expert.
   Tensor d_shared;

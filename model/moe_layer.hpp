@@ -86,6 +86,9 @@ class MoeLayer {
   // dx for the input x; `loss_scale` is the LM loss's (the aux loss is scaled alike).
   Tensor backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a, float loss_scale);
   std::vector<int> parameter_indices() const;
+  // Copies this rank's tokens sent to each expert, summed over the microbatches trained
+  // (counted once per backward, so recomputation and evaluation do not add).
+  const std::vector<std::int64_t>& routed() const { return routed_; }
 
  private:
   Communicator& ep(ModelEnv& env) const;
@@ -103,6 +106,7 @@ class MoeLayer {
   int router_ = -1;
   std::vector<int> fc1_, fc2_;  // this rank's experts, in order
   int shared_fc1_ = -1, shared_fc2_ = -1;
+  std::vector<std::int64_t> routed_;
 };
 
 }  // namespace tandem

@@ -85,6 +85,7 @@ class TransformerLayer {
                   float loss_scale = 1.0f);
   // The indices of this layer's parameters in the ParameterSet.
   std::vector<int> parameter_indices() const;
+  const MoeLayer* moe() const { return moe_.get(); }  // null in a dense layer
 
  private:
   Tensor forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a, bool keep_probs);

@@ -329,6 +329,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   const double logits = 6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab;
   r.megatron_log_flops = num_floating_point_operations(dense, batch);
   r.model_flops = r.megatron_log_flops + attention_half;
+  r.mixture_of_experts = s.model.num_experts.has_value();
   // Recomputation: full adds every layer's forward (a third of the layers' FLOPs, eq. 7's
   // 96), selective the attention scores.
   r.hardware_flops = t.recompute_granularity == "full"
@@ -482,8 +483,12 @@ std::string format_report(const SimReport& r) {
       std::string(sim_mode_name(r.mode)).c_str(), r.iterations);
   put("  iteration time           %10.3f s", r.iteration_seconds);
   put("  tokens/s                 %10.0f", r.tokens_per_second);
-  put("  model TFLOP/s per GPU    %10.1f   (72·B·s·L·h²·(1 + s/6h + V/12Lh), Narayanan 2021)",
-      r.model_tflops_per_gpu);
+  if (r.mixture_of_experts)
+    put("  model TFLOP/s per GPU    %10.1f   (the routed and shared experts only)",
+        r.model_tflops_per_gpu);
+  else
+    put("  model TFLOP/s per GPU    %10.1f   (72·B·s·L·h²·(1 + s/6h + V/12Lh), Narayanan 2021)",
+        r.model_tflops_per_gpu);
   put("  hardware TFLOP/s per GPU %10.1f   (with recomputation)", r.hardware_tflops_per_gpu);
   put("  MFU                      %10.1f %% of %.0f TFLOP/s", 100 * r.mfu,
       r.peak_flops_per_gpu / 1e12);

@@ -90,6 +90,8 @@ struct SimReport {
   double hardware_tflops_per_gpu = 0;
   double mfu = 0;  // model FLOPs / (time · GPUs · peak in the compute precision)
   double peak_flops_per_gpu = 0;
+  // A mixture of experts: the model FLOPs count the routed (and shared) experts only.
+  bool mixture_of_experts = false;
   double bubble_fraction = 0;                     // mean over simulated ranks
   std::map<std::string, double> exposed_seconds;  // group kind → max over ranks
   // group kind → max over ranks of the time spent waiting for the group's other members

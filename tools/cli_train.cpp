@@ -240,6 +240,13 @@ void run_training(TrainOptions& o) {
       if (tty) print_progress(it, t.train_iters);
     }
     if (tty) std::cerr << "\r\033[K";
+    if (const auto routed = trainer.routed_per_expert(); !routed.empty()) {
+      // What the simulator's routing model can replay (--moe-routing histogram:…).
+      std::string list;
+      for (const auto n : routed) list += (list.empty() ? "" : ",") + std::to_string(n);
+      log->line("tokens routed per expert (this rank's tokens, its MoE layers, all steps): " +
+                list + "; simulate them with --moe-routing histogram:" + list);
+    }
     if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
       save();
     if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);

@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -212,6 +213,16 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
 }
 
 Trainer::~Trainer() = default;
+
+std::vector<std::int64_t> Trainer::routed_per_expert() const {
+  std::vector<std::int64_t> sum;
+  for (const auto& c : chunks_) {
+    const auto r = c->routed_per_expert();
+    sum.resize(std::max(sum.size(), r.size()), 0);
+    for (std::size_t e = 0; e < r.size(); ++e) sum[e] += r[e];
+  }
+  return sum;
+}
 
 void Trainer::set_trace(RunTrace* trace) {
   program_->set_trace(trace, virtual_pipeline_size(scenario_) > 1);

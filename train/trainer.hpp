@@ -76,6 +76,9 @@ class Trainer {
   // Records forward/backward of every microbatch on `trace` (null: off).
   void set_trace(RunTrace* trace);
   const ParallelContext& context() const { return ctx_; }
+  // Copies this rank's tokens sent to each expert over its MoE layers, all steps so far
+  // (what `tandem simulate --moe-routing histogram:…` takes); empty for a dense model.
+  std::vector<std::int64_t> routed_per_expert() const;
 
   CheckpointState checkpoint_state();
   // Throws ConfigError when the checkpoint was written under another model or layout.

@@ -1,5 +1,6 @@
 #include "kernels/cpu/router.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <stdexcept>
 #include <string>
@@ -19,18 +20,6 @@ void check(RouterShape s) {
                                 ": need tokens ≥ 0 and 1 ≤ top_k ≤ experts");
 }
 
-// y = softmax(x) over n values, from the row's max.
-void softmax_row(const float* x, std::int64_t n, float* y) {
-  float max = -FLT_MAX;
-  for (std::int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
-  float sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = math::exp_approx(x[i] - max);
-    sum += y[i];
-  }
-  for (std::int64_t i = 0; i < n; ++i) y[i] /= sum;
-}
-
 }  // namespace
 
 void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t* top, float* gates,
@@ -42,7 +31,8 @@ void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t
   // Serial over tokens: the counts are a reduction, and the router is a sliver of the step.
   for (std::int64_t t = 0; t < s.tokens; ++t) {
     const float* row = logits + t * E;
-    softmax_row(row, E, probs + t * E);
+    std::copy(row, row + E, probs + t * E);
+    math::router_softmax_in_place(probs + t * E, E);
     std::int32_t* mine = top + t * k;
     // softmax is monotonic: the logits rank the experts as the probabilities do, ties
     // included, and ranking the logits keeps ties that rounding of exp could split.
@@ -58,7 +48,8 @@ void router_top_k(RouterShape s, const float* logits, float* probs, std::int32_t
     if (s.pre_softmax) {
       for (std::int64_t j = 0; j < k; ++j) gates[t * k + j] = probs[t * E + mine[j]];
     } else {
-      softmax_row(picked.data(), k, gates + t * k);
+      std::copy(picked.begin(), picked.end(), gates + t * k);
+      math::router_softmax_in_place(gates + t * k, k);
     }
   }
 }
@@ -70,16 +61,10 @@ void router_backward(RouterShape s, const float* probs, const std::int32_t* top,
   const auto k = static_cast<std::int32_t>(s.top_k);
 #pragma omp parallel for schedule(static)
   for (std::int64_t t = 0; t < s.tokens; ++t) {
-    const float* p = probs + t * E;
-    const std::int32_t* tk = top + t * k;
-    const float* g = gates + t * k;
-    const float* dg = grad_gates + t * k;
-    const float dot = math::router_probs_dot(p, aux_grad, tk, dg, E, k, s.pre_softmax);
-    float gate_dot = 0;
-    for (std::int32_t j = 0; j < k; ++j) gate_dot += g[j] * dg[j];
-    for (std::int32_t e = 0; e < E; ++e)
-      dlogits[t * E + e] =
-          math::router_logit_grad(p, aux_grad, tk, g, dg, k, s.pre_softmax, dot, gate_dot, e);
+    float* out = dlogits + t * E;
+    math::router_backward_token(probs + t * E, aux_grad, top + t * k, gates + t * k,
+                                grad_gates + t * k, E, k, s.pre_softmax,
+                                [out](std::int32_t e, float d) { out[e] = d; });
   }
 }
 

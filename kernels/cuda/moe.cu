@@ -30,19 +30,6 @@
 namespace tandem::kernels::cuda {
 namespace {
 
-// y = softmax(y) over n values in place, as kernels/cpu/router.cpp's softmax_row: from the
-// row's max, the exps summed in index order, then divided.
-__device__ void softmax_in_place(float* y, std::int64_t n) {
-  float max = -FLT_MAX;
-  for (std::int64_t i = 0; i < n; ++i) max = y[i] > max ? y[i] : max;
-  float sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = math::exp_approx(y[i] - max);
-    sum += y[i];
-  }
-  for (std::int64_t i = 0; i < n; ++i) y[i] /= sum;
-}
-
 __global__ void router_kernel(cpu::RouterShape s, ConstFloats logits, float* probs,
                               std::int32_t* top, float* gates) {
   const auto E = static_cast<std::int32_t>(s.experts);
@@ -58,12 +45,12 @@ __global__ void router_kernel(cpu::RouterShape s, ConstFloats logits, float* pro
       math::router_top_k(p, E, k, mine);
     float picked[kRouterMaxTopK];  // the logits at top
     for (std::int32_t j = 0; j < k; ++j) picked[j] = p[mine[j]];
-    softmax_in_place(p, E);
+    math::router_softmax_in_place(p, E);
     float* g = gates + t * k;
     if (s.pre_softmax) {
       for (std::int32_t j = 0; j < k; ++j) g[j] = p[mine[j]];
     } else {
-      softmax_in_place(picked, k);
+      math::router_softmax_in_place(picked, k);
       for (std::int32_t j = 0; j < k; ++j) g[j] = picked[j];
     }
   }
@@ -89,16 +76,9 @@ __global__ void router_backward_kernel(cpu::RouterShape s, const float* probs,
   const auto E = static_cast<std::int32_t>(s.experts);
   const auto k = static_cast<std::int32_t>(s.top_k);
   TANDEM_GRID_STRIDE(t, s.tokens) {
-    const float* p = probs + t * E;
-    const std::int32_t* tk = top + t * k;
-    const float* g = gates + t * k;
-    const float* dg = grad_gates + t * k;
-    const float dot = math::router_probs_dot(p, aux_grad, tk, dg, E, k, s.pre_softmax);
-    float gate_dot = 0;
-    for (std::int32_t j = 0; j < k; ++j) gate_dot += g[j] * dg[j];
-    for (std::int32_t e = 0; e < E; ++e)
-      store(dlogits, t * E + e,
-            math::router_logit_grad(p, aux_grad, tk, g, dg, k, s.pre_softmax, dot, gate_dot, e));
+    math::router_backward_token(probs + t * E, aux_grad, top + t * k, gates + t * k,
+                                grad_gates + t * k, E, k, s.pre_softmax,
+                                [=](std::int32_t e, float d) { store(dlogits, t * E + e, d); });
   }
 }
 

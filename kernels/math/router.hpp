@@ -5,8 +5,10 @@
 // leaves ties unspecified).
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
+#include "kernels/math/exp.hpp"
 #include "kernels/math/host_device.hpp"
 
 namespace tandem::kernels::math {
@@ -70,6 +72,19 @@ TANDEM_HOST_DEVICE inline float router_probs_dot(const float* probs, const float
   return dot;
 }
 
+// y = softmax(y) over n values, in place: from the row's max, the exps summed in index
+// order, then divided (the router's probabilities and its top-k gates).
+TANDEM_HOST_DEVICE inline void router_softmax_in_place(float* y, std::int64_t n) {
+  float max = -FLT_MAX;
+  for (std::int64_t i = 0; i < n; ++i) max = y[i] > max ? y[i] : max;
+  float sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = exp_approx(y[i] - max);
+    sum += y[i];
+  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] /= sum;
+}
+
 // d logits(e) of one token, from router_probs_dot's `dot` and (without pre_softmax)
 // gate_dot = Σ_j gates[j] · grad_gates[j].
 TANDEM_HOST_DEVICE inline float router_logit_grad(const float* probs, const float* aux_grad,
@@ -82,6 +97,21 @@ TANDEM_HOST_DEVICE inline float router_logit_grad(const float* probs, const floa
     for (std::int32_t j = 0; j < k; ++j)
       d += top[j] == e ? gates[j] * (grad_gates[j] - gate_dot) : 0.0f;
   return d;
+}
+
+// The whole backward of one token: store(e, d logits(e)) for every expert.
+template <typename Store>
+TANDEM_HOST_DEVICE inline void router_backward_token(const float* probs, const float* aux_grad,
+                                                     const std::int32_t* top, const float* gates,
+                                                     const float* grad_gates, std::int32_t experts,
+                                                     std::int32_t k, bool pre_softmax,
+                                                     Store store) {
+  const float dot = router_probs_dot(probs, aux_grad, top, grad_gates, experts, k, pre_softmax);
+  float gate_dot = 0;
+  for (std::int32_t j = 0; j < k; ++j) gate_dot += gates[j] * grad_gates[j];
+  for (std::int32_t e = 0; e < experts; ++e)
+    store(e, router_logit_grad(probs, aux_grad, top, gates, grad_gates, k, pre_softmax, dot,
+                               gate_dot, e));
 }
 
 }  // namespace tandem::kernels::math

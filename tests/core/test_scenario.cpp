@@ -179,9 +179,10 @@ TEST(Scenario, RegistryIsConsistent) {
   for (const auto& section : {"model", "parallelism", "training", "cluster"})
     emitted += j[section].size();
   // Unset optionals are left out: ffn_hidden_size, kv_channels, max_position_embeddings,
-  // num_experts, moe_ffn_hidden_size, moe_shared_expert_intermediate_size, the two
-  // interleaving fields, the microbatch group size and lr_decay_iters.
-  EXPECT_EQ(emitted + 10, scenario_fields().size());
+  // num_experts, moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
+  // moe_expert_capacity_factor, expert_tensor_parallel_size, the two interleaving fields,
+  // the microbatch group size and lr_decay_iters.
+  EXPECT_EQ(emitted + 12, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------
@@ -482,7 +483,8 @@ TEST(ScenarioValidate, WorldDivisibleByModelParallelSizes) {
 
 TEST(ScenarioValidate, ExpertParallelDividesDataParallel) {
   Scenario s = default_scenario();
-  s.model.num_experts = 6;  // divisible by both expert parallel sizes below
+  s.model.num_experts = 6;                 // divisible by both expert parallel sizes below
+  s.parallelism.sequence_parallel = true;  // MoE with tp 2
   s.parallelism.expert_model_parallel_size = 3;
   EXPECT_TRUE(Names(invalid(s), "expert_model_parallel_size", "3", "8 / 4 = 2"));
   s.parallelism.expert_model_parallel_size = 2;
@@ -738,6 +740,7 @@ TEST(ScenarioValidate, OrderKeepsEpNextToDp) {
   Scenario s = default_scenario();
   s.cluster.world_size = 16;  // dp 4
   s.model.num_experts = 4;
+  s.parallelism.sequence_parallel = true;  // MoE with tp 2
   s.parallelism.expert_model_parallel_size = 2;
   EXPECT_NO_THROW(validate(s));  // tp-cp-ep-dp-pp
   s.parallelism.order = "tp-ep-cp-dp-pp";
@@ -805,6 +808,9 @@ TEST(ScenarioModel, MixtureOfExpertsRules) {
   EXPECT_TRUE(Names(invalid(s), "moe_shared_expert_intermediate_size", "31",
                     "tensor_model_parallel_size = 2"));
   s.model.moe_shared_expert_intermediate_size = 32;
+  // Megatron: MoE with tensor parallelism needs sequence parallelism.
+  EXPECT_TRUE(Names(invalid(s), "sequence_parallel", "false", "tensor_model_parallel_size = 2"));
+  s.parallelism.sequence_parallel = true;
   EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
   s.model.moe_layer_freq = 0;
   EXPECT_TRUE(Names(invalid(s), "moe_layer_freq", "0"));
@@ -821,6 +827,7 @@ TEST(ScenarioModel, MixtureOfExpertsRules) {
 TEST(ScenarioModel, MoeLayerFreqTakesMegatronsListForm) {
   Scenario s = default_scenario();  // 24 layers
   s.model.num_experts = 8;
+  s.parallelism.sequence_parallel = true;  // MoE with tp 2
   apply_overrides(s, {{"--moe-layer-freq", "[0]*3+[1]*21"}});
   EXPECT_EQ(num_moe_layers(s), 21);
   EXPECT_FALSE(is_moe_layer(s, 2));
