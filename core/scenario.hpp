@@ -58,14 +58,13 @@ struct ModelConfig {
   std::optional<int> moe_shared_expert_intermediate_size;
   int moe_layer_freq = 1;
   std::vector<int> moe_layer_pattern;  // one 0 / 1 per layer; empty: moe_layer_freq decides
-  // The router and the dispatcher (Megatron-Core's names and defaults, except the
-  // dispatcher: tandem's default is alltoall, Megatron's allgather).
-  std::string moe_router_load_balancing_type =
-      "aux_loss";  // aux_loss | seq_aux_loss | sinkhorn | none
+  // The router and the dispatcher, under Megatron-Core's names and with its defaults.
+  // aux_loss | seq_aux_loss | sinkhorn | none
+  std::string moe_router_load_balancing_type = "aux_loss";
   double moe_aux_loss_coeff = 0.0;
   bool moe_router_pre_softmax = false;
-  bool moe_router_force_load_balancing = false;        // experts by position (benchmarks)
-  std::string moe_token_dispatcher_type = "alltoall";  // alltoall | allgather | flex
+  bool moe_router_force_load_balancing = false;         // experts by position (benchmarks)
+  std::string moe_token_dispatcher_type = "allgather";  // allgather | alltoall | flex
   bool moe_grouped_gemm = false;
   std::optional<double> moe_expert_capacity_factor;  // absent: dropless
 

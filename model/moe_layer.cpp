@@ -233,10 +233,239 @@ Tensor MoeLayer::combine(ModelEnv& env, const Tensor& expert_rows, const MoeSpli
   return back;
 }
 
+std::vector<std::int64_t> MoeLayer::local_expert_rows(const MoeSplits& s) const {
+  std::vector<std::int64_t> rows;
+  for (int e = 0; e < s.local_experts(); ++e) rows.push_back(s.expert_rows(e));
+  return rows;
+}
+
+void MoeLayer::experts_forward(ModelEnv& env, const Tensor& in,
+                               const std::vector<std::int64_t>& rows, MoeActivations& a,
+                               Tensor& y) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t total = in.shape[0];
+  a.dispatched = in;
+  a.fc1_out = allocate_like(env, Shape{total, params_[fc1_.front()].local_shape[0]});
+  a.act = allocate_like(env, Shape{total, params_[fc2_.front()].local_shape[1]});
+  std::int64_t first = 0;
+  for (std::size_t e = 0; e < fc1_.size(); ++e) {
+    if (rows[e] > 0) {
+      Tensor h = rows_of(a.fc1_out, first, rows[e]);
+      d.gemm(st, {.a = rows_of(in, first, rows[e]),
+                  .b = params_[fc1_[e]].compute,
+                  .c = h,
+                  .transpose_b = true});
+    }
+    first += rows[e];
+  }
+  if (total > 0) activation(env, a.fc1_out, a.act);
+  first = 0;
+  for (std::size_t e = 0; e < fc2_.size(); ++e) {
+    if (rows[e] > 0) {
+      Tensor out = rows_of(y, first, rows[e]);
+      d.gemm(st, {.a = rows_of(a.act, first, rows[e]),
+                  .b = params_[fc2_[e]].compute,
+                  .c = out,
+                  .transpose_b = true});
+    }
+    first += rows[e];
+  }
+}
+
+void MoeLayer::experts_backward(ModelEnv& env, const Tensor& dy,
+                                const std::vector<std::int64_t>& rows, MoeActivations& a,
+                                Tensor& d_in) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t total = dy.shape[0];
+  Tensor d_act = allocate_like(env, a.act.shape);
+  std::int64_t first = 0;
+  for (std::size_t e = 0; e < fc2_.size(); ++e) {
+    if (rows[e] > 0) {
+      Parameter& w2 = params_[fc2_[e]];
+      const Tensor dy_e = rows_of(dy, first, rows[e]);
+      Tensor da = rows_of(d_act, first, rows[e]);
+      d.gemm(st, {.a = dy_e, .b = w2.compute, .c = da});
+      d.gemm(st, {.a = dy_e,
+                  .b = rows_of(a.act, first, rows[e]),
+                  .c = w2.grad,
+                  .transpose_a = true,
+                  .beta = 1.0f});
+    }
+    first += rows[e];
+  }
+  a.act = Tensor{};
+  Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
+  if (total > 0) activation_backward(env, d_act, a.fc1_out, d_fc1);
+  d_act = a.fc1_out = Tensor{};
+  first = 0;
+  for (std::size_t e = 0; e < fc1_.size(); ++e) {
+    if (rows[e] > 0) {
+      Parameter& w1 = params_[fc1_[e]];
+      const Tensor dh = rows_of(d_fc1, first, rows[e]);
+      Tensor dxe = rows_of(d_in, first, rows[e]);
+      d.gemm(st, {.a = dh, .b = w1.compute, .c = dxe});
+      d.gemm(st, {.a = dh,
+                  .b = rows_of(a.dispatched, first, rows[e]),
+                  .c = w1.grad,
+                  .transpose_a = true,
+                  .beta = 1.0f});
+    }
+    first += rows[e];
+  }
+  a.dispatched = Tensor{};
+}
+
+// alltoall: this rank's copies to the experts' ranks and back (dispatch / combine).
+Tensor MoeLayer::alltoall_forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
+  Device& d = env.device;
+  const std::int64_t N = x.shape[0], C = hidden_, k = options_.top_k;
+  Tensor permuted = allocate_like(env, Shape{N * k, C});
+  a.row_of_copy = d.allocate(Shape{N * k}, DType::int64);
+  a.source_of_row = d.allocate(Shape{N * k}, DType::int64);
+  d.moe_permute(env.stream, {.input = x,
+                             .top = a.top,
+                             .permuted = permuted,
+                             .row_of_copy = a.row_of_copy,
+                             .source_of_row = a.source_of_row,
+                             .experts = options_.num_experts});
+  Tensor in = dispatch(env, permuted, a.splits);
+  permuted = Tensor{};
+  Tensor y = allocate_like(env, in.shape);
+  experts_forward(env, in, local_expert_rows(a.splits), a, y);
+  a.expert_output = combine(env, y, a.splits);
+  y = Tensor{};
+  Tensor out = allocate_like(env, Shape{N, C});
+  d.moe_unpermute(env.stream, {.expert_output = a.expert_output,
+                               .gates = a.gates,
+                               .row_of_copy = a.row_of_copy,
+                               .output = out});
+  return out;
+}
+
+void MoeLayer::alltoall_backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a,
+                                 Tensor& dx, Tensor& d_gates) {
+  Device& d = env.device;
+  Tensor d_copies = allocate_like(env, a.expert_output.shape);
+  d.moe_unpermute_backward(env.stream, {.grad_output = grad_out,
+                                        .expert_output = a.expert_output,
+                                        .gates = a.gates,
+                                        .source_of_row = a.source_of_row,
+                                        .row_of_copy = a.row_of_copy,
+                                        .grad_expert_output = d_copies,
+                                        .grad_gates = d_gates});
+  a.expert_output = Tensor{};
+  Tensor dy = dispatch(env, d_copies, a.splits);
+  d_copies = Tensor{};
+  Tensor d_rows = allocate_like(env, dy.shape);
+  experts_backward(env, dy, local_expert_rows(a.splits), a, d_rows);
+  dy = Tensor{};
+  Tensor d_permuted = combine(env, d_rows, a.splits);
+  d_rows = Tensor{};
+  d.moe_permute_backward(
+      env.stream, {.grad_permuted = d_permuted, .row_of_copy = a.row_of_copy, .grad_input = dx});
+}
+
+// allgather (Megatron's MoEAllGatherTokenDispatcher): every tp-ep member's tokens and
+// routing gathered, the copies for this rank's experts taken from their permutation (a
+// contiguous block: experts are numbered rank by rank), the other rows left at zero, and
+// the outputs reduce-scattered back, which also sums the experts' tp partial sums.
+Tensor MoeLayer::allgather_forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  Communicator& group = tp_ep(env);
+  const std::int64_t N = x.shape[0], C = hidden_, k = options_.top_k, G = group.size();
+  Tensor xg = allocate_like(env, Shape{N * G, C});
+  group.all_gather(st, x, xg)->wait();
+  Tensor top = d.allocate(Shape{N * G, k}, DType::int32);
+  group.all_gather(st, a.top, top)->wait();
+  a.gathered_gates = allocate_fp32(d, Shape{N * G, k});
+  group.all_gather(st, a.gates, a.gathered_gates)->wait();
+  a.permuted = allocate_like(env, Shape{N * G * k, C});
+  a.row_of_copy = d.allocate(Shape{N * G * k}, DType::int64);
+  a.source_of_row = d.allocate(Shape{N * G * k}, DType::int64);
+  d.moe_permute(st, {.input = xg,
+                     .top = top,
+                     .permuted = a.permuted,
+                     .row_of_copy = a.row_of_copy,
+                     .source_of_row = a.source_of_row,
+                     .experts = options_.num_experts});
+  xg = top = Tensor{};
+  const auto [first, rows] = local_block(a.splits);
+  a.expert_output = allocate_like(env, a.permuted.shape);
+  d.fill(st, a.expert_output, 0.0f);
+  Tensor y = rows_of(a.expert_output, first, rows);
+  experts_forward(env, rows_of(a.permuted, first, rows), local_expert_rows(a.splits), a, y);
+  Tensor partial = allocate_like(env, Shape{N * G, C});
+  d.moe_unpermute(st, {.expert_output = a.expert_output,
+                       .gates = a.gathered_gates,
+                       .row_of_copy = a.row_of_copy,
+                       .output = partial});
+  Tensor out = allocate_like(env, Shape{N, C});
+  group.reduce_scatter(st, partial, out, ReduceOp::sum)->wait();
+  return out;
+}
+
+void MoeLayer::allgather_backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a,
+                                  Tensor& dx, Tensor& d_gates) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  Communicator& group = tp_ep(env);
+  const std::int64_t N = grad_out.shape[0], C = hidden_, k = options_.top_k, G = group.size();
+  Tensor dg = allocate_like(env, Shape{N * G, C});
+  group.all_gather(st, grad_out, dg)->wait();
+  Tensor d_copies = allocate_like(env, a.expert_output.shape);
+  Tensor d_gates_all = allocate_fp32(d, Shape{N * G, k});
+  d.moe_unpermute_backward(st, {.grad_output = dg,
+                                .expert_output = a.expert_output,
+                                .gates = a.gathered_gates,
+                                .source_of_row = a.source_of_row,
+                                .row_of_copy = a.row_of_copy,
+                                .grad_expert_output = d_copies,
+                                .grad_gates = d_gates_all});
+  dg = a.expert_output = a.gathered_gates = Tensor{};
+  // Each member's gates got this rank's experts' share of their gradient.
+  group.reduce_scatter(st, d_gates_all, d_gates, ReduceOp::sum)->wait();
+  d_gates_all = Tensor{};
+  const auto [first, rows] = local_block(a.splits);
+  Tensor d_permuted = allocate_like(env, d_copies.shape);
+  d.fill(st, d_permuted, 0.0f);
+  Tensor d_rows = rows_of(d_permuted, first, rows);
+  experts_backward(env, rows_of(d_copies, first, rows), local_expert_rows(a.splits), a, d_rows);
+  d_copies = a.permuted = Tensor{};
+  Tensor dxg = allocate_like(env, Shape{N * G, C});
+  d.moe_permute_backward(
+      st, {.grad_permuted = d_permuted, .row_of_copy = a.row_of_copy, .grad_input = dxg});
+  d_permuted = Tensor{};
+  group.reduce_scatter(st, dxg, dx, ReduceOp::sum)->wait();
+}
+
+std::pair<std::int64_t, std::int64_t> MoeLayer::local_block(const MoeSplits& s) const {
+  std::int64_t first = 0, rows = 0;
+  for (int e = 0; e < s.experts; ++e) {
+    std::int64_t all = 0;
+    for (int j = 0; j < s.ep; ++j)
+      for (int i = 0; i < s.tp; ++i) all += s.count(j, i, e);
+    if (e < s.first_local())
+      first += all;
+    else if (e < s.first_local() + s.local_experts())
+      rows += all;
+  }
+  return {first, rows};
+}
+
+Communicator& MoeLayer::tp_ep(ModelEnv& env) const {
+  if (env.tp_ep == nullptr || env.tp_ep->size() != env.tp.size() * ep_size_)
+    throw std::logic_error("MoeLayer: the allgather dispatcher needs the tp-ep group of " +
+                           std::to_string(env.tp.size() * ep_size_) + " ranks");
+  return *env.tp_ep;
+}
+
 Tensor MoeLayer::forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
   Device& d = env.device;
   Stream& st = env.stream;
-  const std::int64_t N = x.shape[0], C = hidden_, E = options_.num_experts, k = options_.top_k;
+  const std::int64_t N = x.shape[0], E = options_.num_experts, k = options_.top_k;
   a.input = x;
   // Router.
   Tensor logits = linear_forward(env, x, params_[router_], nullptr);
@@ -277,55 +506,9 @@ Tensor MoeLayer::forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
     }
     a.sequence_tokens *= env.cp->size();
   }
-  // Dispatch.
-  Tensor permuted = allocate_like(env, Shape{N * k, C});
-  a.row_of_copy = d.allocate(Shape{N * k}, DType::int64);
-  a.source_of_row = d.allocate(Shape{N * k}, DType::int64);
-  d.moe_permute(st, {.input = x,
-                     .top = a.top,
-                     .permuted = permuted,
-                     .row_of_copy = a.row_of_copy,
-                     .source_of_row = a.source_of_row,
-                     .experts = E});
-  a.dispatched = dispatch(env, permuted, s);
-  permuted = Tensor{};
-  // The local experts, each on its rows.
-  const std::int64_t rows = a.dispatched.shape[0];
-  const Shape& w1 = params_[fc1_.front()].local_shape;
-  const Shape& w2 = params_[fc2_.front()].local_shape;
-  a.fc1_out = allocate_like(env, Shape{rows, w1[0]});
-  a.act = allocate_like(env, Shape{rows, w2[1]});
-  Tensor y = allocate_like(env, Shape{rows, C});
-  std::int64_t first = 0;
-  for (std::size_t e = 0; e < fc1_.size(); ++e) {
-    const std::int64_t n = s.expert_rows(static_cast<int>(e));
-    if (n == 0) continue;
-    Tensor h = rows_of(a.fc1_out, first, n);
-    d.gemm(st, {.a = rows_of(a.dispatched, first, n),
-                .b = params_[fc1_[e]].compute,
-                .c = h,
-                .transpose_b = true});
-    first += n;
-  }
-  if (rows > 0) activation(env, a.fc1_out, a.act);
-  first = 0;
-  for (std::size_t e = 0; e < fc2_.size(); ++e) {
-    const std::int64_t n = s.expert_rows(static_cast<int>(e));
-    if (n == 0) continue;
-    Tensor out = rows_of(y, first, n);
-    d.gemm(st, {.a = rows_of(a.act, first, n),
-                .b = params_[fc2_[e]].compute,
-                .c = out,
-                .transpose_b = true});
-    first += n;
-  }
-  a.expert_output = combine(env, y, s);
-  y = Tensor{};
-  Tensor out = allocate_like(env, Shape{N, C});
-  d.moe_unpermute(st, {.expert_output = a.expert_output,
-                       .gates = a.gates,
-                       .row_of_copy = a.row_of_copy,
-                       .output = out});
+  // Dispatch, the local experts, and back.
+  Tensor out =
+      options_.allgather_dispatcher ? allgather_forward(env, x, a) : alltoall_forward(env, x, a);
   if (shared_fc1_ >= 0) {
     a.shared_fc1_out = column_parallel_forward(env, x, params_[shared_fc1_], nullptr);
     a.shared_act =
@@ -358,63 +541,12 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
     d_shared = column_parallel_backward(env, a.input, d_h, params_[shared_fc1_], nullptr);
     a.shared_fc1_out = Tensor{};
   }
-  // The combine.
-  Tensor d_copies = allocate_like(env, a.expert_output.shape);
+  // The combine, the local experts and the dispatch, backward.
   Tensor d_gates = allocate_fp32(d, Shape{N, k});
-  d.moe_unpermute_backward(st, {.grad_output = grad_out,
-                                .expert_output = a.expert_output,
-                                .gates = a.gates,
-                                .source_of_row = a.source_of_row,
-                                .row_of_copy = a.row_of_copy,
-                                .grad_expert_output = d_copies,
-                                .grad_gates = d_gates});
-  a.expert_output = Tensor{};
-  Tensor dy = dispatch(env, d_copies, s);
-  d_copies = Tensor{};
-  // The experts, backward.
-  const std::int64_t rows = a.dispatched.shape[0];
-  Tensor d_act = allocate_like(env, a.act.shape);
-  std::int64_t first = 0;
-  for (std::size_t e = 0; e < fc2_.size(); ++e) {
-    const std::int64_t n = s.expert_rows(static_cast<int>(e));
-    if (n == 0) continue;
-    Parameter& w2 = params_[fc2_[e]];
-    const Tensor dy_e = rows_of(dy, first, n);
-    Tensor da = rows_of(d_act, first, n);
-    d.gemm(st, {.a = dy_e, .b = w2.compute, .c = da});
-    d.gemm(st, {.a = dy_e,
-                .b = rows_of(a.act, first, n),
-                .c = w2.grad,
-                .transpose_a = true,
-                .beta = 1.0f});
-    first += n;
-  }
-  dy = a.act = Tensor{};
-  Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
-  if (rows > 0) activation_backward(env, d_act, a.fc1_out, d_fc1);
-  d_act = a.fc1_out = Tensor{};
-  Tensor d_rows = allocate_like(env, Shape{rows, C});
-  first = 0;
-  for (std::size_t e = 0; e < fc1_.size(); ++e) {
-    const std::int64_t n = s.expert_rows(static_cast<int>(e));
-    if (n == 0) continue;
-    Parameter& w1 = params_[fc1_[e]];
-    const Tensor dh = rows_of(d_fc1, first, n);
-    Tensor dxe = rows_of(d_rows, first, n);
-    d.gemm(st, {.a = dh, .b = w1.compute, .c = dxe});
-    d.gemm(st, {.a = dh,
-                .b = rows_of(a.dispatched, first, n),
-                .c = w1.grad,
-                .transpose_a = true,
-                .beta = 1.0f});
-    first += n;
-  }
-  d_fc1 = a.dispatched = Tensor{};
-  Tensor d_permuted = combine(env, d_rows, s);
-  d_rows = Tensor{};
-  d.moe_permute_backward(
-      st, {.grad_permuted = d_permuted, .row_of_copy = a.row_of_copy, .grad_input = dx});
-  d_permuted = Tensor{};
+  if (options_.allgather_dispatcher)
+    allgather_backward(env, grad_out, a, dx, d_gates);
+  else
+    alltoall_backward(env, grad_out, a, dx, d_gates);
   // The router: the gates' gradient and the load-balancing loss's.
   std::vector<float> aux;
   if (options_.aux_loss_coeff > 0 && a.sequence_tokens > 0) {

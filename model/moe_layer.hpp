@@ -18,6 +18,9 @@
 //   and back: unsort, tp reduce-scatter (tp > 1), all-to-all over ep, unpermute with the
 //   gates (Megatron applies them inside the experts; the second GEMM being linear, the
 //   values agree up to rounding).
+// With Megatron's allgather dispatcher instead, every rank all-gathers the tokens, experts
+// and gates of its tp-ep group, runs its experts on their copies and reduce-scatters the
+// combined outputs back (which also sums the experts' tp partial sums).
 // The aux loss's gradient, coeff · E / (k · T²) · f_e into every probs(t, e) with f the
 // copies per expert over the tp (and cp) group's whole sequence and T its tokens, enters
 // the router's backward scaled like the LM loss (Megatron's MoEAuxLossAutoScaler), so
@@ -26,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/tensor_parallel.hpp"
@@ -40,6 +44,8 @@ struct MoeOptions {
   float aux_loss_coeff = 0;
   bool pre_softmax = false;
   bool force_balance = false;  // Megatron's moe_router_force_load_balancing
+  // Megatron's allgather token dispatcher instead of alltoall (see MoeLayer).
+  bool allgather_dispatcher = false;
 };
 
 // The split sizes of one dispatch, from every (ep, tp) member's copies per expert.
@@ -66,7 +72,9 @@ struct MoeActivations {
   Tensor probs, top, gates, row_of_copy, source_of_row;
   Tensor dispatched;     // (rows, C) the local experts' input, expert-major
   Tensor fc1_out, act;   // (rows, F1 / tp), (rows, F / tp)
-  Tensor expert_output;  // (N·k, C) back on this rank, in permuted order
+  Tensor expert_output;  // (N·k, C) back on this rank, in permuted order (allgather: all
+                         // members' copies, zero outside this rank's experts)
+  Tensor permuted, gathered_gates;  // allgather: every member's copies and gates
   Tensor shared_fc1_out, shared_act;
   MoeSplits splits;
   std::vector<std::int64_t> sequence_counts;  // (E) copies per expert over tp and cp
@@ -92,6 +100,24 @@ class MoeLayer {
 
  private:
   Communicator& ep(ModelEnv& env) const;
+  Communicator& tp_ep(ModelEnv& env) const;
+  // Rows per local expert, and (allgather) where this rank's experts' block starts in the
+  // permutation of every member's copies and how many rows it has.
+  std::vector<std::int64_t> local_expert_rows(const MoeSplits& s) const;
+  std::pair<std::int64_t, std::int64_t> local_block(const MoeSplits& s) const;
+  // The local experts on `in` (expert-major rows): fc1, activation, fc2 into y; backward.
+  void experts_forward(ModelEnv& env, const Tensor& in, const std::vector<std::int64_t>& rows,
+                       MoeActivations& a, Tensor& y);
+  void experts_backward(ModelEnv& env, const Tensor& dy, const std::vector<std::int64_t>& rows,
+                        MoeActivations& a, Tensor& d_in);
+  // The two dispatchers: tokens to the experts and back, and backward (dx written, the
+  // gates' gradient into d_gates).
+  Tensor alltoall_forward(ModelEnv& env, const Tensor& x, MoeActivations& a);
+  void alltoall_backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a, Tensor& dx,
+                         Tensor& d_gates);
+  Tensor allgather_forward(ModelEnv& env, const Tensor& x, MoeActivations& a);
+  void allgather_backward(ModelEnv& env, const Tensor& grad_out, MoeActivations& a, Tensor& dx,
+                          Tensor& d_gates);
   // The local experts' copies out of / back into this rank's permuted copies.
   Tensor dispatch(ModelEnv& env, const Tensor& permuted, const MoeSplits& s);
   Tensor combine(ModelEnv& env, const Tensor& expert_rows, const MoeSplits& s);

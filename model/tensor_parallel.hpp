@@ -44,6 +44,7 @@ struct ModelEnv {
   // Expert parallelism (mixture-of-experts layers; else null): the ranks whose experts
   // together make a layer's, over which the tokens are exchanged (model/moe_layer.hpp).
   Communicator* ep = nullptr;
+  Communicator* tp_ep = nullptr;  // the tp × ep ranks (Megatron's allgather dispatcher)
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

@@ -243,9 +243,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     std::map<GroupKind, Communicator*> used;
     for (GroupKind kind :
          {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding,
-          GroupKind::cp, GroupKind::dp_cp, GroupKind::ep, GroupKind::expert_dp}) {
+          GroupKind::cp, GroupKind::dp_cp, GroupKind::ep, GroupKind::expert_dp, GroupKind::tp_ep}) {
       if ((kind == GroupKind::cp || kind == GroupKind::dp_cp) && layout.sizes.cp == 1) continue;
-      const bool expert_group = kind == GroupKind::ep || kind == GroupKind::expert_dp;
+      const bool expert_group =
+          kind == GroupKind::ep || kind == GroupKind::expert_dp || kind == GroupKind::tp_ep;
       if (expert_group && !s.model.num_experts) continue;
       const auto& members = rr.ctx.group(kind);
       if (members.empty()) continue;

@@ -98,6 +98,7 @@ int trace_thread_of(GroupKind kind) {
     case GroupKind::pp:
       return trace_thread::pp_comm;
     case GroupKind::ep:
+    case GroupKind::tp_ep:
       return trace_thread::ep_comm;
     default:
       return trace_thread::dp_comm;

@@ -95,8 +95,8 @@ class TracingCommunicator : public Communicator {
   std::map<std::pair<int, int>, std::int64_t> p2p_sequence_;  // (sender, receiver) → count
 };
 
-// The trace thread of a group kind: tp → tp comm, pp → pp send/recv, ep → ep comm, the
-// rest → dp comm.
+// The trace thread of a group kind: tp → tp comm, pp → pp send/recv, ep and tp-ep (the
+// experts' token exchange) → ep comm, the rest → dp comm.
 int trace_thread_of(GroupKind kind);
 
 // Rank 0: reads every rank's part, names processes "rank r (tp a, pp b, dp c)" and

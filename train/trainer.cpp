@@ -45,7 +45,8 @@ MoeOptions moe_options_of(const Scenario& s) {
                                 ? static_cast<float>(m.moe_aux_loss_coeff)
                                 : 0.0f,
           .pre_softmax = m.moe_router_pre_softmax,
-          .force_balance = m.moe_router_force_load_balancing};
+          .force_balance = m.moe_router_force_load_balancing,
+          .allgather_dispatcher = m.moe_token_dispatcher_type == "allgather"};
 }
 
 GptDims dims_of(const Scenario& s, const ParallelContext& ctx) {
@@ -116,10 +117,10 @@ void check_step_supports(const Scenario& s) {
   if (!s.model.num_experts) return;
   const auto& m = s.model;
   std::vector<Violation> v;
-  if (m.moe_token_dispatcher_type != "alltoall")
+  if (m.moe_token_dispatcher_type == "flex")
     v.push_back({"moe_token_dispatcher_type", m.moe_token_dispatcher_type,
-                 "the training step dispatches tokens with Megatron's alltoall dispatcher: use "
-                 "alltoall"});
+                 "the training step dispatches tokens with Megatron's alltoall or allgather "
+                 "dispatcher (flex needs DeepEP)"});
   if (m.moe_expert_capacity_factor)
     v.push_back({"moe_expert_capacity_factor", std::to_string(*m.moe_expert_capacity_factor),
                  "the training step is dropless (no capacity, no dropped tokens): leave it out"});
@@ -148,7 +149,8 @@ TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& grou
           group(GroupKind::embedding),
           cp > 1 ? group(GroupKind::cp) : nullptr,
           group(GroupKind::ep),
-          group(GroupKind::expert_dp)};
+          group(GroupKind::expert_dp),
+          group(GroupKind::tp_ep)};
 }
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
@@ -178,6 +180,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   if (experts) {
     need(groups_.ep, "ep");
     need(groups_.expert_dp, "expert-dp");
+    if (scenario.model.moe_token_dispatcher_type == "allgather") need(groups_.tp_ep, "tp-ep");
   }
   params_.allocate(device_, buffer_layout_of(scenario, ctx), dims_.compute);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
@@ -195,7 +198,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   program_ = std::make_unique<GptStageProgram>(
       ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
                ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr,
-               parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep},
+               parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep, groups_.tp_ep},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

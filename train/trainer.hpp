@@ -28,8 +28,8 @@ namespace tandem {
 // cannot run yet, refused before any work as a ConfigError naming the field: context
 // parallelism without the fused attention op (context_parallel_size > 1 needs
 // use_flash_attn), Ulysses (a2a) context parallelism, and the mixture-of-experts options
-// beyond Megatron-Core's alltoall dispatcher, dropless, with aux_loss balancing (the
-// allgather and flex dispatchers, capacity factors, expert tensor parallelism other than
+// beyond Megatron-Core's alltoall and allgather dispatchers, dropless, with aux_loss
+// balancing (the flex dispatcher, capacity factors, expert tensor parallelism other than
 // tp, other balancing losses, experts with biases). Every binding's entry point calls it.
 void check_step_supports(const Scenario& s);
 
@@ -45,6 +45,7 @@ struct TrainerGroups {
   // same experts (where their gradients are reduced); needed when there are experts.
   Communicator* ep = nullptr;
   Communicator* expert_dp = nullptr;
+  Communicator* tp_ep = nullptr;  // the allgather dispatcher's group
 };
 
 // The groups a binding hands the Trainer, looked up by kind: dp is Megatron's dp-cp group

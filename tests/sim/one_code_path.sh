@@ -22,8 +22,9 @@ layouts=(
   "--world-size 4 --context-parallel-size 4 --cp-comm-type all_gather --use-flash-attn true"
   # Mixture of experts with the router's balanced routing (Megatron's force_load_balancing)
   # on the real side and the simulator's uniform routing model: the same split sizes
-  "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true"
-  "--world-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000 --recompute-granularity full"
+  "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall"
+  "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 4 --moe-token-dispatcher-type allgather --moe-router-force-load-balancing true"
+  "--world-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000 --recompute-granularity full"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

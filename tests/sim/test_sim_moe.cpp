@@ -64,6 +64,7 @@ Scenario moe_on_one_node() {
   s.model.num_experts = 8;
   s.model.moe_router_topk = 2;
   s.model.moe_aux_loss_coeff = 0.01;
+  s.model.moe_token_dispatcher_type = "alltoall";
   s.parallelism.expert_model_parallel_size = 8;
   s.training.micro_batch_size = 1;
   s.training.global_batch_size = 16;

@@ -13,7 +13,8 @@
 # keys and values round the ring, Megatron's default, and all-gathered). A mixture of
 # experts on that frame (8 experts, top-2, a shared expert, aux loss) is checked under
 # expert parallelism: alone, with tp and sequence parallelism, with pp, with the distributed
-# optimizer over the expert-data-parallel group, and with full recomputation.
+# optimizer over the expert-data-parallel group, and with full recomputation; and with
+# Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp).
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -103,11 +104,13 @@ moe_reference=$("$tandem" train "$scenario" "${common[@]}" "${moe[@]}" --world-s
   --save "$work/moe_reference" | losses)
 [ "$(echo "$moe_reference" | wc -l)" -eq 5 ] || { echo "MoE single-process run printed no 5 losses"; exit 1; }
 moe_layouts=(
-  "2|--expert-model-parallel-size 2"
-  "4|--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
-  "8|--expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
-  "4|--expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
-  "2|--expert-model-parallel-size 2 --recompute-granularity full"
+  "2|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2"
+  "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
+  "8|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
+  "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "2|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --recompute-granularity full"
+  "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
+  "8|--moe-token-dispatcher-type allgather --expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
 )
 for k in "${!moe_layouts[@]}"; do
   entry="${moe_layouts[$k]}"
