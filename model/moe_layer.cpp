@@ -550,8 +550,12 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
   // The router: the gates' gradient and the load-balancing loss's.
   std::vector<float> aux;
   if (options_.aux_loss_coeff > 0 && a.sequence_tokens > 0) {
+    // The LM loss's scale divides by cp as well (each cp rank's loss is a mean over its
+    // chunks, summed over dp × cp); the aux loss is one per sequence, whose gradient the cp
+    // ranks share, so it takes the cp factor back.
+    const double cp = env.cp != nullptr ? static_cast<double>(env.cp->size()) : 1.0;
     const double T = static_cast<double>(a.sequence_tokens);
-    const double scale = static_cast<double>(loss_scale) * options_.aux_loss_coeff *
+    const double scale = static_cast<double>(loss_scale) * cp * options_.aux_loss_coeff *
                          static_cast<double>(E) / (static_cast<double>(k) * T * T);
     for (std::int64_t f : a.sequence_counts)
       aux.push_back(static_cast<float>(scale * static_cast<double>(f)));

@@ -14,7 +14,8 @@
 # experts on that frame (8 experts, top-2, a shared expert, aux loss) is checked under
 # expert parallelism: alone, with tp and sequence parallelism, with pp, with the distributed
 # optimizer over the expert-data-parallel group, and with full recomputation; and with
-# Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp).
+# Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp); and
+# with context parallelism under both dispatchers (the ep group is then the cp group).
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -111,6 +112,8 @@ moe_layouts=(
   "2|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --recompute-granularity full"
   "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
   "8|--moe-token-dispatcher-type allgather --expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
+  "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --context-parallel-size 2"
+  "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --context-parallel-size 2"
 )
 for k in "${!moe_layouts[@]}"; do
   entry="${moe_layouts[$k]}"
