@@ -56,12 +56,8 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
 
 std::vector<std::int64_t> GptChunk::routed_per_expert() const {
   std::vector<std::int64_t> sum;
-  for (const auto& layer : layers_) {
-    if (!layer.moe()) continue;
-    const auto& r = layer.moe()->routed();
-    sum.resize(std::max(sum.size(), r.size()), 0);
-    for (std::size_t e = 0; e < r.size(); ++e) sum[e] += r[e];
-  }
+  for (const auto& layer : layers_)
+    if (layer.moe()) add_counts(sum, layer.moe()->routed());
   return sum;
 }
 

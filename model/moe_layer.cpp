@@ -1,8 +1,14 @@
 #include "model/moe_layer.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace tandem {
+
+void add_counts(std::vector<std::int64_t>& sum, const std::vector<std::int64_t>& more) {
+  sum.resize(std::max(sum.size(), more.size()), 0);
+  for (std::size_t e = 0; e < more.size(); ++e) sum[e] += more[e];
+}
 
 std::int64_t MoeSplits::send_rows(int j) const {
   std::int64_t n = 0;
@@ -80,6 +86,17 @@ Tensor reorder_chunks(ModelEnv& env, const Tensor& from, const MoeSplits& s, boo
                         to_experts ? c.by_expert[k] : c.exchanged[k], c.rows[k]});
   env.device.copy_rows(env.stream, {.from = from, .to = to, .blocks = blocks});
   return to;
+}
+
+// step(e, first, n) for every local expert e with rows: its n ≥ 1 rows start at `first`
+// of the expert-major block.
+template <typename Step>
+void for_each_expert_block(const std::vector<std::int64_t>& rows, Step step) {
+  std::int64_t first = 0;
+  for (std::size_t e = 0; e < rows.size(); ++e) {
+    if (rows[e] > 0) step(e, first, rows[e]);
+    first += rows[e];
+  }
 }
 
 std::vector<std::int64_t> elements(const std::vector<std::int64_t>& rows, std::int64_t width) {
@@ -248,29 +265,20 @@ void MoeLayer::experts_forward(ModelEnv& env, const Tensor& in,
   a.dispatched = in;
   a.fc1_out = allocate_like(env, Shape{total, params_[fc1_.front()].local_shape[0]});
   a.act = allocate_like(env, Shape{total, params_[fc2_.front()].local_shape[1]});
-  std::int64_t first = 0;
-  for (std::size_t e = 0; e < fc1_.size(); ++e) {
-    if (rows[e] > 0) {
-      Tensor h = rows_of(a.fc1_out, first, rows[e]);
-      d.gemm(st, {.a = rows_of(in, first, rows[e]),
-                  .b = params_[fc1_[e]].compute,
-                  .c = h,
-                  .transpose_b = true});
-    }
-    first += rows[e];
-  }
+  for_each_expert_block(rows, [&](std::size_t e, std::int64_t first, std::int64_t n) {
+    Tensor h = rows_of(a.fc1_out, first, n);
+    d.gemm(
+        st,
+        {.a = rows_of(in, first, n), .b = params_[fc1_[e]].compute, .c = h, .transpose_b = true});
+  });
   if (total > 0) activation(env, a.fc1_out, a.act);
-  first = 0;
-  for (std::size_t e = 0; e < fc2_.size(); ++e) {
-    if (rows[e] > 0) {
-      Tensor out = rows_of(y, first, rows[e]);
-      d.gemm(st, {.a = rows_of(a.act, first, rows[e]),
-                  .b = params_[fc2_[e]].compute,
-                  .c = out,
-                  .transpose_b = true});
-    }
-    first += rows[e];
-  }
+  for_each_expert_block(rows, [&](std::size_t e, std::int64_t first, std::int64_t n) {
+    Tensor out = rows_of(y, first, n);
+    d.gemm(st, {.a = rows_of(a.act, first, n),
+                .b = params_[fc2_[e]].compute,
+                .c = out,
+                .transpose_b = true});
+  });
 }
 
 void MoeLayer::experts_backward(ModelEnv& env, const Tensor& dy,
@@ -279,41 +287,26 @@ void MoeLayer::experts_backward(ModelEnv& env, const Tensor& dy,
   Device& d = env.device;
   Stream& st = env.stream;
   const std::int64_t total = dy.shape[0];
+  // Per expert: the input gradient of a linear layer and its weight gradient (accumulated).
+  auto linear_backward = [&](const Tensor& grad, const Tensor& input, Parameter& w,
+                             Tensor& grad_input) {
+    d.gemm(st, {.a = grad, .b = w.compute, .c = grad_input});
+    d.gemm(st, {.a = grad, .b = input, .c = w.grad, .transpose_a = true, .beta = 1.0f});
+  };
   Tensor d_act = allocate_like(env, a.act.shape);
-  std::int64_t first = 0;
-  for (std::size_t e = 0; e < fc2_.size(); ++e) {
-    if (rows[e] > 0) {
-      Parameter& w2 = params_[fc2_[e]];
-      const Tensor dy_e = rows_of(dy, first, rows[e]);
-      Tensor da = rows_of(d_act, first, rows[e]);
-      d.gemm(st, {.a = dy_e, .b = w2.compute, .c = da});
-      d.gemm(st, {.a = dy_e,
-                  .b = rows_of(a.act, first, rows[e]),
-                  .c = w2.grad,
-                  .transpose_a = true,
-                  .beta = 1.0f});
-    }
-    first += rows[e];
-  }
+  for_each_expert_block(rows, [&](std::size_t e, std::int64_t first, std::int64_t n) {
+    Tensor da = rows_of(d_act, first, n);
+    linear_backward(rows_of(dy, first, n), rows_of(a.act, first, n), params_[fc2_[e]], da);
+  });
   a.act = Tensor{};
   Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
   if (total > 0) activation_backward(env, d_act, a.fc1_out, d_fc1);
   d_act = a.fc1_out = Tensor{};
-  first = 0;
-  for (std::size_t e = 0; e < fc1_.size(); ++e) {
-    if (rows[e] > 0) {
-      Parameter& w1 = params_[fc1_[e]];
-      const Tensor dh = rows_of(d_fc1, first, rows[e]);
-      Tensor dxe = rows_of(d_in, first, rows[e]);
-      d.gemm(st, {.a = dh, .b = w1.compute, .c = dxe});
-      d.gemm(st, {.a = dh,
-                  .b = rows_of(a.dispatched, first, rows[e]),
-                  .c = w1.grad,
-                  .transpose_a = true,
-                  .beta = 1.0f});
-    }
-    first += rows[e];
-  }
+  for_each_expert_block(rows, [&](std::size_t e, std::int64_t first, std::int64_t n) {
+    Tensor dx = rows_of(d_in, first, n);
+    linear_backward(rows_of(d_fc1, first, n), rows_of(a.dispatched, first, n), params_[fc1_[e]],
+                    dx);
+  });
   a.dispatched = Tensor{};
 }
 

@@ -81,6 +81,10 @@ struct MoeActivations {
   std::int64_t sequence_tokens = 0;
 };
 
+// sum[e] += more[e], sum grown to more's length: tokens per expert added up over layers
+// and chunks.
+void add_counts(std::vector<std::int64_t>& sum, const std::vector<std::int64_t>& more);
+
 class MoeLayer {
  public:
   // Registers the router, this rank's experts and the shared expert under `prefix`

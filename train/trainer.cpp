@@ -219,11 +219,7 @@ Trainer::~Trainer() = default;
 
 std::vector<std::int64_t> Trainer::routed_per_expert() const {
   std::vector<std::int64_t> sum;
-  for (const auto& c : chunks_) {
-    const auto r = c->routed_per_expert();
-    sum.resize(std::max(sum.size(), r.size()), 0);
-    for (std::size_t e = 0; e < r.size(); ++e) sum[e] += r[e];
-  }
+  for (const auto& c : chunks_) add_counts(sum, c->routed_per_expert());
   return sum;
 }
 

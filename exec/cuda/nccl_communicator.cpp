@@ -42,6 +42,7 @@ class NcclHandle {
 };
 
 using collective_checks::check_disjoint;
+using collective_checks::check_gathered_counts;
 using collective_checks::check_multiple;
 using collective_checks::check_rank;
 using collective_checks::check_same_dtype;
@@ -361,10 +362,7 @@ std::unique_ptr<Work> NcclCommunicator::batch_p2p(Stream& s, std::span<const P2P
 void NcclCommunicator::all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
                                          std::span<std::int64_t> all) {
   const CallSite where{"all_gather_counts", name_, size_};
-  if (all.size() != mine.size() * static_cast<std::size_t>(size_))
-    throw std::invalid_argument(describe(where) + ": " + std::to_string(all.size()) +
-                                " places for " + std::to_string(size_) + " members' " +
-                                std::to_string(mine.size()) + " counts");
+  check_gathered_counts(mine.size(), all.size(), size_, where);
   if (mine.empty()) return;  // every member holds none (the same length on each)
   Tensor send = device_.allocate(Shape{static_cast<std::int64_t>(mine.size())}, DType::int64);
   Tensor recv = device_.allocate(Shape{static_cast<std::int64_t>(all.size())}, DType::int64);

@@ -37,6 +37,13 @@ void check_multiple(std::int64_t have, std::string_view have_what, int size, std
                                 std::to_string(block) + " = " + std::to_string(size * block));
 }
 
+void check_gathered_counts(std::size_t mine, std::size_t all, int size, const CallSite& where) {
+  if (all != mine * static_cast<std::size_t>(size))
+    throw std::invalid_argument(describe(where) + ": " + std::to_string(all) + " places for " +
+                                std::to_string(size) + " members' " + std::to_string(mine) +
+                                " counts");
+}
+
 void check_split_counts(std::span<const std::int64_t> counts, std::string_view counts_what,
                         std::int64_t total, std::string_view tensor_what, int size,
                         const CallSite& where) {

@@ -37,6 +37,8 @@ void check_multiple(std::int64_t have, std::string_view have_what, int size, std
 void check_split_counts(std::span<const std::int64_t> counts, std::string_view counts_what,
                         std::int64_t total, std::string_view tensor_what, int size,
                         const CallSite& where);
+// An all_gather_counts: `all` holds `size` members' `mine` counts.
+void check_gathered_counts(std::size_t mine, std::size_t all, int size, const CallSite& where);
 // 0 ≤ r < size, e.g. a broadcast's root or a p2p peer.
 void check_rank(int r, std::string_view what, int size, const CallSite& where);
 

@@ -259,10 +259,7 @@ std::unique_ptr<Work> MpiCommunicator::batch_p2p(Stream&, std::span<const P2POp>
 void MpiCommunicator::all_gather_counts(Stream&, std::span<const std::int64_t> mine,
                                         std::span<std::int64_t> all) {
   const CallSite where{"all_gather_counts", name_, size_};
-  if (all.size() != mine.size() * static_cast<std::size_t>(size_))
-    throw std::invalid_argument(describe(where) + ": " + std::to_string(all.size()) +
-                                " places for " + std::to_string(size_) + " members' " +
-                                std::to_string(mine.size()) + " counts");
+  collective_checks::check_gathered_counts(mine.size(), all.size(), size_, where);
   const int n = mpi_count(static_cast<std::int64_t>(mine.size()), "counts", where);
   issue(where.op, [mine, all, n, context = describe(where)](MPI_Comm comm) {
     check_mpi(MPI_Allgather(mine.data(), n, MPI_INT64_T, all.data(), n, MPI_INT64_T, comm),

@@ -1,7 +1,8 @@
 // MpiCommunicator::all_to_all_v on 4 ranks: a seeded, uneven split matrix (zero counts
 // included, one rank sending nothing at all) on the world and on split sub-groups, every
 // received element checked against the sender and position it must come from; and the
-// argument checks, whose messages name the call, the group and the numbers.
+// argument checks, whose messages name the call, the group and the numbers. Also the host
+// counts' all-gather of the mixture of experts.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -142,6 +143,29 @@ TEST_F(AllToAllV4, BadSplitsNameCallGroupAndNumbers) {
       "all_to_all_v on group world (size 4): input and output share memory");
   // Nothing was issued by the refused calls: the group still works.
   exchange_and_check(world_, seeded_counts(4, 7), DType::int64);
+}
+
+// all_gather_counts, the MoE split sizes on the host: rank r's 3 counts (r, 10 r, 100 r)
+// land at r · 3 on every rank, on the world and on a sub-group (group ranks); a result of
+// the wrong length is refused naming the call, the group and the numbers.
+TEST_F(AllToAllV4, HostCountsAreGatheredRankMajor) {
+  const std::int64_t r = world_.rank();
+  const std::vector<std::int64_t> mine{r, 10 * r, 100 * r};
+  std::vector<std::int64_t> all(12, -1);
+  world_.all_gather_counts(stream_, mine, all);
+  for (std::int64_t q = 0; q < 4; ++q) {
+    EXPECT_EQ(all[static_cast<std::size_t>(3 * q)], q);
+    EXPECT_EQ(all[static_cast<std::size_t>(3 * q + 1)], 10 * q);
+    EXPECT_EQ(all[static_cast<std::size_t>(3 * q + 2)], 100 * q);
+  }
+  auto pair = world_.split_mpi(world_.rank() % 2, world_.rank(), "pair");
+  std::vector<std::int64_t> two(6, -1);
+  pair->all_gather_counts(stream_, mine, two);
+  EXPECT_EQ(two[0], world_.rank() % 2);      // group rank 0 is world rank 0 or 1
+  EXPECT_EQ(two[3], world_.rank() % 2 + 2);  // group rank 1 is world rank 2 or 3
+  std::vector<std::int64_t> short_result(11);
+  EXPECT_EQ(invalid_argument_of([&] { world_.all_gather_counts(stream_, mine, short_result); }),
+            "all_gather_counts on group world (size 4): 11 places for 4 members' 3 counts");
 }
 
 }  // namespace
