@@ -127,6 +127,12 @@ struct TrainingConfig {
   std::int64_t save_interval = 0;  // 0: no periodic checkpoints
   bool bf16 = false;
   bool fp16 = false;
+  // Megatron's: gradients accumulated and data-parallel reduced in fp32. Off, fp16 runs
+  // reduce 16-bit gradients; bf16 runs always reduce in fp32 (Megatron forces it on).
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  // Megatron-DeepSpeed's --deepspeed: DeepSpeed's engine and its fp16 optimizer over
+  // flattened parameters. Only the simulator reads it (the optimizer step's host cost).
+  bool deepspeed = false;
 
   bool operator==(const TrainingConfig&) const = default;
 };

@@ -440,6 +440,14 @@ std::vector<FieldDef> training_fields_rest() {
                  {"save_interval", "iterations between checkpoints (0: none)", non_negative()}),
       make_field(t, &T::bf16, {"bf16", "bf16 mixed precision"}),
       make_field(t, &T::fp16, {"fp16", "fp16 mixed precision"}),
+      make_field(t, &T::accumulate_allreduce_grads_in_fp32,
+                 {"accumulate_allreduce_grads_in_fp32",
+                  "reduce gradients over dp in fp32 (always so with bf16; fp16 reduces 16-bit "
+                  "gradients without it)"}),
+      make_field(t, &T::deepspeed,
+                 {"deepspeed",
+                  "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "
+                  "parameters); the simulator's optimizer host cost only"}),
   };
 }
 

@@ -141,6 +141,9 @@ double CostModel::model_seconds(const OpDesc& op) const {
   if (is_fused_attention(op.op)) return fused_attention_seconds(gpu_, op);  // op_cost_llama
   if (op.op == "upload" || op.op == "download")
     return gpu_.pcie.latency.value + op.bytes / gpu_.pcie.bandwidth.value;
+  // Rule 5: one multi-tensor kernel covers many tensors, so no launch per tensor.
+  if (op_class(op.op) == "optimizer")
+    return roofline_seconds(op.flops, op.bytes) - gpu_.kernel_launch.value;
   return roofline_seconds(op.flops, op.bytes);
 }
 

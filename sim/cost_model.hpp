@@ -28,6 +28,10 @@
 //    fp32, five kernels each way over the scores: B·heads = 2 (tp 8 of 16 heads, micro
 //    batch 1), T = 1024 → 9 kernels forward instead of 5, 37 instead of 4 bytes per score.
 // 4. upload/download cross PCIe: pcie latency + bytes / pcie bandwidth, no launch.
+// 5. The optimizer's ops (adam, sum_squares: one per parameter tensor here) are, in
+//    Megatron, multi-tensor kernels (apex FusedAdam and multi_tensor_l2norm through
+//    multi_tensor_apply: up to 110 tensors per launch): bandwidth only, no launch per
+//    tensor. The host pays host_optimizer_tensor per tensor instead of a kernel issue.
 //
 // A CalibrationTable (sim/calibration.hpp) overrides the model: an exact row gives the
 // time; otherwise a (op, dtype) with rows scales the model by their fitted factor.

@@ -3,9 +3,14 @@
 // kernel launch does. HostIssueCommunicator wraps a sim communicator and charges that
 // time on the SimDevice's host issue clock before handing the call on, so the collective
 // starts no earlier than the host issued it and later ops wait behind the issue.
+// Where Megatron's host really waits it tells the device (SimDevice::host_waited): after
+// a p2p group (batch_p2p_sync: torch.cuda.synchronize() after batch_isend_irecv), after
+// gathering integers to the host, after a barrier; after a collective's wait only with
+// GpuSpec::host_waits_for_collectives.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,44 +32,75 @@ class HostIssueCommunicator : public Communicator {
   }
   std::unique_ptr<Work> all_reduce(Stream& s, Tensor& buffer, ReduceOp op) override {
     issue();
-    return inner_.all_reduce(s, buffer, op);
+    return collective(inner_.all_reduce(s, buffer, op));
   }
   std::unique_ptr<Work> all_gather(Stream& s, const Tensor& input, Tensor& output) override {
     issue();
-    return inner_.all_gather(s, input, output);
+    return collective(inner_.all_gather(s, input, output));
   }
   std::unique_ptr<Work> reduce_scatter(Stream& s, const Tensor& input, Tensor& output,
                                        ReduceOp op) override {
     issue();
-    return inner_.reduce_scatter(s, input, output, op);
+    return collective(inner_.reduce_scatter(s, input, output, op));
   }
   std::unique_ptr<Work> broadcast(Stream& s, Tensor& buffer, int root) override {
     issue();
-    return inner_.broadcast(s, buffer, root);
+    return collective(inner_.broadcast(s, buffer, root));
   }
   std::unique_ptr<Work> all_to_all(Stream& s, const Tensor& input, Tensor& output) override {
     issue();
-    return inner_.all_to_all(s, input, output);
+    return collective(inner_.all_to_all(s, input, output));
   }
   std::unique_ptr<Work> all_to_all_v(Stream& s, const Tensor& input,
                                      std::span<const std::int64_t> send_counts, Tensor& output,
                                      std::span<const std::int64_t> recv_counts) override {
     issue();
-    return inner_.all_to_all_v(s, input, send_counts, output, recv_counts);
+    return collective(inner_.all_to_all_v(s, input, send_counts, output, recv_counts));
   }
   void all_gather_counts(Stream& s, std::span<const std::int64_t> mine,
                          std::span<std::int64_t> all) override {
     issue();
     inner_.all_gather_counts(s, mine, all);
+    device_.host_waited();
   }
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     issue();
-    return inner_.batch_p2p(s, ops);
+    return std::make_unique<HostWaitWork>(inner_.batch_p2p(s, ops), device_);
   }
-  void barrier() override { inner_.barrier(); }
+  void barrier() override {
+    inner_.barrier();
+    device_.host_waited();
+  }
 
  private:
-  void issue() { device_.host_work(device_.host().collective_issue, "collective issue"); }
+  // A collective's Work: the host sits through its wait only if the preset says so.
+  std::unique_ptr<Work> collective(std::unique_ptr<Work> work) {
+    if (!device_.host().waits_for_collectives) return work;
+    return std::make_unique<HostWaitWork>(std::move(work), device_);
+  }
+
+  // Work whose wait() the host really sits through.
+  class HostWaitWork : public Work {
+   public:
+    HostWaitWork(std::unique_ptr<Work> inner, SimDevice& device)
+        : inner_(std::move(inner)), device_(device) {}
+    void wait() override {
+      inner_->wait();
+      device_.host_waited();
+    }
+    bool test() override { return inner_->test(); }
+    std::optional<WorkTiming> timing() const override { return inner_->timing(); }
+
+   private:
+    std::unique_ptr<Work> inner_;
+    SimDevice& device_;
+  };
+
+  // Megatron returns before calling torch.distributed on a group of one (mappings.py:
+  // "Bypass the function if we are using only 1 GPU"), so such a call costs the host nothing.
+  void issue() {
+    if (inner_.size() > 1) device_.host_work(device_.host().collective_issue, "collective issue");
+  }
 
   Communicator& inner_;
   SimDevice& device_;

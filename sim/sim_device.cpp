@@ -28,11 +28,16 @@ class PhantomStorage : public Storage {
 
 class SimEvent : public Event {
  public:
+  explicit SimEvent(double* host_waited) : host_waited_(host_waited) {}
   void synchronize() override {
     if (time_ > sim_now()) simgrid::s4u::this_actor::sleep_until(time_);
+    *host_waited_ = std::max(*host_waited_, sim_now());
   }
   bool query() override { return time_ <= sim_now(); }
   double time_ = 0;
+
+ private:
+  double* host_waited_;
 };
 
 std::int64_t last_dim(const Tensor& t) {
@@ -59,6 +64,7 @@ void SimStream::wait(Event& event) {
 
 void SimStream::synchronize() {
   if (ready_ > sim_now()) simgrid::s4u::this_actor::sleep_until(ready_);
+  if (host_waited_) *host_waited_ = std::max(*host_waited_, sim_now());
 }
 
 double SimStream::enqueue(double seconds) {
@@ -74,18 +80,30 @@ void SimStream::wait_until(double time) {
   ready_ = std::max(ready_, time);
 }
 
-HostCosts host_costs(const GpuSpec& gpu) {
+bool megatron_grad_copy_kernels(const TrainingConfig& t) {
+  return t.fp16 && !t.accumulate_allreduce_grads_in_fp32 && !t.deepspeed;
+}
+
+HostCosts host_costs(const GpuSpec& gpu, bool grad_copy_kernels) {
   return {.kernel_issue = gpu.host_kernel_issue.value,
           .collective_issue = gpu.host_collective_issue.value,
           .microbatch = gpu.host_microbatch.value,
-          .iteration = gpu.host_iteration.value};
+          .iteration = gpu.host_iteration.value,
+          .optimizer_tensor = gpu.host_optimizer_tensor.value +
+                              (grad_copy_kernels ? gpu.host_kernel_issue.value : 0.0),
+          .unfused_softmax = gpu.host_unfused_softmax.value,
+          .waits_for_collectives = gpu.host_waits_for_collectives};
 }
 
 SimDevice::SimDevice(Pricer price, SimDeviceOptions options)
     : price_(std::move(price)),
       options_(options),
       memory_(std::make_shared<MemoryTracker>()),
-      default_stream_(std::make_unique<SimStream>("compute", &host_)) {}
+      default_stream_(std::make_unique<SimStream>("compute", &host_, &host_waited_)) {
+  // The host starts out waiting now: a device made later in a run (the search's dry run
+  // simulates one scenario after another in one engine) issues nothing earlier.
+  if (simgrid::s4u::Engine::is_initialized()) host_waited_ = sim_now();
+}
 
 SimDevice::~SimDevice() = default;
 
@@ -95,11 +113,11 @@ Tensor SimDevice::allocate(const Shape& shape, DType dtype) {
 }
 
 std::unique_ptr<Stream> SimDevice::create_stream(std::string name) {
-  return std::make_unique<SimStream>(std::move(name), &host_);
+  return std::make_unique<SimStream>(std::move(name), &host_, &host_waited_);
 }
 
 std::unique_ptr<Event> SimDevice::create_event() {
-  return std::make_unique<SimEvent>();
+  return std::make_unique<SimEvent>(&host_waited_);
 }
 
 std::chrono::steady_clock::time_point SimDevice::trace_time(Stream& s) {
@@ -116,9 +134,13 @@ double SimDevice::activation_bytes(std::int64_t elements) const {
          static_cast<double>(dtype_size(options_.compute_dtype).value);
 }
 
+void SimDevice::host_waited() {
+  host_waited_ = std::max(host_waited_, sim_now());
+}
+
 void SimDevice::host_work(double seconds, const std::string& what) {
   if (seconds <= 0) return;
-  host_ = std::max(host_, sim_now()) + seconds;
+  host_ = std::max(host_, host_waited_) + seconds;
   host_seconds_[what] += seconds;
 }
 
@@ -142,10 +164,16 @@ const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {
   if (it == priced_.end())
     it = priced_
              .emplace(op, PricedOp{.seconds = price_(op),
-                                   .issue_seconds = options_.host.kernel_issue * kernels_of_op(op),
+                                   .issue_seconds = issue_seconds(op),
                                    .report_total = &op_seconds_[op_report_key(op)]})
              .first;
   return it->second;
+}
+
+double SimDevice::issue_seconds(const OpDesc& op) const {
+  if (op_class(op.op) == "optimizer") return options_.host.optimizer_tensor;  // rule 5
+  const double fallback = megatron_fused_softmax(op) ? 0 : options_.host.unfused_softmax;
+  return options_.host.kernel_issue * kernels_of_op(op) + fallback;
 }
 
 void SimDevice::run(Stream& s, OpDesc op) {
@@ -345,13 +373,24 @@ void SimDevice::embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) {
                    8.0 * static_cast<double>(a.grad_output.numel())});
 }
 
+// Megatron computes the loss of 16-bit logits in fp32 (fp16_lm_cross_entropy off, its
+// default): logits.float(), then VocabParallelCrossEntropy's in-place fp32 passes. Bytes
+// per logit, 16-bit: max = .float() 2 + 4, max 4, subtract 8; sums = exp 8, sum 4, divide 8;
+// backward = multiply by the loss gradient 8, back to 16 bits 4 + 2. In fp32: the passes
+// without the conversions.
+double SimDevice::cross_entropy_bytes(const Tensor& logits, double bytes_16bit,
+                                      double bytes_fp32) const {
+  const bool half = dtype_size(options_.compute_dtype).value == 2;
+  return static_cast<double>(logits.numel()) * (half ? bytes_16bit : bytes_fp32);
+}
+
 void SimDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor&) {
   run(s, {.op = "cross_entropy_max",
           .dtype = options_.compute_dtype,
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = static_cast<double>(a.logits.numel()),
-          .bytes = activation_bytes(a.logits.numel())});
+          .bytes = cross_entropy_bytes(a.logits, 18, 12)});
 }
 
 void SimDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor&, Tensor&,
@@ -361,7 +400,7 @@ void SimDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const T
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = 4.0 * static_cast<double>(a.logits.numel()),
-          .bytes = activation_bytes(a.logits.numel())});
+          .bytes = cross_entropy_bytes(a.logits, 20, 20)});
 }
 
 void SimDevice::cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor&, const Tensor&,
@@ -380,7 +419,7 @@ void SimDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, con
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = 4.0 * static_cast<double>(a.logits.numel()),
-          .bytes = activation_bytes(2 * a.logits.numel())});
+          .bytes = cross_entropy_bytes(a.logits, 14, 8)});
 }
 
 void SimDevice::add(Stream& s, const Tensor& a, const Tensor&, Tensor&) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/moe_routing.hpp"
 
@@ -31,23 +32,33 @@ namespace tandem::sim {
 
 // What the issuing host spends (seconds), from the GPU preset (GpuSpec host_*).
 struct HostCosts {
-  double kernel_issue = 0;      // per kernel of a Device op (kernels_of_op in cost_model)
-  double collective_issue = 0;  // per collective or p2p group
-  double microbatch = 0;        // fixed per microbatch (charged after its forward pass)
-  double iteration = 0;         // fixed per iteration (charged when the step begins)
+  double kernel_issue = 0;             // per kernel of a Device op (kernels_of_op in cost_model)
+  double collective_issue = 0;         // per collective or p2p group
+  double microbatch = 0;               // fixed per microbatch (charged after its forward pass)
+  double iteration = 0;                // fixed per iteration (charged when the step begins)
+  double optimizer_tensor = 0;         // per optimizer op (a tensor in a multi-tensor kernel)
+  double unfused_softmax = 0;          // per attention op with the unfused softmax, beyond kernels
+  bool waits_for_collectives = false;  // the host sits through every collective's wait
 };
-HostCosts host_costs(const GpuSpec& gpu);
+// `grad_copy_kernels`: the optimizer step issues one kernel per parameter tensor besides
+// its multi-tensor kernels. Megatron-LM's Float16Optimizer does with 16-bit gradients
+// (main_param.grad = model_param.main_grad.float(), a Python loop over the parameters);
+// DeepSpeed's fp16 optimizer, on flattened parameters, does not.
+HostCosts host_costs(const GpuSpec& gpu, bool grad_copy_kernels = false);
+// Whether `t` copies 16-bit gradients per parameter (host_costs' grad_copy_kernels).
+bool megatron_grad_copy_kernels(const TrainingConfig& t);
 
 // A stream of the sim device: the simulated time (seconds) at which its issued work ends.
 class SimStream : public Stream {
  public:
   // `host` is the issuing host's clock (the device's); null for a host that issues at once.
-  explicit SimStream(std::string name, const double* host = nullptr)
-      : name_(std::move(name)), host_(host) {}
+  // `host_waited` is where synchronize() records that the host itself waited.
+  explicit SimStream(std::string name, const double* host = nullptr, double* host_waited = nullptr)
+      : name_(std::move(name)), host_(host), host_waited_(host_waited) {}
   std::string_view name() const override { return name_; }
   void record(Event& event) override;
   void wait(Event& event) override;
-  void synchronize() override;  // the host actor sleeps until ready()
+  void synchronize() override;  // the host actor sleeps until ready(), and the host waited
 
   // The earliest start of work issued now: after the stream's issued work and after the
   // host finished issuing everything so far.
@@ -65,6 +76,7 @@ class SimStream : public Stream {
  private:
   std::string name_;
   const double* host_ = nullptr;
+  double* host_waited_ = nullptr;
   double ready_ = 0;
   double busy_ = 0;
   double host_starved_ = 0;
@@ -154,6 +166,11 @@ class SimDevice : public Device {
   void host_work(double seconds, const std::string& what);
   const HostCosts& host() const { return options_.host; }
   double host_clock() const { return host_; }
+  // The host itself waited until now (a synchronize, Megatron's batch_p2p_sync after a
+  // pipeline exchange, integers copied to the host): it issues nothing earlier. Waiting on
+  // a collective's Work does not count: NCCL work orders the stream, not the host, so the
+  // host runs ahead across tensor- and data-parallel collectives as PyTorch's does.
+  void host_waited();
   // Seconds the compute stream starved for the host (see SimStream::host_starved).
   double host_bound() const { return default_stream_->host_starved(); }
   // Seconds the host spent per kind of work, all iterations.
@@ -177,6 +194,8 @@ class SimDevice : public Device {
   void run(Stream& s, OpDesc op);
   // Bytes of `elements` values in the compute precision.
   double activation_bytes(std::int64_t elements) const;
+  // Bytes a cross-entropy op moves over `logits`, per logit for 16-bit or fp32 compute.
+  double cross_entropy_bytes(const Tensor& logits, double bytes_16bit, double bytes_fp32) const;
 
   // What run() derives from an op alone, once per distinct op: a step issues the same few
   // hundred shapes thousands of times, and pricing, counting kernels and naming the report
@@ -193,11 +212,13 @@ class SimDevice : public Device {
     bool operator()(const OpDesc& a, const OpDesc& b) const;
   };
   const PricedOp& priced(const OpDesc& op);
+  double issue_seconds(const OpDesc& op) const;  // the host's cost of issuing `op`
 
   Pricer price_;
   SimDeviceOptions options_;
   std::unordered_map<OpDesc, PricedOp, OpHash, OpEqual> priced_;
-  double host_ = 0;  // when the host finishes issuing what it was given so far
+  double host_ = 0;         // when the host finishes issuing what it was given so far
+  double host_waited_ = 0;  // the latest time the host waited until (host_waited())
   std::map<std::string, double> host_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;

@@ -230,11 +230,12 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     auto run = std::make_unique<RankRun>();
     RankRun& rr = *run;
     rr.ctx = contexts[static_cast<std::size_t>(rank)];
-    rr.device =
-        std::make_unique<SimDevice>(o.pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                                                               .record_ops = o.record_ops,
-                                                               .host = host_costs(topology.gpu),
-                                                               .routing = o.routing});
+    rr.device = std::make_unique<SimDevice>(
+        o.pricer,
+        SimDeviceOptions{.compute_dtype = compute_dtype(s),
+                         .record_ops = o.record_ops,
+                         .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
+                         .routing = o.routing});
     if (!o.trace_path.empty())
       rr.device->set_op_observer(
           [&rr](const OpDesc& op, double start, double seconds, double starved) {

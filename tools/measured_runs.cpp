@@ -177,6 +177,7 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     s.training.rampup_batch_size.clear();
     s.training.fp16 = precision == "fp16";
     s.training.bf16 = precision == "bf16";
+    s.training.deepspeed = true;  // vTrain measured Megatron-DeepSpeed
     s.training.recompute_granularity = recompute;
     s.training.recompute_method = "uniform";
     s.training.recompute_num_layers = 1;

@@ -63,6 +63,17 @@ struct GpuSpec {
   Seconds host_collective_issue{};  // per collective or p2p group (torch.distributed + NCCL)
   Seconds host_microbatch{};        // fixed per microbatch (forward + backward of a chunk)
   Seconds host_iteration{};         // fixed per iteration (optimizer step, loss scaler, logs)
+  // Per parameter tensor of the optimizer step (adam, the grad norm's sums): Megatron runs
+  // these as multi-tensor kernels (apex multi_tensor_apply, torch._foreach), so the host
+  // pays for putting a tensor in a list, not for a launch of its own.
+  Seconds host_optimizer_tensor{};
+  // Per attention forward or backward whose softmax runs as Megatron's PyTorch fallback
+  // (sim/cost_model.hpp rule 3b), beyond its kernels' issue: the Python of the fallback.
+  Seconds host_unfused_softmax{};
+  // Whether the host sits through a collective's Work::wait until the collective ends (as
+  // torch.distributed does with TORCH_NCCL_BLOCKING_WAIT) or only orders the stream and
+  // runs ahead (NCCL's default). Pipeline exchanges and synchronizes always stop it.
+  bool host_waits_for_collectives = false;
   Sources sources;
 
   // The dense peak for an op computing in `dtype`: fp32 → the CUDA-core rate (cuBLAS

@@ -109,6 +109,17 @@ class Section {
     return x;
   }
 
+  bool boolean(std::string_view key) const {
+    const json* v = find(key);
+    if (!v) return false;
+    if (!v->is_boolean()) {
+      out_.push_back({field(key), shown(*v),
+                      "must be true or false, not a JSON " + std::string(v->type_name())});
+      return false;
+    }
+    return v->get<bool>();
+  }
+
   int integer(std::string_view key, Range range) const {
     const json* v = find(key);
     if (!v) return 0;
@@ -168,10 +179,26 @@ class Section {
 
 GpuSpec read_gpu(const json& body, Violations& out) {
   Section s(body, "gpu",
-            {"name", "peak_tflops", "hbm_bandwidth_gbs", "memory_gib", "sm_count",
-             "kernel_launch_us", "gemm_peak_fraction", "memory_peak_fraction", "gemm_tile",
-             "pcie_gbs", "pcie_latency_us", "l2_bandwidth_gbs", "host_kernel_issue_us",
-             "host_collective_issue_us", "host_microbatch_us", "host_iteration_us", "source"},
+            {"name",
+             "peak_tflops",
+             "hbm_bandwidth_gbs",
+             "memory_gib",
+             "sm_count",
+             "kernel_launch_us",
+             "gemm_peak_fraction",
+             "memory_peak_fraction",
+             "gemm_tile",
+             "pcie_gbs",
+             "pcie_latency_us",
+             "l2_bandwidth_gbs",
+             "host_kernel_issue_us",
+             "host_collective_issue_us",
+             "host_microbatch_us",
+             "host_iteration_us",
+             "host_optimizer_tensor_us",
+             "host_unfused_softmax_us",
+             "host_waits_for_collectives",
+             "source"},
             out);
   GpuSpec g;
   if (!s.ok()) return g;
@@ -221,6 +248,10 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   g.host_collective_issue = host_us("host_collective_issue_us");
   g.host_microbatch = host_us("host_microbatch_us");
   g.host_iteration = host_us("host_iteration_us");
+  g.host_optimizer_tensor = host_us("host_optimizer_tensor_us");
+  g.host_unfused_softmax = host_us("host_unfused_softmax_us");
+  g.host_waits_for_collectives =
+      s.body().contains("host_waits_for_collectives") && s.boolean("host_waits_for_collectives");
   g.sources = s.sources();
   return g;
 }
@@ -446,6 +477,9 @@ nlohmann::json to_json(const Topology& t) {
   optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
   optional("host_microbatch_us", g.host_microbatch.value / kMicro);
   optional("host_iteration_us", g.host_iteration.value / kMicro);
+  optional("host_optimizer_tensor_us", g.host_optimizer_tensor.value / kMicro);
+  optional("host_unfused_softmax_us", g.host_unfused_softmax.value / kMicro);
+  if (g.host_waits_for_collectives) gpu["host_waits_for_collectives"] = true;
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},
                {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},

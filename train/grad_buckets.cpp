@@ -7,8 +7,13 @@
 namespace tandem {
 
 GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-                         Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp)
-    : params_(params), reduction_(reduction), device_(device), stream_(stream) {
+                         Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp,
+                         DType reduce_dtype)
+    : params_(params),
+      reduction_(reduction),
+      reduce_dtype_(reduce_dtype),
+      device_(device),
+      stream_(stream) {
   const auto& layout = params.buckets();
   if (shard.bucket_slices.size() != layout.size())
     throw std::invalid_argument("GradBuckets: the optimizer shard has " +
@@ -40,13 +45,23 @@ void GradBuckets::begin_step(int last_microbatch) {
   }
 }
 
+bool GradBuckets::converts(const Bucket& b) const {
+  // A group of one sums nothing: its gradients stay as they are, in fp32.
+  return reduce_dtype_ != DType::fp32 && b.group->size() > 1;
+}
+
 void GradBuckets::launch(Bucket& b) {
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
+  if (converts(b)) {
+    b.reduced = device_.allocate(view.shape, reduce_dtype_);
+    device_.copy(stream_, view, b.reduced);
+    view = b.reduced;
+  }
   if (reduction_ == GradReduction::all_reduce) {
     b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
     return;
   }
-  b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, DType::fp32);
+  b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, view.dtype);
   b.work = b.group->reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
 }
 
@@ -69,6 +84,11 @@ void GradBuckets::finish() {
   for (auto& b : buckets_) {
     b.work->wait();
     b.work.reset();
+    if (reduction_ == GradReduction::all_reduce && converts(b)) {
+      Tensor whole = params_.grads().view(Shape{b.end - b.begin}, b.begin);
+      device_.copy(stream_, b.reduced, whole);  // back to the fp32 gradients
+    }
+    b.reduced = Tensor{};
     if (reduction_ == GradReduction::reduce_scatter) {
       // This rank's slice of the sum goes where the optimizer reads its gradients.
       Tensor slice = params_.grads().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);

@@ -27,9 +27,12 @@ class GradBuckets : public GradReadyHook {
  public:
   // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
   // writes and what the parameter all-gather sends).
-  // The experts' buckets reduce over `expert_dp` (needed when there are any).
+  // The experts' buckets reduce over `expert_dp` (needed when there are any). With a
+  // 16-bit `reduce_dtype` (Megatron's fp16 without accumulate_allreduce_grads_in_fp32)
+  // each bucket's gradients are converted to it, reduced, and converted back.
   GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-              Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr);
+              Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr,
+              DType reduce_dtype = DType::fp32);
 
   // Gradients are final during the backward of microbatch `last_microbatch`.
   void begin_step(int last_microbatch);
@@ -54,12 +57,15 @@ class GradBuckets : public GradReadyHook {
     Communicator* group = nullptr;  // dp, or expert-dp for the experts' buckets
     std::unique_ptr<Work> work;
     Tensor scattered;  // (slice) the reduce-scatter's output until it is written back
+    Tensor reduced;    // the bucket in the reduce dtype while it is reduced (16-bit only)
     std::unique_ptr<Work> gather;
   };
   void launch(Bucket& b);
+  bool converts(const Bucket& b) const;  // reduced in reduce_dtype_ (16-bit, group > 1)
 
   ParameterSet& params_;
   GradReduction reduction_;
+  DType reduce_dtype_;
   Device& device_;
   Stream& stream_;
   std::vector<Bucket> buckets_;

@@ -210,7 +210,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
-      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
+      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp,
+      t.fp16 && !t.accumulate_allreduce_grads_in_fp32 ? DType::fp16 : DType::fp32);
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
 }

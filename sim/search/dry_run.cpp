@@ -213,8 +213,10 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
                                      std::int64_t& built_bytes) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
   // The issuing host as the simulator has it (sim_runner): its span bounds host-bound steps.
-  SimDevice device(pricer, SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                                            .host = host_costs(topology.gpu)});
+  SimDevice device(
+      pricer,
+      SimDeviceOptions{.compute_dtype = compute_dtype(s),
+                       .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training))});
   StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;

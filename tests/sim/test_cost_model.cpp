@@ -167,6 +167,21 @@ TEST(CostModelRoofline, ElementwiseOpsAreMemoryOrComputeBound) {
   EXPECT_DOUBLE_EQ(model.seconds({.op = "fill"}), kLaunch);
 }
 
+// Rule 5: Adam over 10 M fp32 parameters moves 28 bytes each (read parameter, gradient
+// and both moments; write parameter and moments) as part of a multi-tensor kernel: bytes
+// over bandwidth, with no launch of its own. The grad norm's sum of squares likewise.
+TEST(CostModelRoofline, OptimizerOpsAreMultiTensorKernelsWithoutALaunchEach) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const double n = 10e6;
+  const double bandwidth = kA100Hbm * gpu.memory_peak_fraction;
+  EXPECT_NEAR(model.seconds({.op = "adam", .m = 10000000, .flops = 12 * n, .bytes = 28 * n}),
+              28 * n / bandwidth, 1e-12);
+  EXPECT_NEAR(model.seconds({.op = "sum_squares", .m = 10000000, .flops = 2 * n, .bytes = 4 * n}),
+              4 * n / bandwidth, 1e-12);
+  EXPECT_DOUBLE_EQ(model.seconds({.op = "adam"}), 0.0);
+}
+
 TEST(CostModelRoofline, UploadAndDownloadCrossPcie) {
   const GpuSpec gpu = a100();
   const CostModel model(gpu);

@@ -24,6 +24,7 @@
 #include "exec/cpu/self_communicator.hpp"
 #include "schedules/layout.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/host_issue.hpp"
 #include "sim/platform.hpp"
 #include "sim/sim_communicator.hpp"
 #include "sim/sim_runner.hpp"
@@ -56,6 +57,7 @@ nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology,
     if (!with_host) {
       t.gpu.host_kernel_issue = t.gpu.host_collective_issue = Seconds(0);
       t.gpu.host_microbatch = t.gpu.host_iteration = Seconds(0);
+      t.gpu.host_optimizer_tensor = t.gpu.host_unfused_softmax = Seconds(0);
     }
     SimulateOptions o = options_for(t, mode);
     o.iterations = iterations;
@@ -116,6 +118,45 @@ TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
   ASSERT_EQ(sim_ops.size(), cpu_ops.size());
   for (std::size_t i = 0; i < cpu_ops.size(); ++i)
     ASSERT_EQ(sim_ops[i], cpu_ops[i]) << "op " << i << " differs";
+}
+
+// Gradient bytes rank 0 all-reduces over dp in one iteration of `s` (world 2, dp 2): the
+// buckets, not the one-number reductions (loss, found-inf) beside them.
+std::int64_t dp_all_reduce_bytes(const Scenario& s) {
+  const auto j = in_child([&] {
+    const Topology t = load_topology("dgx-a100-80g");
+    SimulateOptions o = options_for(t, SimMode::full);
+    o.record_ops = true;
+    const SimReport r = simulate(s, t, o);
+    std::int64_t bytes = 0;
+    for (const auto& c : r.ranks.at(0).collectives)
+      if (c.rfind("all_reduce dp ", 0) == 0) {
+        const std::int64_t b = std::stoll(c.substr(c.rfind(' ') + 1));
+        if (b > 16) bytes += b;
+      }
+    return nlohmann::json{{"bytes", bytes}};
+  });
+  if (j.contains("error")) throw std::runtime_error(j.dump());
+  return j.at("bytes").get<std::int64_t>();
+}
+
+// Megatron's data-parallel gradient reduction: fp16 runs reduce 16-bit gradients unless
+// accumulate_allreduce_grads_in_fp32 is set; bf16 runs always reduce in fp32.
+TEST(SimBinding, Fp16GradientsAreReducedIn16BitsUnlessAccumulatedInFp32) {
+  Scenario s = small_gpt();
+  s.cluster.world_size = 2;
+  s.training.fp16 = true;
+  validate(s);
+  const std::int64_t fp16 = dp_all_reduce_bytes(s);
+  s.training.accumulate_allreduce_grads_in_fp32 = true;
+  const std::int64_t fp32 = dp_all_reduce_bytes(s);
+  s.training.fp16 = false;
+  s.training.bf16 = true;
+  s.training.accumulate_allreduce_grads_in_fp32 = false;
+  const std::int64_t bf16 = dp_all_reduce_bytes(s);
+  EXPECT_GT(fp16, 0);
+  EXPECT_EQ(2 * fp16, fp32);
+  EXPECT_EQ(bf16, fp32);
 }
 
 // One collective on a fresh platform, timed from inside an actor.
@@ -368,6 +409,157 @@ TEST(SimHost, LongKernelsHideTheHost) {
   ASSERT_FALSE(j.contains("error")) << j.dump();
   EXPECT_NEAR(j["end"].get<double>(), 10e-6 + 100 * 50e-6, 1e-12);
   EXPECT_NEAR(j["starved"].get<double>(), 10e-6, 1e-12);
+}
+
+// What the host pays per op kind, on a host of 10 µs per kernel, 1 µs per optimizer tensor
+// and 100 µs per unfused softmax: three adam ops; an fp16 attention whose softmax Megatron
+// fuses (B·heads = 8, T = 32); one it runs unfused (B·heads = 2, rule 3b).
+nlohmann::json host_issue_by_kind_in_child() {
+  return in_child([] {
+    const Topology t = load_topology("dgx-a100-80g");
+    int argc = 1;
+    char name[] = "test";
+    char* argv[] = {name, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    const Platform p = build_platform(t, 1);
+    SimDevice device(
+        [](const OpDesc&) { return 1e-6; },
+        SimDeviceOptions{
+            .compute_dtype = DType::fp16,
+            .host = {.kernel_issue = 10e-6, .optimizer_tensor = 1e-6, .unfused_softmax = 100e-6}});
+    double adam = 0, fused = 0, unfused = 0;
+    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+      auto issued = [&] { return device.host_seconds().at("kernel issue"); };
+      Tensor w = device.allocate(Shape{16}, DType::fp32);
+      for (int i = 0; i < 3; ++i) device.adam(device.default_stream(), {w, w, w, w});
+      adam = issued();
+      auto attention = [&](std::int64_t T, std::int64_t heads) {
+        Tensor qkv = device.allocate(Shape{T, 1, 3, heads, 4}, DType::fp16);
+        Tensor out = device.allocate(Shape{T, 1, heads, 4}, DType::fp16);
+        Tensor probs = device.allocate(Shape{1, heads, T, T}, DType::fp16);
+        const double before = issued();
+        device.attention(device.default_stream(), {qkv, out, probs});
+        return issued() - before;
+      };
+      fused = attention(32, 8);
+      unfused = attention(32, 2);
+      device.default_stream().synchronize();
+    });
+    engine.run();
+    return nlohmann::json{{"adam", adam}, {"fused", fused}, {"unfused", unfused}};
+  });
+}
+
+TEST(SimHost, OptimizerTensorsAndTheUnfusedSoftmaxHaveTheirOwnHostCost) {
+  const auto j = host_issue_by_kind_in_child();
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  // Rule 5: no kernel issue per optimizer tensor, 1 µs each.
+  EXPECT_NEAR(j["adam"].get<double>(), 3 * 1e-6, 1e-12);
+  // Rule 3: 5 kernels; rule 3b: 4 more and the fallback's Python.
+  EXPECT_NEAR(j["fused"].get<double>(), 5 * 10e-6, 1e-12);
+  EXPECT_NEAR(j["unfused"].get<double>(), 9 * 10e-6 + 100e-6, 1e-12);
+}
+
+// The host clock across waits (SimDevice::host_waited): fills of 100 µs, 10 µs to issue
+// each. The actor sits until 50 µs in a wait that is not the host's own (a collective's
+// Work: NCCL orders the stream, not the host), so the next issue still ends at 20 µs and
+// its fill runs [110, 210]. A stream synchronize is the host's own wait (until 210 µs): the
+// next issue ends at 220. A wait the binding declares (Megatron's batch_p2p_sync) counts
+// too: the host sits until 400 µs, issues until 410, the fill ends at 510.
+nlohmann::json host_clock_across_waits_in_child() {
+  return in_child([] {
+    const Topology t = load_topology("dgx-a100-80g");
+    int argc = 1;
+    char name[] = "test";
+    char* argv[] = {name, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    const Platform p = build_platform(t, 1);
+    SimDevice device([](const OpDesc&) { return 100e-6; },
+                     SimDeviceOptions{.host = {.kernel_issue = 10e-6}});
+    nlohmann::json j;
+    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+      Tensor x = device.allocate(Shape{16}, DType::fp32);
+      Stream& s = device.default_stream();
+      device.fill(s, x, 0.0f);
+      simgrid::s4u::this_actor::sleep_until(50e-6);
+      device.fill(s, x, 0.0f);
+      j["after_other_wait"] = device.host_clock();
+      s.synchronize();
+      j["synchronized_at"] = sim_now();
+      device.fill(s, x, 0.0f);
+      j["after_synchronize"] = device.host_clock();
+      simgrid::s4u::this_actor::sleep_until(400e-6);
+      device.host_waited();
+      device.fill(s, x, 0.0f);
+      j["after_declared_wait"] = device.host_clock();
+      s.synchronize();
+      j["end"] = sim_now();
+    });
+    engine.run();
+    return j;
+  });
+}
+
+TEST(SimHost, TheHostRunsAheadAcrossWaitsThatAreNotItsOwn) {
+  const auto j = host_clock_across_waits_in_child();
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NEAR(j["after_other_wait"].get<double>(), 20e-6, 1e-12);
+  EXPECT_NEAR(j["synchronized_at"].get<double>(), 210e-6, 1e-12);
+  EXPECT_NEAR(j["after_synchronize"].get<double>(), 220e-6, 1e-12);
+  EXPECT_NEAR(j["after_declared_wait"].get<double>(), 410e-6, 1e-12);
+  EXPECT_NEAR(j["end"].get<double>(), 510e-6, 1e-12);
+}
+
+// GpuSpec::host_waits_for_collectives: the actor is at 50 µs when a collective's wait
+// returns. A host that waits for collectives issues the next kernel (10 µs) from there, to
+// 60 µs; one that only orders the stream issued it long before, to 10 µs.
+double host_clock_after_a_collective_wait(bool waits) {
+  const auto j = in_child([waits] {
+    const Topology t = load_topology("dgx-a100-80g");
+    int argc = 1;
+    char name[] = "test";
+    char* argv[] = {name, nullptr};
+    simgrid::s4u::Engine engine(&argc, argv);
+    configure_network_model(engine);
+    const Platform p = build_platform(t, 1);
+    SimDevice device(
+        [](const OpDesc&) { return 1e-6; },
+        SimDeviceOptions{.host = {.kernel_issue = 10e-6, .waits_for_collectives = waits}});
+    SelfCommunicator self(device, "tp");
+    HostIssueCommunicator tp(self, device);
+    double clock = 0;
+    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+      Tensor x = device.allocate(Shape{16}, DType::fp32);
+      auto work = tp.all_reduce(device.default_stream(), x, ReduceOp::sum);
+      simgrid::s4u::this_actor::sleep_until(50e-6);
+      work->wait();
+      device.fill(device.default_stream(), x, 0.0f);
+      clock = device.host_clock();
+    });
+    engine.run();
+    return nlohmann::json{{"clock", clock}};
+  });
+  if (j.contains("error")) throw std::runtime_error(j.dump());
+  return j.at("clock").get<double>();
+}
+
+TEST(SimHost, TheHostWaitsForACollectiveOnlyWhenThePresetSaysSo) {
+  EXPECT_NEAR(host_clock_after_a_collective_wait(true), 60e-6, 1e-12);
+  EXPECT_NEAR(host_clock_after_a_collective_wait(false), 10e-6, 1e-12);
+}
+
+// Megatron skips torch.distributed on a group of one: no host cost for it.
+TEST(SimHost, AGroupOfOneCostsTheHostNothing) {
+  SimDevice device([](const OpDesc&) { return 0.0; },
+                   SimDeviceOptions{.host = {.collective_issue = 95e-6}});
+  SelfCommunicator self(device, "tp");
+  HostIssueCommunicator tp(self, device);
+  Tensor x = device.allocate(Shape{4}, DType::fp32);
+  tp.all_reduce(device.default_stream(), x, ReduceOp::sum)->wait();
+  EXPECT_EQ(device.host_seconds().count("collective issue"), 0u);
+  EXPECT_DOUBLE_EQ(device.host_clock(), 0.0);
 }
 
 // The preset's host costs reach the report: an iteration of a host-bound model is at
