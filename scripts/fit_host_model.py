@@ -6,8 +6,8 @@
 
 Procedure (documented in sim/README.md): coordinate search. Start from the preset's
 values; for each parameter in turn try it multiplied by each factor of the round (x0.5
-and x2 in the first round, their square roots in the next: x0.71, x1.41, then x0.84,
-x1.19) and keep the best; --rounds rounds. Each trial is
+and x2 in the first round, or --factors; their square roots in the next: x0.71, x1.41,
+then x0.84, x1.19) and keep the best; --rounds rounds. Each trial is
 one `tandem validate CSV --half calibration --topology TRIAL.json` (the calibration half
 only: FNV-1a 64 of the raw CSV line even), scored by the mean |error| of iteration time
 over that half. The validation half is never simulated here. No per-row factor: the
@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 PARAMS = ["host_kernel_issue_us", "host_collective_issue_us", "host_microbatch_us",
-          "host_iteration_us"]
+          "host_iteration_us", "host_optimizer_tensor_us", "host_unfused_softmax_us"]
 # Fractions of a peak: stepped by the factor's fourth root (x0.84 / x1.19 in the first
 # round) and held at most 1.
 FRACTIONS = {"gemm_peak_fraction", "memory_peak_fraction"}
@@ -65,6 +65,8 @@ def main():
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--params", default=",".join(PARAMS))
+    p.add_argument("--factors", default="0.5,2",
+                   help="the first round's factors (later rounds take their square roots)")
     p.add_argument("--write", action="store_true", help="store the best values into --preset")
     a = p.parse_args()
     with open(a.preset) as f:
@@ -74,7 +76,7 @@ def main():
     best_score, h = score(a.tandem, a.csv, preset, best, a.limit, a.jobs)
     print(f"start {best} -> mean {best_score:.2f} % median {h['median_abs_error_percent']:.2f} "
           f"max {h['max_abs_error_percent']:.2f}", flush=True)
-    factors = [0.5, 2.0]
+    factors = [float(f) for f in a.factors.split(",")]
     for rnd in range(a.rounds):
         for k in params:
             for fac in factors:
