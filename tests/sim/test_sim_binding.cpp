@@ -352,21 +352,28 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
 namespace tandem::sim {
 namespace {
 
+// Runs `body` as the one actor on a one-GPU dgx-a100-80g platform, to the end of the
+// simulation (devices the body uses are made before, outside the engine).
+void on_one_host(const std::function<void()>& body) {
+  const Topology t = load_topology("dgx-a100-80g");
+  int argc = 1;
+  char name[] = "test";
+  char* argv[] = {name, nullptr};
+  simgrid::s4u::Engine engine(&argc, argv);
+  configure_network_model(engine);
+  const Platform p = build_platform(t, 1);
+  simgrid::s4u::Actor::create("r0", p.hosts[0], body);
+  engine.run();
+}
+
 // The host issue clock: `ops` fill kernels of `op_us` each, issued by a host that spends
 // `issue_us` per kernel, then one attention op (5 kernels); the stream drained.
 nlohmann::json issue_in_child(double op_us, double issue_us, int ops) {
   return in_child([=] {
-    const Topology t = load_topology("dgx-a100-80g");
-    int argc = 1;
-    char name[] = "test";
-    char* argv[] = {name, nullptr};
-    simgrid::s4u::Engine engine(&argc, argv);
-    configure_network_model(engine);
-    const Platform p = build_platform(t, 1);
     SimDevice device([op_us](const OpDesc& op) { return op.op == "fill" ? op_us * 1e-6 : 0.0; },
                      SimDeviceOptions{.host = {.kernel_issue = issue_us * 1e-6}});
     double end = 0, before_attention = 0, starved = 0, busy = 0;
-    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+    on_one_host([&] {
       Tensor x = device.allocate(Shape{16}, DType::fp32);
       for (int i = 0; i < ops; ++i) device.fill(device.default_stream(), x, 0.0f);
       device.default_stream().synchronize();
@@ -379,7 +386,6 @@ nlohmann::json issue_in_child(double op_us, double issue_us, int ops) {
       Tensor probs = device.allocate(Shape{1, 2, 8, 8}, DType::fp32);
       device.attention(device.default_stream(), {qkv, out, probs});
     });
-    engine.run();
     return nlohmann::json{
         {"end", end},
         {"starved", starved},
@@ -416,20 +422,13 @@ TEST(SimHost, LongKernelsHideTheHost) {
 // fuses (B·heads = 8, T = 32); one it runs unfused (B·heads = 2, rule 3b).
 nlohmann::json host_issue_by_kind_in_child() {
   return in_child([] {
-    const Topology t = load_topology("dgx-a100-80g");
-    int argc = 1;
-    char name[] = "test";
-    char* argv[] = {name, nullptr};
-    simgrid::s4u::Engine engine(&argc, argv);
-    configure_network_model(engine);
-    const Platform p = build_platform(t, 1);
     SimDevice device(
         [](const OpDesc&) { return 1e-6; },
         SimDeviceOptions{
             .compute_dtype = DType::fp16,
             .host = {.kernel_issue = 10e-6, .optimizer_tensor = 1e-6, .unfused_softmax = 100e-6}});
     double adam = 0, fused = 0, unfused = 0;
-    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+    on_one_host([&] {
       auto issued = [&] { return device.host_seconds().at("kernel issue"); };
       Tensor w = device.allocate(Shape{16}, DType::fp32);
       for (int i = 0; i < 3; ++i) device.adam(device.default_stream(), {w, w, w, w});
@@ -446,7 +445,6 @@ nlohmann::json host_issue_by_kind_in_child() {
       unfused = attention(32, 2);
       device.default_stream().synchronize();
     });
-    engine.run();
     return nlohmann::json{{"adam", adam}, {"fused", fused}, {"unfused", unfused}};
   });
 }
@@ -469,17 +467,10 @@ TEST(SimHost, OptimizerTensorsAndTheUnfusedSoftmaxHaveTheirOwnHostCost) {
 // too: the host sits until 400 µs, issues until 410, the fill ends at 510.
 nlohmann::json host_clock_across_waits_in_child() {
   return in_child([] {
-    const Topology t = load_topology("dgx-a100-80g");
-    int argc = 1;
-    char name[] = "test";
-    char* argv[] = {name, nullptr};
-    simgrid::s4u::Engine engine(&argc, argv);
-    configure_network_model(engine);
-    const Platform p = build_platform(t, 1);
     SimDevice device([](const OpDesc&) { return 100e-6; },
                      SimDeviceOptions{.host = {.kernel_issue = 10e-6}});
     nlohmann::json j;
-    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+    on_one_host([&] {
       Tensor x = device.allocate(Shape{16}, DType::fp32);
       Stream& s = device.default_stream();
       device.fill(s, x, 0.0f);
@@ -497,7 +488,6 @@ nlohmann::json host_clock_across_waits_in_child() {
       s.synchronize();
       j["end"] = sim_now();
     });
-    engine.run();
     return j;
   });
 }
@@ -517,20 +507,13 @@ TEST(SimHost, TheHostRunsAheadAcrossWaitsThatAreNotItsOwn) {
 // 60 µs; one that only orders the stream issued it long before, to 10 µs.
 double host_clock_after_a_collective_wait(bool waits) {
   const auto j = in_child([waits] {
-    const Topology t = load_topology("dgx-a100-80g");
-    int argc = 1;
-    char name[] = "test";
-    char* argv[] = {name, nullptr};
-    simgrid::s4u::Engine engine(&argc, argv);
-    configure_network_model(engine);
-    const Platform p = build_platform(t, 1);
     SimDevice device(
         [](const OpDesc&) { return 1e-6; },
         SimDeviceOptions{.host = {.kernel_issue = 10e-6, .waits_for_collectives = waits}});
     SelfCommunicator self(device, "tp");
     HostIssueCommunicator tp(self, device);
     double clock = 0;
-    simgrid::s4u::Actor::create("r0", p.hosts[0], [&] {
+    on_one_host([&] {
       Tensor x = device.allocate(Shape{16}, DType::fp32);
       auto work = tp.all_reduce(device.default_stream(), x, ReduceOp::sum);
       simgrid::s4u::this_actor::sleep_until(50e-6);
@@ -538,7 +521,6 @@ double host_clock_after_a_collective_wait(bool waits) {
       device.fill(device.default_stream(), x, 0.0f);
       clock = device.host_clock();
     });
-    engine.run();
     return nlohmann::json{{"clock", clock}};
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());

@@ -290,6 +290,28 @@ TEST(TopologyValidation, EveryBrokenRuleNamesFieldValueAndRule) {
   }
 }
 
+// The issuing host's figures: optional, but a present one must be a number ≥ 0, and the
+// collective-wait switch a JSON boolean.
+TEST(TopologyValidation, HostFiguresAreNonNegativeAndTheCollectiveWaitABoolean) {
+  json j = to_json(load_topology("dgx-a100-80g"));
+  j["gpu"]["host_optimizer_tensor_us"] = -1;
+  j["gpu"]["host_unfused_softmax_us"] = "slow";
+  j["gpu"]["host_waits_for_collectives"] = "yes";
+  try {
+    parse_topology(j, "test.json");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    const auto v = by_field(e);
+    EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").value, "-1");
+    EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").rule, "must be ≥ 0");
+    EXPECT_EQ(v.at("gpu.host_unfused_softmax_us").rule, "must be a number, not a JSON string");
+    EXPECT_EQ(v.at("gpu.host_waits_for_collectives").value, "yes");
+    EXPECT_EQ(v.at("gpu.host_waits_for_collectives").rule,
+              "must be true or false, not a JSON string");
+    EXPECT_EQ(e.violations().size(), 3U);
+  }
+}
+
 TEST(TopologyValidation, NicsNeedBandwidth) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["fabric"]["nic_gbs"] = 0;
