@@ -163,8 +163,11 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     s.model.hidden_size = hidden;
     s.model.num_attention_heads = heads;
     s.model.seq_length = seq;
-    s.model.vocab_size = 50257;
-    s.model.make_vocab_size_divisible_by = 128;
+    // vTrain's model: GPT-2's 50257 tokens unpadded, 50257 / tp (rounded down) per rank,
+    // and an output layer with its own weight (vTrain src/predictor.py model_params).
+    s.model.vocab_size = tp * (50257 / tp);
+    s.model.make_vocab_size_divisible_by = 1;
+    s.model.untie_embeddings_and_output_weights = true;
     s.parallelism.tensor_model_parallel_size = tp;
     s.parallelism.pipeline_model_parallel_size = pp;
     s.parallelism.pipeline_schedule = pp == 1 && schedule == "1f1b" ? "auto" : schedule;

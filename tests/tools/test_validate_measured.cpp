@@ -1,7 +1,8 @@
 // `tandem validate FILE.csv`: measured runs (vTrain's columns) against the simulator, run
 // as a user runs it. Each row's prediction must equal `tandem simulate` of the scenario
-// the row stands for (written here by hand: fp16, full recomputation, 1F1B, vocabulary
-// 50257); each row's half must be the parity of FNV-1a 64 of its line, computed here by
+// the row stands for (written here by hand: fp16, full recomputation, 1F1B, vTrain's
+// model: vocabulary 50257 unpadded, 50257 / tp rows per rank, untied output layer); each
+// row's half must be the parity of FNV-1a 64 of its line, computed here by
 // an implementation of the published algorithm checked against its published test
 // vectors; the per-half median / mean / max are recomputed here from the rows; bad rows
 // are rejected before any simulation, naming line, column, value and rule.
@@ -71,7 +72,8 @@ std::string scenario_json(const Row& r) {
   std::ostringstream s;
   s << R"({"name": "row", "model": {"num_layers": )" << r.layers << R"(, "hidden_size": )" << r.h
     << R"(, "num_attention_heads": )" << r.heads << R"(, "seq_length": )" << r.seq
-    << R"(, "vocab_size": 50257, "make_vocab_size_divisible_by": 128},
+    << R"(, "vocab_size": )" << r.tp * (50257 / r.tp)
+    << R"(, "make_vocab_size_divisible_by": 1, "untie_embeddings_and_output_weights": true},
     "parallelism": {"tensor_model_parallel_size": )"
     << r.tp << R"(, "pipeline_model_parallel_size": )" << r.pp << R"(, "pipeline_schedule": ")"
     << (r.pp > 1 ? "1f1b" : "auto") << R"("},
