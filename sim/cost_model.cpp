@@ -159,10 +159,11 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
   const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
                             gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
-  double compute = done_flops / (gpu_.peak(dtype).value * gpu_.gemm_peak_fraction);
+  const double fraction = gemm_fraction(dtype, m, n, k);
+  double compute = done_flops / (gpu_.peak(dtype).value * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
   if (gpu_.l2_bandwidth.value > 0) {
-    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, tiling.tiles < gpu_.sm_count);
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, tiling.tiles < gpu_.sm_count, fraction);
     if (plan.compute_seconds + plan.extra_seconds < compute) {
       compute = plan.compute_seconds;
       extra = plan.extra_seconds;
@@ -173,15 +174,22 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   return gpu_.kernel_launch.value + std::max(compute, memory) + extra;
 }
 
+double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const {
+  const std::int64_t size = dtype_size(dtype).value;
+  if (gpu_.gemm_unaligned_peak_fraction <= 0 || size != 2) return gpu_.gemm_peak_fraction;
+  const bool aligned = (m * size) % 16 == 0 && (n * size) % 16 == 0 && (k * size) % 16 == 0;
+  return aligned ? gpu_.gemm_peak_fraction : gpu_.gemm_unaligned_peak_fraction;
+}
+
 // Rule 2b: try the preset tile and its halvings (down to 64 × 64) and, when the preset
 // tile leaves SMs idle, split K (k cut into s slices of at least 256, partial results
 // reduced by a second kernel); each tile at min(tensor rate, L2 operand traffic); keep
 // the fastest.
 CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
-                                         std::int64_t k, std::int64_t batch,
-                                         bool allow_split_k) const {
+                                         std::int64_t k, std::int64_t batch, bool allow_split_k,
+                                         double peak_fraction) const {
   const double sms = std::max(gpu_.sm_count, 1);
-  const double per_sm_flops = gpu_.peak(dtype).value * gpu_.gemm_peak_fraction / sms;
+  const double per_sm_flops = gpu_.peak(dtype).value * peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
   const double size = static_cast<double>(dtype_size(dtype).value);
   GemmPlan best;

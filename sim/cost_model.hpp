@@ -19,6 +19,11 @@
 //    (tm + tn)·k·bytes / per-SM L2 bandwidth) (a small tile reuses its operands less), a
 //    split adds its reduction (a kernel reading s fp32 partials); the cheapest plan wins.
 //    A100 bf16: 256×128 and 128×128 tiles are compute-bound, 64×64 runs at ~70 %.
+//    2c. Alignment. 16-bit tensor-core GEMMs are fastest when every dimension is a
+//    multiple of 8 elements (16 bytes; NVIDIA's Matrix Multiplication Background guide);
+//    any other shape runs cuBLAS's narrow-load kernels, at gemm_unaligned_peak_fraction
+//    when the preset sets one. An unpadded vocabulary (50257 rows) is the common case; Megatron
+//    pads it to a multiple of 128 · tp for this reason.
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
@@ -130,7 +135,10 @@ class CostModel {
     std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
   };
   GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                     std::int64_t batch, bool allow_split_k) const;
+                     std::int64_t batch, bool allow_split_k, double peak_fraction) const;
+  // gemm_peak_fraction, or gemm_unaligned_peak_fraction when a dimension's rows are not a
+  // multiple of 16 bytes (rule 2c).
+  double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
   // The softmax part of attention (rules 3 and 3b): `scores` elements of the (T, T) maps.

@@ -199,15 +199,61 @@ std::vector<NcclChoice> nccl_candidates(const NcclSpec& spec, Collective coll, d
   return out;
 }
 
+double measured_all_reduce_seconds(const std::vector<std::pair<double, double>>& rows, int ranks,
+                                   double bytes) {
+  if (rows.empty() || ranks < 2) return 0;
+  const double factor = bus_bandwidth_factor(Collective::all_reduce, ranks);
+  auto seconds_of = [&](const std::pair<double, double>& r) { return r.first * factor / r.second; };
+  if (bytes <= rows.front().first) return bytes * factor / rows.front().second;
+  if (bytes >= rows.back().first) return bytes * factor / rows.back().second;
+  const auto hi = std::lower_bound(rows.begin(), rows.end(), bytes,
+                                   [](const auto& r, double b) { return r.first < b; });
+  const auto lo = hi - 1;
+  const double t0 = seconds_of(*lo), t1 = seconds_of(*hi);
+  return t0 + (bytes - lo->first) * (t1 - t0) / (hi->first - lo->first);
+}
+
+namespace {
+
+// The achieved bus bandwidth of a measured all-reduce of `bytes` once the tuner's latency
+// is taken off; outside the table, that of its nearest end (the bandwidth held, not the
+// time). 0 where the measured time is within the tuner's latency.
+double achieved_bus_bandwidth(const NcclSpec& spec,
+                              const std::vector<std::pair<double, double>>& rows, double bytes,
+                              NcclShape shape) {
+  const double at = std::clamp(bytes, rows.front().first, rows.back().first);
+  const double latency = nccl_candidates(spec, Collective::all_reduce, at, shape).front().latency;
+  const double transfer = measured_all_reduce_seconds(rows, shape.ranks, at) - latency;
+  if (transfer <= 0) return 0;
+  return at * bus_bandwidth_factor(Collective::all_reduce, shape.ranks) / transfer;
+}
+
+}  // namespace
+
 NcclChoice nccl_choose(const NcclSpec& spec, Collective c, double bytes, NcclShape shape) {
   check(spec, bytes, shape);
   if (shape.ranks == 1) return NcclChoice{};
-  return nccl_candidates(spec, c, bytes, shape).front();
+  NcclChoice pick = nccl_candidates(spec, c, bytes, shape).front();
+  // A measured table for this group in one node: the tuner's pick and latency, the
+  // bandwidth the table shows. Ring collectives only; all-to-all and broadcast keep the
+  // tuner's bandwidth.
+  const auto table = spec.measured_all_reduce_busbw.find(shape.ranks);
+  const bool ring_collective =
+      c == Collective::all_reduce || c == Collective::all_gather || c == Collective::reduce_scatter;
+  if (shape.nodes != 1 || !ring_collective || table == spec.measured_all_reduce_busbw.end() ||
+      bytes <= 0)
+    return pick;
+  const double bus = achieved_bus_bandwidth(spec, table->second, bytes, shape);
+  if (bus <= 0) return pick;
+  pick.algorithm_bandwidth = bus * shape.ranks / ring_steps(c, shape.ranks);
+  pick.measured = true;
+  return finish(pick, c, bytes, shape.ranks);
 }
 
 std::string nccl_choice_label(const NcclChoice& c) {
   return std::string(nccl_algorithm_name(c.algorithm)) + "/" +
-         std::string(nccl_protocol_name(c.protocol)) + " x" + std::to_string(c.channels);
+         std::string(nccl_protocol_name(c.protocol)) + " x" + std::to_string(c.channels) +
+         (c.measured ? " measured" : "");
 }
 
 NcclShape nccl_shape_of(const std::vector<int>& members, const std::function<int(int)>& node_of,

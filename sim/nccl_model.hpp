@@ -57,6 +57,7 @@ struct NcclChoice {
   double bus_bandwidth = 0;        // bytes/s, as nccl-tests reports it (algorithm bw · factor)
   double algorithm_bandwidth = 0;  // bytes/s
   double seconds = 0;              // latency + bytes / algorithm_bandwidth
+  bool measured = false;           // the bandwidth is that of the spec's measured nccl-tests table
 };
 
 // NCCL's view of a group of global ranks: how many, on how many nodes, and the NICs per
@@ -70,8 +71,18 @@ NcclShape nccl_shape_of(const std::vector<int>& members, const std::function<int
 // nodes than ranks, or negative bytes.
 std::vector<NcclChoice> nccl_candidates(const NcclSpec& spec, Collective c, double bytes,
                                         NcclShape shape);
-// The tuner's pick: the fastest candidate. One rank costs nothing.
+// The tuner's pick: the fastest candidate. One rank costs nothing. Where the spec holds a
+// measured all-reduce table for a group of this size in one node, a ring collective
+// (all-reduce, all-gather, reduce-scatter) keeps the pick's latency and takes the bus
+// bandwidth the table shows at this size once that latency is taken off (outside the
+// table, the bandwidth of its nearest end): so an all-reduce in the table's range takes
+// the measured time.
 NcclChoice nccl_choose(const NcclSpec& spec, Collective c, double bytes, NcclShape shape);
+
+// The measured all-reduce time of `bytes` on `ranks` GPUs from nccl-tests rows (bytes, bus
+// bytes/s), linear between rows; outside them, at the bus bandwidth of the nearest row.
+double measured_all_reduce_seconds(const std::vector<std::pair<double, double>>& rows, int ranks,
+                                   double bytes);
 
 // "ring/LL128 x8" for reports and traces.
 std::string nccl_choice_label(const NcclChoice& choice);

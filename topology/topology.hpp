@@ -12,6 +12,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.hpp"
 #include "core/units.hpp"
@@ -46,6 +48,10 @@ struct GpuSpec {
   // The fraction of the tensor peak the best GEMM kernels (cuBLAS) reach on large,
   // tile-aligned shapes; tile and wave quantisation come on top (sim/cost_model.hpp).
   double gemm_peak_fraction = 1.0;
+  // The same for a 16-bit GEMM with a dimension that is not a multiple of 8 elements (16
+  // bytes): cuBLAS then cannot use its vectorised tensor-core kernels. 0: no penalty
+  // (gemm_peak_fraction).
+  double gemm_unaligned_peak_fraction = 0;
   // The fraction of memory_bandwidth a streaming kernel reaches (STREAM-like copies).
   double memory_peak_fraction = 1.0;
   int gemm_tile_m = 1;  // output tile of one thread block, rows
@@ -153,6 +159,10 @@ struct NcclSpec {
   PerProtocol ring_net_latency, tree_net_latency;        // seconds per network step
   Seconds net_overhead{};     // host proxy cost per network step (AMD 2 µs, Intel 1 µs)
   double ring_plateau = 1.0;  // multi-node ring Simple latency factor on large buffers
+  // Measured nccl-tests all_reduce_perf bus bandwidth inside one node: group size →
+  // (bytes, bytes/s) at increasing sizes. Where present it replaces the tuner's bandwidth
+  // term for ring collectives of that size of group in one node (sim/nccl_model.hpp).
+  std::map<int, std::vector<std::pair<double, double>>> measured_all_reduce_busbw;
   Sources sources;
 
   bool operator==(const NcclSpec&) const = default;

@@ -186,6 +186,7 @@ GpuSpec read_gpu(const json& body, Violations& out) {
              "sm_count",
              "kernel_launch_us",
              "gemm_peak_fraction",
+             "gemm_unaligned_peak_fraction",
              "memory_peak_fraction",
              "gemm_tile",
              "pcie_gbs",
@@ -218,6 +219,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   g.sm_count = s.integer("sm_count", Range::at_least_one);
   g.kernel_launch = Seconds(s.number("kernel_launch_us", Range::non_negative) * kMicro);
   g.gemm_peak_fraction = s.number("gemm_peak_fraction", Range::fraction);
+  if (s.body().contains("gemm_unaligned_peak_fraction"))
+    g.gemm_unaligned_peak_fraction = s.number("gemm_unaligned_peak_fraction", Range::fraction);
   g.memory_peak_fraction = s.number("memory_peak_fraction", Range::fraction);
   if (const json* tile = s.find("gemm_tile")) {
     const bool good = tile->is_array() && tile->size() == 2 &&
@@ -317,13 +320,63 @@ PerNodeCount per_node_count(const std::array<double, 3>& v) {
   return {v[0], v[1], v[2]};
 }
 
+// {"2": [[bytes, busbw GB/s], ...], ...}: nccl-tests rows per group size, sizes rising.
+std::map<int, std::vector<std::pair<double, double>>> read_measured_busbw(const json& m,
+                                                                          const std::string& field,
+                                                                          Violations& out) {
+  std::map<int, std::vector<std::pair<double, double>>> table;
+  if (!m.is_object()) {
+    out.push_back(
+        {field, shown(m), "must be an object of group size → [[bytes, busbw GB/s], ...]"});
+    return table;
+  }
+  for (const auto& [key, rows] : m.items()) {
+    const std::string where = field + "." + key;
+    int ranks = 0;
+    try {
+      std::size_t used = 0;
+      ranks = std::stoi(key, &used);
+      if (used != key.size()) ranks = 0;
+    } catch (const std::exception&) {
+      ranks = 0;
+    }
+    if (ranks < 2) {
+      out.push_back({where, key, "must be a group size, an integer ≥ 2"});
+      continue;
+    }
+    const bool pairs = rows.is_array() && !rows.empty() &&
+                       std::all_of(rows.begin(), rows.end(), [](const json& r) {
+                         return r.is_array() && r.size() == 2 && r[0].is_number() &&
+                                r[1].is_number() && r[0].get<double>() > 0 &&
+                                r[1].get<double>() > 0;
+                       });
+    if (!pairs) {
+      out.push_back(
+          {where, shown(rows), "must be a non-empty array of [bytes > 0, busbw GB/s > 0]"});
+      continue;
+    }
+    std::vector<std::pair<double, double>> v;
+    for (const json& r : rows) v.emplace_back(r[0].get<double>(), r[1].get<double>() * kGiga);
+    const bool rising = std::adjacent_find(v.begin(), v.end(), [](const auto& a, const auto& b) {
+                          return b.first <= a.first;
+                        }) == v.end();
+    if (!rising) {
+      out.push_back({where, shown(rows), "must list sizes in rising order, each once"});
+      continue;
+    }
+    table[ranks] = std::move(v);
+  }
+  return table;
+}
+
 NcclSpec read_nccl(const json& body, Violations& out) {
   Section s(body, "nccl",
             {"nvlink_bus_gbs", "channels", "nic_bus_gbs", "nvls_bus_gbs", "nvls_latency_us",
              "ll_max_bus_gbs", "ll128_max_channel_gbs", "tree_max_channel_gbs",
              "tree_ll128_max_channel_gbs", "ring_base_latency_us", "tree_base_latency_us",
              "ring_nvlink_latency_us", "tree_nvlink_latency_us", "ring_net_latency_us",
-             "tree_net_latency_us", "net_overhead_us", "ring_plateau", "source"},
+             "tree_net_latency_us", "net_overhead_us", "ring_plateau",
+             "measured_all_reduce_busbw_gbs", "source"},
             out);
   NcclSpec n;
   if (!s.ok()) return n;
@@ -346,6 +399,11 @@ NcclSpec read_nccl(const json& body, Violations& out) {
   n.tree_net_latency = per_protocol(read_triple(s, "tree_net_latency_us", kMicro, out));
   n.net_overhead = Seconds(s.number("net_overhead_us", Range::non_negative) * kMicro);
   n.ring_plateau = s.number("ring_plateau", Range::at_least_one);
+  if (const json* m = s.body().contains("measured_all_reduce_busbw_gbs")
+                          ? s.find("measured_all_reduce_busbw_gbs")
+                          : nullptr)
+    n.measured_all_reduce_busbw =
+        read_measured_busbw(*m, s.field("measured_all_reduce_busbw_gbs"), out);
   n.sources = s.sources();
   return n;
 }
@@ -409,6 +467,12 @@ Topology parse_topology(const nlohmann::json& j, std::string_view source) {
     if (const json* n = top.find("node")) t.node = read_node(*n, out);
     if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
     if (j.contains("nccl")) t.nccl = read_nccl(j.at("nccl"), out);  // optional
+    for (const auto& [ranks, rows] : t.nccl.measured_all_reduce_busbw)
+      if (t.node.gpus_per_node > 0 && ranks > t.node.gpus_per_node)
+        out.push_back(
+            {"nccl.measured_all_reduce_busbw_gbs." + std::to_string(ranks), std::to_string(ranks),
+             "must be at most node.gpus_per_node (" + std::to_string(t.node.gpus_per_node) +
+                 "): the table is for groups inside one node"});
   }
   if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
   check_topology_bounds(t, source);  // physical bounds (topology_check.hpp)
@@ -425,6 +489,16 @@ json triple(const PerProtocol& p, double unit) {
 }
 json triple(const PerNodeCount& p, double unit) {
   return triple(p.one, p.two, p.more, unit);
+}
+
+json measured_json(const std::map<int, std::vector<std::pair<double, double>>>& table) {
+  json j = json::object();
+  for (const auto& [ranks, rows] : table) {
+    json a = json::array();
+    for (const auto& [bytes, busbw] : rows) a.push_back({tidy(bytes), tidy(busbw / kGiga)});
+    j[std::to_string(ranks)] = a;
+  }
+  return j;
 }
 
 json nccl_json(const NcclSpec& n) {
@@ -473,6 +547,7 @@ nlohmann::json to_json(const Topology& t) {
     if (value != 0) gpu[key] = tidy(value);
   };
   optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
+  optional("gemm_unaligned_peak_fraction", g.gemm_unaligned_peak_fraction);
   optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);
   optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
   optional("host_microbatch_us", g.host_microbatch.value / kMicro);
@@ -493,7 +568,11 @@ nlohmann::json to_json(const Topology& t) {
                  {"source", sources_json(t.fabric.sources)}};
   json j = {{"name", t.name}, {"gpu", gpu}, {"node", node}, {"fabric", fabric}};
   if (!t.description.empty()) j["description"] = t.description;
-  if (t.nccl.enabled) j["nccl"] = nccl_json(t.nccl);
+  if (t.nccl.enabled) {
+    j["nccl"] = nccl_json(t.nccl);
+    if (!t.nccl.measured_all_reduce_busbw.empty())
+      j["nccl"]["measured_all_reduce_busbw_gbs"] = measured_json(t.nccl.measured_all_reduce_busbw);
+  }
   return j;
 }
 

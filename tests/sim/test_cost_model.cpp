@@ -52,13 +52,38 @@ TEST(CostModelGemm, LargeBf16GemmRunsAtThePeakFraction) {
   EXPECT_LT(achieved, 0.85 * kA100Bf16);
 }
 
+// Rule 2c: the output layer of an unpadded GPT-2 vocabulary (50257 rows) is not a
+// multiple of 8 fp16 elements, so it runs at the unaligned fraction; 50256 rows do not.
+TEST(CostModelGemm, UnalignedGemmRunsAtTheUnalignedFraction) {
+  GpuSpec gpu = a100_one_tile();
+  gpu.gemm_peak_fraction = 0.7;
+  gpu.gemm_unaligned_peak_fraction = 0.35;
+  const CostModel model(gpu);
+  const double k = 2048;
+  auto gemm = [&](std::int64_t n) {
+    return model.seconds({.op = "gemm", .dtype = DType::fp16, .m = 8192, .n = n, .k = 2048});
+  };
+  // 256×128 tiles: 32 row tiles × ceil(n / 128) = 393 column tiles (both sizes): 12576
+  // tiles, 116.4 → 117 waves of 108.
+  const double waves = 117;
+  const double work = waves * kSms * 2 * 256 * 128 * k;
+  EXPECT_NEAR(gemm(50256), work / (kA100Bf16 * 0.7) + kLaunch, 1e-9);
+  EXPECT_NEAR(gemm(50257), work / (kA100Bf16 * 0.35) + kLaunch, 1e-9);
+  // Without the preset figure every shape runs at gemm_peak_fraction.
+  gpu.gemm_unaligned_peak_fraction = 0;
+  EXPECT_NEAR(CostModel(gpu).seconds(
+                  {.op = "gemm", .dtype = DType::fp16, .m = 8192, .n = 50257, .k = 2048}),
+              work / (kA100Bf16 * 0.7) + kLaunch, 1e-9);
+}
+
 TEST(CostModelGemm, TinyGemmCostsAKernelLaunch) {
   const CostModel model(a100());
   const double t = model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 16, .n = 16, .k = 16});
   EXPECT_GE(t, kLaunch);
   EXPECT_LT(t, kLaunch * 1.15);
-  // A 1×1×1 GEMM costs the same one tile of one wave as 16×16×16.
-  EXPECT_DOUBLE_EQ(model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 1, .n = 1, .k = 16}), t);
+  // An 8×8×16 GEMM costs the same one tile of one wave as 16×16×16 (8 elements keep the
+  // rows 16-byte aligned, rule 2c).
+  EXPECT_DOUBLE_EQ(model.seconds({.op = "gemm", .dtype = DType::bf16, .m = 8, .n = 8, .k = 16}), t);
 }
 
 TEST(CostModelGemm, OneTilePastAFullWaveCostsASecondWave) {

@@ -11,9 +11,15 @@
 namespace tandem::sim {
 namespace {
 
+// The A100 preset's tuner alone: its measured all-reduce table taken out (the tests of
+// the table are at the end).
 const NcclSpec& a100() {
-  static const Topology t = load_topology("dgx-a100-80g");
-  return t.nccl;
+  static const NcclSpec spec = [] {
+    NcclSpec s = load_topology("dgx-a100-80g").nccl;
+    s.measured_all_reduce_busbw.clear();
+    return s;
+  }();
+  return spec;
 }
 const NcclSpec& h100() {
   static const Topology t = load_topology("dgx-h100");
@@ -118,6 +124,74 @@ TEST(NcclModel, BadInputThrows) {
   EXPECT_THROW(nccl_choose(a100(), Collective::all_reduce, 1, {0, 1, 1}), std::invalid_argument);
   EXPECT_THROW(nccl_choose(a100(), Collective::all_reduce, 1, {4, 8, 1}), std::invalid_argument);
   EXPECT_THROW(nccl_choose(a100(), Collective::all_reduce, -1, {8, 1, 8}), std::invalid_argument);
+}
+
+// A measured table for groups of 2 in a node: 1 MiB at 20 GB/s bus bandwidth, 4 MiB at 40
+// (for 2 GPUs the bus factor 2(n−1)/n is 1, so the times are 52.4 us and 104.9 us).
+NcclSpec with_table() {
+  NcclSpec s = a100();
+  s.measured_all_reduce_busbw[2] = {{1 << 20, 20e9}, {4 << 20, 40e9}};
+  return s;
+}
+
+TEST(NcclModel, AMeasuredTableGivesTheAllReduceTimeInItsRangeLinearBetweenRows) {
+  const NcclSpec s = with_table();
+  const double mib = 1 << 20;
+  const double t1 = mib / 20e9, t4 = 4 * mib / 40e9;
+  const NcclChoice at1 = nccl_choose(s, Collective::all_reduce, mib, {2, 1, 8});
+  EXPECT_NEAR(at1.seconds, t1, 1e-12);
+  EXPECT_TRUE(at1.measured);
+  EXPECT_NE(nccl_choice_label(at1).find(" measured"), std::string::npos);
+  // 2 MiB is a third of the way from 1 to 4 MiB.
+  EXPECT_NEAR(nccl_choose(s, Collective::all_reduce, 2 * mib, {2, 1, 8}).seconds,
+              t1 + (t4 - t1) / 3, 1e-12);
+  EXPECT_NEAR(nccl_choose(s, Collective::all_reduce, 4 * mib, {2, 1, 8}).seconds, t4, 1e-12);
+  EXPECT_NEAR(measured_all_reduce_seconds(s.measured_all_reduce_busbw.at(2), 2, 2 * mib),
+              t1 + (t4 - t1) / 3, 1e-12);
+}
+
+TEST(NcclModel, BeyondTheTableTheAchievedBandwidthOfItsEndHolds) {
+  const NcclSpec s = with_table();
+  const double mib = 1 << 20;
+  // At 4 MiB the tuner's latency L leaves 104.9 us − L for the bytes: that bandwidth
+  // carries 16 MiB, on top of the tuner's latency at 16 MiB.
+  const double l4 = nccl_candidates(s, Collective::all_reduce, 4 * mib, {2, 1, 8}).front().latency;
+  const double bus = 4 * mib / (4 * mib / 40e9 - l4);
+  const double l16 =
+      nccl_candidates(s, Collective::all_reduce, 16 * mib, {2, 1, 8}).front().latency;
+  EXPECT_NEAR(nccl_choose(s, Collective::all_reduce, 16 * mib, {2, 1, 8}).seconds,
+              l16 + 16 * mib / bus, 1e-12);
+  // An all-gather of 2 MiB (output) on the same pair: its own latency, the bus bandwidth
+  // the all-reduce table shows at 2 MiB, (n−1) = 1 step, so algbw = 2 · bus.
+  const double l2 = nccl_candidates(s, Collective::all_reduce, 2 * mib, {2, 1, 8}).front().latency;
+  const double t2 = mib / 20e9 + (4 * mib / 40e9 - mib / 20e9) / 3;
+  const double bus2 = 2 * mib / (t2 - l2);
+  const NcclChoice ag = nccl_choose(s, Collective::all_gather, 2 * mib, {2, 1, 8});
+  const double lag = nccl_candidates(s, Collective::all_gather, 2 * mib, {2, 1, 8}).front().latency;
+  EXPECT_NEAR(ag.seconds, lag + 2 * mib / (2 * bus2), 1e-12);
+}
+
+TEST(NcclModel, TheTableIsOnlyForItsGroupSizeInOneNodeAndRingCollectives) {
+  const NcclSpec s = with_table();
+  const double mib = 1 << 20;
+  for (const NcclShape shape : {NcclShape{4, 1, 8}, NcclShape{2, 2, 1}}) {
+    const NcclChoice c = nccl_choose(s, Collective::all_reduce, 2 * mib, shape);
+    EXPECT_FALSE(c.measured) << shape.ranks << " ranks on " << shape.nodes << " nodes";
+    EXPECT_DOUBLE_EQ(c.seconds,
+                     nccl_candidates(s, Collective::all_reduce, 2 * mib, shape).front().seconds);
+  }
+  EXPECT_FALSE(nccl_choose(s, Collective::all_to_all, 2 * mib, {2, 1, 8}).measured);
+  EXPECT_FALSE(nccl_choose(s, Collective::broadcast, 2 * mib, {2, 1, 8}).measured);
+}
+
+TEST(NcclModel, TheA100PresetCarriesVtrainsMeasuredDgxA100Table) {
+  const Topology t = load_topology("dgx-a100-80g");
+  for (int n = 2; n <= 8; ++n) EXPECT_EQ(t.nccl.measured_all_reduce_busbw.count(n), 1u) << n;
+  // nccl-tests all_reduce_perf on 8 GPUs of one DGX A100, 64 MiB: 202.61 GB/s busbw
+  // (vTrain trace/a100/AR_GPU8_1M_1024M_LUT, in-place).
+  const double bytes = 64.0 * (1 << 20);
+  const NcclChoice c = nccl_choose(t.nccl, Collective::all_reduce, bytes, {8, 1, 8});
+  EXPECT_NEAR(c.bus_bandwidth, 202.61e9, 1e6);
 }
 
 }  // namespace

@@ -20,11 +20,12 @@ TEST(CliNcclTests, JsonRowsDoubleInSizeAndApproachTheBusBandwidth) {
   ASSERT_EQ(rows.size(), 11u);  // 1 KiB, 4 KiB, …, 1 GiB
   EXPECT_EQ(rows.front().at("bytes"), 1024);
   EXPECT_EQ(rows.back().at("bytes"), 1LL << 30);
-  // Small sizes are latency-bound on a low-latency protocol; 1 GiB runs near the 240 GB/s
-  // NVLink bus bandwidth of NCCL's ring (busbw = algbw · 2(n−1)/n).
-  EXPECT_EQ(rows.front().at("algorithm"), "ring/LL x12");
+  // Small sizes are latency-bound on a low-latency protocol; 1 GiB runs at the 229.25 GB/s
+  // nccl-tests measured on one DGX A100 (vTrain's table, which the preset carries),
+  // below the 240 GB/s NVLink bus bandwidth of NCCL's ring (busbw = algbw · 2(n−1)/n).
+  EXPECT_EQ(rows.front().at("algorithm"), "ring/LL x12 measured");
   EXPECT_LT(rows.front().at("busbw_gbs").get<double>(), 1.0);
-  EXPECT_NEAR(rows.back().at("busbw_gbs").get<double>(), 240, 0.02 * 240);
+  EXPECT_NEAR(rows.back().at("busbw_gbs").get<double>(), 229.25, 0.01);
   const double b = rows.back().at("bytes"), us = rows.back().at("time_us");
   EXPECT_NEAR(rows.back().at("algbw_gbs").get<double>(), b / us / 1e3, 1e-6);
 }

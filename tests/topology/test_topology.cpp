@@ -312,6 +312,33 @@ TEST(TopologyValidation, HostFiguresAreNonNegativeAndTheCollectiveWaitABoolean) 
   }
 }
 
+TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked) {
+  json j = to_json(load_topology("dgx-a100-80g"));
+  j["gpu"]["gemm_unaligned_peak_fraction"] = 1.5;
+  json& m = j["nccl"]["measured_all_reduce_busbw_gbs"];
+  m["1"] = json::array({json::array({1024, 1.0})});
+  m["2"] = json::array({json::array({2048, 2.0}), json::array({1024, 1.0})});
+  m["3"] = json::array({json::array({1024})});
+  m["16"] = json::array({json::array({1024, 1.0})});
+  try {
+    parse_topology(j, "test.json");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    const auto v = by_field(e);
+    EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").value, "1.5");
+    EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").rule, "must lie in (0, 1]");
+    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.1").rule,
+              "must be a group size, an integer ≥ 2");
+    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.2").rule,
+              "must list sizes in rising order, each once");
+    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.3").rule,
+              "must be a non-empty array of [bytes > 0, busbw GB/s > 0]");
+    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.16").rule,
+              "must be at most node.gpus_per_node (8): the table is for groups inside one node");
+    EXPECT_EQ(e.violations().size(), 5U);
+  }
+}
+
 TEST(TopologyValidation, NicsNeedBandwidth) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["fabric"]["nic_gbs"] = 0;
