@@ -203,13 +203,14 @@ double measured_all_reduce_seconds(const std::vector<std::pair<double, double>>&
                                    double bytes) {
   if (rows.empty() || ranks < 2) return 0;
   const double factor = bus_bandwidth_factor(Collective::all_reduce, ranks);
-  auto seconds_of = [&](const std::pair<double, double>& r) { return r.first * factor / r.second; };
-  if (bytes <= rows.front().first) return bytes * factor / rows.front().second;
-  if (bytes >= rows.back().first) return bytes * factor / rows.back().second;
+  // `b` bytes at the bus bandwidth of row `r`.
+  auto at_row = [&](double b, const std::pair<double, double>& r) { return b * factor / r.second; };
+  if (bytes <= rows.front().first) return at_row(bytes, rows.front());
+  if (bytes >= rows.back().first) return at_row(bytes, rows.back());
   const auto hi = std::lower_bound(rows.begin(), rows.end(), bytes,
                                    [](const auto& r, double b) { return r.first < b; });
   const auto lo = hi - 1;
-  const double t0 = seconds_of(*lo), t1 = seconds_of(*hi);
+  const double t0 = at_row(lo->first, *lo), t1 = at_row(hi->first, *hi);
   return t0 + (bytes - lo->first) * (t1 - t0) / (hi->first - lo->first);
 }
 

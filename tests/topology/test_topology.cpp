@@ -254,6 +254,22 @@ std::map<std::string, Violation> by_field(const ConfigError& e) {
   return out;
 }
 
+// parse_topology of `j`, which must be rejected: its violations by field and their number
+// (none, and a test failure, when it parses).
+struct Rejection {
+  std::map<std::string, Violation> by_field;
+  std::size_t count = 0;
+};
+Rejection rejected(const json& j) {
+  try {
+    parse_topology(j, "test.json");
+  } catch (const ConfigError& e) {
+    return {by_field(e), e.violations().size()};
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return {};
+}
+
 TEST(TopologyValidation, EveryBrokenRuleNamesFieldValueAndRule) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["gpu"]["peak_tflops"]["bf16"] = -1;
@@ -297,19 +313,14 @@ TEST(TopologyValidation, HostFiguresAreNonNegativeAndTheCollectiveWaitABoolean) 
   j["gpu"]["host_optimizer_tensor_us"] = -1;
   j["gpu"]["host_unfused_softmax_us"] = "slow";
   j["gpu"]["host_waits_for_collectives"] = "yes";
-  try {
-    parse_topology(j, "test.json");
-    FAIL() << "no ConfigError";
-  } catch (const ConfigError& e) {
-    const auto v = by_field(e);
-    EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").value, "-1");
-    EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").rule, "must be ≥ 0");
-    EXPECT_EQ(v.at("gpu.host_unfused_softmax_us").rule, "must be a number, not a JSON string");
-    EXPECT_EQ(v.at("gpu.host_waits_for_collectives").value, "yes");
-    EXPECT_EQ(v.at("gpu.host_waits_for_collectives").rule,
-              "must be true or false, not a JSON string");
-    EXPECT_EQ(e.violations().size(), 3U);
-  }
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").value, "-1");
+  EXPECT_EQ(v.at("gpu.host_optimizer_tensor_us").rule, "must be ≥ 0");
+  EXPECT_EQ(v.at("gpu.host_unfused_softmax_us").rule, "must be a number, not a JSON string");
+  EXPECT_EQ(v.at("gpu.host_waits_for_collectives").value, "yes");
+  EXPECT_EQ(v.at("gpu.host_waits_for_collectives").rule,
+            "must be true or false, not a JSON string");
+  EXPECT_EQ(count, 3U);
 }
 
 TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked) {
@@ -320,23 +331,18 @@ TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked
   m["2"] = json::array({json::array({2048, 2.0}), json::array({1024, 1.0})});
   m["3"] = json::array({json::array({1024})});
   m["16"] = json::array({json::array({1024, 1.0})});
-  try {
-    parse_topology(j, "test.json");
-    FAIL() << "no ConfigError";
-  } catch (const ConfigError& e) {
-    const auto v = by_field(e);
-    EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").value, "1.5");
-    EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").rule, "must lie in (0, 1]");
-    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.1").rule,
-              "must be a group size, an integer ≥ 2");
-    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.2").rule,
-              "must list sizes in rising order, each once");
-    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.3").rule,
-              "must be a non-empty array of [bytes > 0, busbw GB/s > 0]");
-    EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.16").rule,
-              "must be at most node.gpus_per_node (8): the table is for groups inside one node");
-    EXPECT_EQ(e.violations().size(), 5U);
-  }
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").value, "1.5");
+  EXPECT_EQ(v.at("gpu.gemm_unaligned_peak_fraction").rule, "must lie in (0, 1]");
+  EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.1").rule,
+            "must be a group size, an integer ≥ 2");
+  EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.2").rule,
+            "must list sizes in rising order, each once");
+  EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.3").rule,
+            "must be a non-empty array of [bytes > 0, busbw GB/s > 0]");
+  EXPECT_EQ(v.at("nccl.measured_all_reduce_busbw_gbs.16").rule,
+            "must be at most node.gpus_per_node (8): the table is for groups inside one node");
+  EXPECT_EQ(count, 5U);
 }
 
 TEST(TopologyValidation, NicsNeedBandwidth) {
