@@ -133,6 +133,11 @@ struct TrainingConfig {
   // Megatron-DeepSpeed's --deepspeed: DeepSpeed's engine and its fp16 optimizer over
   // flattened parameters. Only the simulator reads it (the optimizer step's host cost).
   bool deepspeed = false;
+  // tandem's own: the host waits for the GPU at the start of every transformer layer's
+  // forward, recomputed forward and backward, as a per-layer profiler makes it (vTrain's
+  // CUPTI timestamps around each layer, which its measured runs are composed from). Off
+  // in Megatron, whose host runs ahead of the GPU.
+  bool host_sync_per_layer = false;
 
   bool operator==(const TrainingConfig&) const = default;
 };

@@ -448,6 +448,11 @@ std::vector<FieldDef> training_fields_rest() {
                  {"deepspeed",
                   "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "
                   "parameters); the simulator's optimizer host cost only"}),
+      make_field(t, &T::host_sync_per_layer,
+                 {"host_sync_per_layer",
+                  "the host waits for the GPU at the start of each layer's forward, recomputed "
+                  "forward and backward, as under a per-layer profiler (vTrain's measured runs); "
+                  "off in Megatron"}),
   };
 }
 

@@ -45,6 +45,9 @@ struct ModelEnv {
   // together make a layer's, over which the tokens are exchanged (model/moe_layer.hpp).
   Communicator* ep = nullptr;
   Communicator* tp_ep = nullptr;  // the tp × ep ranks (Megatron's allgather dispatcher)
+  // The host waits for the stream at the start of each layer pass (TrainingConfig::
+  // host_sync_per_layer: a per-layer profiler's effect, not Megatron's).
+  bool host_sync_per_layer = false;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

@@ -163,7 +163,7 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   double compute = done_flops / (gpu_.peak(dtype).value * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
   if (gpu_.l2_bandwidth.value > 0) {
-    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, tiling.tiles < gpu_.sm_count, fraction);
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, fraction);
     if (plan.compute_seconds + plan.extra_seconds < compute) {
       compute = plan.compute_seconds;
       extra = plan.extra_seconds;
@@ -181,29 +181,28 @@ double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std
   return aligned ? gpu_.gemm_peak_fraction : gpu_.gemm_unaligned_peak_fraction;
 }
 
-// Rule 2b: try the preset tile and its halvings (down to 64 × 64) and, when the preset
-// tile leaves SMs idle, split K (k cut into s slices of at least 256, partial results
-// reduced by a second kernel); each tile at min(tensor rate, L2 operand traffic); keep
-// the fastest.
+// Rule 2b: try every tile no larger than the preset's, from the preset tile and its transpose
+// down to 64 × 64, each with split-K in any factor s (slices of at least 256, s ≤ SMs;
+// partial results reduced by a second kernel); each tile at min(tensor rate, L2 operand
+// traffic); keep the fastest.
 CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
-                                         std::int64_t k, std::int64_t batch, bool allow_split_k,
+                                         std::int64_t k, std::int64_t batch,
                                          double peak_fraction) const {
   const double sms = std::max(gpu_.sm_count, 1);
   const double per_sm_flops = gpu_.peak(dtype).value * peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
   const double size = static_cast<double>(dtype_size(dtype).value);
+  const std::int64_t area = std::max(gpu_.gemm_tile_m, 1) * std::max(gpu_.gemm_tile_n, 1);
+  const std::int64_t widest = std::max(gpu_.gemm_tile_m, gpu_.gemm_tile_n);
   GemmPlan best;
   best.compute_seconds = std::numeric_limits<double>::infinity();
-  for (std::int64_t tm = std::max(gpu_.gemm_tile_m, 1); tm >= 64 || tm == gpu_.gemm_tile_m;
-       tm /= 2) {
-    for (std::int64_t tn = std::max(gpu_.gemm_tile_n, 1); tn >= 64 || tn == gpu_.gemm_tile_n;
-         tn /= 2) {
+  for (std::int64_t tm = widest; tm >= 64 || tm == widest; tm /= 2) {
+    for (std::int64_t tn = widest; tn >= 64 || tn == widest; tn /= 2) {
+      if (tm * tn > area) continue;
       const std::int64_t tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
       const std::int64_t max_split =
-          allow_split_k
-              ? std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count / tiles, k / 256))
-              : 1;
-      for (std::int64_t split = 1; split <= max_split; split *= 2) {
+          std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count, k / 256));
+      for (std::int64_t split = 1; split <= max_split; ++split) {
         const double slice = static_cast<double>(ceil_div(k, split));
         const double waves = std::ceil(static_cast<double>(tiles * split) / sms);
         const double tile_compute = 2.0 * static_cast<double>(tm * tn) * slice / per_sm_flops;

@@ -11,13 +11,16 @@
 //    compute term is waves · sm_count · 2 · tile_m · tile_n · k / (peak · fraction).
 //    A100 bf16, 8192³: 2048 tiles of 256×128 → 19 waves of 108 → 99.8 % of the ideal.
 //    K is not quantised.
-//    2b. Tile choice and split-K. cuBLAS's heuristics pick the tile per shape. With
-//    GpuSpec::l2_bandwidth set the model tries the preset tile and its halvings down to
-//    64 × 64, and, when the preset tile leaves SMs idle (fewer tiles than SMs: skinny,
-//    small-K, per-head attention and small-M·N weight-gradient GEMMs), split-K in powers
-//    of two (slices of ≥ 256). Each tile costs max(2·tm·tn·k / per-SM tensor rate,
-//    (tm + tn)·k·bytes / per-SM L2 bandwidth) (a small tile reuses its operands less), a
-//    split adds its reduction (a kernel reading s fp32 partials); the cheapest plan wins.
+//    2b. Tile choice and split-K. cuBLAS's heuristics pick the tile and the split-K factor
+//    per shape (cublasLt's split-K takes any factor). With GpuSpec::l2_bandwidth set the
+//    model tries every tile no larger than the preset's, from the preset tile and its
+//    transpose down to 64 × 64 (A100: 256×128, 128×256, 128×128, 256×64, 64×256, 128×64,
+//    64×128, 64×64), each with split-K in any factor s (slices of ≥ 256, s ≤ sm_count).
+//    Each tile costs max(2·tm·tn·k / per-SM tensor rate, (tm + tn)·k·bytes / per-SM L2
+//    bandwidth) (a small tile reuses its operands less), a split adds its reduction (a
+//    kernel reading s fp32 partials); the cheapest plan wins. Skinny, small-K, per-head
+//    attention and small-M·N weight-gradient GEMMs take small tiles or split K; a GEMM a
+//    few waves long evens out its last wave the same way.
 //    A100 bf16: 256×128 and 128×128 tiles are compute-bound, 64×64 runs at ~70 %.
 //    2c. Alignment. 16-bit tensor-core GEMMs are fastest when every dimension is a
 //    multiple of 8 elements (16 bytes; NVIDIA's Matrix Multiplication Background guide);
@@ -135,7 +138,7 @@ class CostModel {
     std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
   };
   GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                     std::int64_t batch, bool allow_split_k, double peak_fraction) const;
+                     std::int64_t batch, double peak_fraction) const;
   // gemm_peak_fraction, or gemm_unaligned_peak_fraction when a dimension's rows are not a
   // multiple of 16 bytes (rule 2c).
   double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;

@@ -73,9 +73,10 @@ class HostIssueCommunicator : public Communicator {
   }
 
  private:
-  // A collective's Work: the host sits through its wait only if the preset says so.
+  // A collective's Work: the host sits through its wait only if the preset says so, and
+  // never for a group of one, which Megatron bypasses (see issue()).
   std::unique_ptr<Work> collective(std::unique_ptr<Work> work) {
-    if (!device_.host().waits_for_collectives) return work;
+    if (!device_.host().waits_for_collectives || inner_.size() <= 1) return work;
     return std::make_unique<HostWaitWork>(std::move(work), device_);
   }
 

@@ -181,6 +181,10 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     s.training.fp16 = precision == "fp16";
     s.training.bf16 = precision == "bf16";
     s.training.deepspeed = true;  // vTrain measured Megatron-DeepSpeed
+    // vTrain profiles each layer between CUPTI timestamps (src/trainer.py: a flush at every
+    // layer's forward and backward start and end) and composes its rows from those
+    // per-layer profiles, so no host run-ahead crosses a layer boundary in them.
+    s.training.host_sync_per_layer = true;
     s.training.recompute_granularity = recompute;
     s.training.recompute_method = "uniform";
     s.training.recompute_num_layers = 1;

@@ -154,6 +154,27 @@ TEST(CostModelGemm, SmallOutputLongKSplitsK) {
   EXPECT_NEAR(CostModel(a100_one_tile()).seconds(op), kLaunch + one_tile, 1e-12);
 }
 
+// Rule 2b takes any split-K factor: a 256 × 4608 output is 36 tiles of 256×128, so K cut
+// in 3 fills the 108 SMs in one wave of k / 3, where halving K (the best power of two)
+// leaves a third of them idle for k / 2. Each split pays its reduction kernel: s fp32
+// partials read and one written, at the preset's memory rate.
+TEST(CostModelGemm, SplitKTakesTheFactorThatFillsTheWave) {
+  const GpuSpec gpu = a100();
+  const CostModel model(gpu);
+  const std::int64_t m = 256, n = 128 * 36, k = 6144;
+  const double per_sm = kA100Bf16 * gpu.gemm_peak_fraction / kSms;
+  const double hbm = kA100Hbm * gpu.memory_peak_fraction;
+  auto plan = [&](int split) {
+    const double tile = 2.0 * 256 * 128 * static_cast<double>(k / split) / per_sm;
+    const double reduction = kLaunch + (split + 1) * static_cast<double>(m * n) * 4 / hbm;
+    return kLaunch + tile + reduction;  // one wave: 36 · split ≤ 108 tiles
+  };
+  ASSERT_LT(plan(3), plan(2));
+  const double t = model.seconds({.op = "gemm", .dtype = DType::bf16, .m = m, .n = n, .k = k});
+  EXPECT_LE(t, plan(3) * (1 + 1e-12));
+  EXPECT_LT(t, plan(2));
+}
+
 // Large GEMMs keep rule 2's price when a smaller tile would not cut their waves: the
 // 8192³ GEMM is 2048 tiles of 256×128 or 4096 of 128×128, 19 waves' worth either way.
 TEST(CostModelGemm, LargeGemmKeepsItsTileWhenNoSmallerOneIsFaster) {

@@ -503,16 +503,26 @@ TEST(SimHost, TheHostRunsAheadAcrossWaitsThatAreNotItsOwn) {
   EXPECT_NEAR(j["end"].get<double>(), 510e-6, 1e-12);
 }
 
+// The in-process communicator seen as a group of two: HostIssueCommunicator treats a
+// group of one as Megatron does (no torch.distributed call), so the waiting host is
+// exercised on a group it would really call NCCL for.
+struct TwoRankGroup : SelfCommunicator {
+  using SelfCommunicator::SelfCommunicator;
+  int size() const override { return 2; }
+};
+
 // GpuSpec::host_waits_for_collectives: the actor is at 50 µs when a collective's wait
 // returns. A host that waits for collectives issues the next kernel (10 µs) from there, to
-// 60 µs; one that only orders the stream issued it long before, to 10 µs.
-double host_clock_after_a_collective_wait(bool waits) {
-  const auto j = in_child([waits] {
+// 60 µs; one that only orders the stream issued it long before, to 10 µs. On a group of
+// one, which Megatron bypasses, no host waits: 10 µs either way.
+double host_clock_after_a_collective_wait(bool waits, bool group_of_one = false) {
+  const auto j = in_child([waits, group_of_one] {
     SimDevice device(
         [](const OpDesc&) { return 1e-6; },
         SimDeviceOptions{.host = {.kernel_issue = 10e-6, .waits_for_collectives = waits}});
-    SelfCommunicator self(device, "tp");
-    HostIssueCommunicator tp(self, device);
+    SelfCommunicator one(device, "tp");
+    TwoRankGroup two(device, "tp");
+    HostIssueCommunicator tp(group_of_one ? static_cast<Communicator&>(one) : two, device);
     double clock = 0;
     on_one_host([&] {
       Tensor x = device.allocate(Shape{16}, DType::fp32);
@@ -533,6 +543,10 @@ TEST(SimHost, TheHostWaitsForACollectiveOnlyWhenThePresetSaysSo) {
   EXPECT_NEAR(host_clock_after_a_collective_wait(false), 10e-6, 1e-12);
 }
 
+TEST(SimHost, NoHostWaitsForTheCollectiveOfAGroupOfOne) {
+  EXPECT_NEAR(host_clock_after_a_collective_wait(true, true), 10e-6, 1e-12);
+}
+
 // Megatron skips torch.distributed on a group of one: no host cost for it.
 TEST(SimHost, AGroupOfOneCostsTheHostNothing) {
   SimDevice device([](const OpDesc&) { return 0.0; },
@@ -543,6 +557,29 @@ TEST(SimHost, AGroupOfOneCostsTheHostNothing) {
   tp.all_reduce(device.default_stream(), x, ReduceOp::sum)->wait();
   EXPECT_EQ(device.host_seconds().count("collective issue"), 0u);
   EXPECT_DOUBLE_EQ(device.host_clock(), 0.0);
+}
+
+// TrainingConfig::host_sync_per_layer: the host waits for the GPU at the start of each
+// layer pass, so the host issue no longer overlaps the GPU work before it. On the preset's
+// host (waiting for collectives, which at tp 1 there are none to wait for) the step gets
+// longer and the stream starves longer; the kernels are the same.
+TEST(SimHost, ASyncPerLayerKeepsTheHostFromRunningAhead) {
+  Scenario s = small_gpt();
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.training.recompute_granularity = "full";
+  validate(s);
+  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  s.training.host_sync_per_layer = true;
+  const auto synced = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(synced.contains("error")) << synced.dump();
+  EXPECT_GT(synced.at("iteration_seconds").get<double>(),
+            plain.at("iteration_seconds").get<double>());
+  EXPECT_GT(synced.at("breakdown").at("host_bound_seconds").get<double>(),
+            plain.at("breakdown").at("host_bound_seconds").get<double>());
+  EXPECT_EQ(synced.at("ranks")[0].at("op_seconds"), plain.at("ranks")[0].at("op_seconds"));
 }
 
 // The preset's host costs reach the report: an iteration of a host-bound model is at
