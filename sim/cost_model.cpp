@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
@@ -181,10 +182,10 @@ double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std
   return aligned ? gpu_.gemm_peak_fraction : gpu_.gemm_unaligned_peak_fraction;
 }
 
-// Rule 2b: try every tile no larger than the preset's, from the preset tile and its transpose
-// down to 64 × 64, each with split-K in any factor s (slices of at least 256, s ≤ SMs;
-// partial results reduced by a second kernel); each tile at min(tensor rate, L2 operand
-// traffic); keep the fastest.
+// Rule 2b: try every tile no larger than the preset's whose sides are the preset's sides or
+// their halvings down to 64 (the preset tile and its transpose among them), each with split-K in
+// any factor s (slices of at least 256, s ≤ SMs; partial results reduced by a second kernel); each
+// tile at min(tensor rate, L2 operand traffic); keep the fastest.
 CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
                                          std::int64_t k, std::int64_t batch,
                                          double peak_fraction) const {
@@ -192,13 +193,21 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
   const double per_sm_flops = gpu_.peak(dtype).value * peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
   const double size = static_cast<double>(dtype_size(dtype).value);
-  const std::int64_t area = std::max(gpu_.gemm_tile_m, 1) * std::max(gpu_.gemm_tile_n, 1);
-  const std::int64_t widest = std::max(gpu_.gemm_tile_m, gpu_.gemm_tile_n);
+  const std::int64_t tile_m = std::max(gpu_.gemm_tile_m, 1), tile_n = std::max(gpu_.gemm_tile_n, 1);
+  // Tile sides: the preset's two and their halvings down to 64.
+  std::vector<std::int64_t> sides;
+  for (std::int64_t side : {tile_m, tile_n})
+    for (; side >= 1; side /= 2) {
+      sides.push_back(side);
+      if (side / 2 < 64) break;
+    }
+  std::sort(sides.begin(), sides.end());
+  sides.erase(std::unique(sides.begin(), sides.end()), sides.end());
   GemmPlan best;
   best.compute_seconds = std::numeric_limits<double>::infinity();
-  for (std::int64_t tm = widest; tm >= 64 || tm == widest; tm /= 2) {
-    for (std::int64_t tn = widest; tn >= 64 || tn == widest; tn /= 2) {
-      if (tm * tn > area) continue;
+  for (const std::int64_t tm : sides) {
+    for (const std::int64_t tn : sides) {
+      if (tm * tn > tile_m * tile_n) continue;
       const std::int64_t tiles = ceil_div(m, tm) * ceil_div(n, tn) * batch;
       const std::int64_t max_split =
           std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count, k / 256));
@@ -218,9 +227,7 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
           best = {compute, extra, tm, tn, split};
         }
       }
-      if (tn == 1) break;
     }
-    if (tm == 1) break;
   }
   return best;
 }
