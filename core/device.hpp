@@ -74,17 +74,33 @@ struct LayerNormBackwardArgs {
 // Activations are sequence-first, Megatron's [s, b, h]: row t·B + b of the (T·B, C) matrix
 // holds position t of sequence b, so sequence parallelism shards contiguous rows.
 // Shapes come from qkv; output and gradients need only the matching element count.
+// Megatron's attention dropout on the softmax probabilities before P·V. The mask is not
+// stored: every binding draws it from the stream of (seed, microbatch, layer) with
+// kernels/math/dropout.hpp, so forward, recomputation and backward see the same one.
+// Element (b, h, i, j) of a rank is element ((b·heads_total + head_offset + h)·T + i)·T + j
+// of the stream, whatever the tensor-parallel split.
+struct AttentionDropout {
+  float p = 0;  // probability of dropping; 0: no dropout
+  std::uint64_t seed = 0;
+  std::uint64_t microbatch = 0;  // the microbatch's identity (its first sample's index)
+  std::uint64_t layer = 0;
+  std::int64_t head_offset = 0;  // this rank's first head among all
+  std::int64_t heads_total = 0;  // heads over the tensor-parallel group; 0: this rank's
+};
+
 struct AttentionArgs {
   const Tensor& qkv;  // (T, B, 3, heads, head_dim)
   Tensor& output;     // (T, B, heads, head_dim)
-  Tensor& probs;      // (B, heads, T, T) softmax saved for backward
+  Tensor& probs;      // (B, heads, T, T) softmax saved for backward (before dropout)
+  AttentionDropout dropout{};
 };
 
 struct AttentionBackwardArgs {
-  const Tensor& grad_output;  // (T, B, heads, head_dim)
-  const Tensor& qkv;          // (T, B, 3, heads, head_dim)
-  const Tensor& probs;        // (B, heads, T, T)
-  Tensor& grad_qkv;           // (T, B, 3, heads, head_dim), written
+  const Tensor& grad_output;   // (T, B, heads, head_dim)
+  const Tensor& qkv;           // (T, B, 3, heads, head_dim)
+  const Tensor& probs;         // (B, heads, T, T)
+  Tensor& grad_qkv;            // (T, B, 3, heads, head_dim), written
+  AttentionDropout dropout{};  // the forward's
 };
 
 // Llama-style layers (Megatron's --normalization RMSNorm): y = x·rstd·γ, no β.

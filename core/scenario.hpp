@@ -47,6 +47,9 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;  // Megatron's add_bias_linear = false
   bool use_flash_attn = false;
+  // Megatron's --attention-dropout on the attention probabilities. Megatron's default is
+  // 0.1; tandem's is 0 (none), so a scenario that wants Megatron's says so.
+  double attention_dropout = 0.0;
   // Mixture of experts, under Megatron-Core's names (absent num_experts: a dense model).
   // Every moe_layer_freq-th layer (0, freq, 2·freq, …), or the layers moe_layer_pattern
   // marks 1 (Megatron's list form of moe_layer_freq), replaces its MLP by num_experts

@@ -292,6 +292,11 @@ std::vector<FieldDef> model_fields() {
       make_field(m, &M::disable_bias_linear,
                  {"disable_bias_linear", "no biases in the linear layers (add_bias_linear false)"}),
       make_field(m, &M::use_flash_attn, {"use_flash_attn", "fused flash attention kernel"}),
+      make_field(m, &M::attention_dropout,
+                 {"attention_dropout",
+                  "dropout probability on the attention probabilities (Megatron's default 0.1; "
+                  "tandem's 0)",
+                  Rule{.min = 0.0, .max_open = 1.0}}),
       make_field(m, &M::num_experts,
                  {"num_experts", "experts per MoE layer (absent: a dense model)", positive()}),
       make_field(m, &M::moe_router_topk,

@@ -171,6 +171,15 @@ void check_model_split(const Scenario& s, Violations& out) {
 // groups evenly or (tp a multiple of them) replicates each group over tp / groups ranks.
 void check_attention(const Scenario& s, Violations& out) {
   const auto& m = s.model;
+  // Dropout lives in the unfused attention op only (core/device.hpp AttentionDropout).
+  if (m.attention_dropout > 0 && m.use_flash_attn)
+    out.push_back({"attention_dropout", cat(m.attention_dropout),
+                   "must be 0 with use_flash_attn (tandem's fused attention has no dropout)"});
+  if (m.attention_dropout > 0 && s.parallelism.context_parallel_size > 1)
+    out.push_back(
+        {"attention_dropout", cat(m.attention_dropout),
+         cat("must be 0 with context_parallel_size = ", s.parallelism.context_parallel_size,
+             " (tandem's context-parallel attention has no dropout)")});
   const I64 tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
   const I64 groups = m.num_query_groups;
   if (!m.group_query_attention || !all_positive({tp, heads, groups})) return;

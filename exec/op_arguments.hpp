@@ -15,6 +15,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/router.hpp"
 #include "kernels/math/copy_columns.hpp"
+#include "kernels/math/dropout.hpp"
 
 namespace tandem::op_arguments {
 
@@ -34,6 +35,16 @@ inline kernels::cpu::AttentionShape attention_shape(const Tensor& qkv) {
     throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +
                                 qkv.shape.to_string());
   return {.B = qkv.shape[1], .T = qkv.shape[0], .NH = qkv.shape[3], .HD = qkv.shape[4]};
+}
+
+inline kernels::cpu::AttentionDropout attention_dropout(const AttentionDropout& d) {
+  if (!(d.p >= 0 && d.p < 1))
+    throw std::invalid_argument("attention: dropout probability " + std::to_string(d.p) +
+                                " is outside [0, 1)");
+  return {.p = d.p,
+          .stream = kernels::math::dropout_stream(d.seed, d.microbatch, d.layer),
+          .head_offset = d.head_offset,
+          .heads_total = d.heads_total};
 }
 
 // The grouped QKV layout (T, B, G, P + 2, head_dim) of fused attention and RoPE.

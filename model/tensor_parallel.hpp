@@ -48,6 +48,12 @@ struct ModelEnv {
   // The host waits for the stream at the start of each layer pass (TrainingConfig::
   // host_sync_per_layer: a per-layer profiler's effect, not Megatron's).
   bool host_sync_per_layer = false;
+  // Megatron's --attention-dropout on the attention probabilities (0: none). The mask
+  // follows from the seed, the microbatch (set by the stage program before each pass, so
+  // the recomputed forward and the backward see the forward's) and the layer.
+  float attention_dropout = 0;
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_microbatch = 0;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

@@ -43,7 +43,7 @@ Heads heads_of(const LayerDims& d) {
 
 TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerDims& dims,
                                    Recompute recompute)
-    : params_(params), dims_(dims), recompute_(recompute) {
+    : params_(params), index_(index), dims_(dims), recompute_(recompute) {
   const LayerOptions& o = dims.options;
   const std::int64_t C = dims.hidden, F = dims.ffn;
   const std::string p = "layers." + std::to_string(index) + ".";
@@ -161,6 +161,17 @@ void apply_rope(ModelEnv& env, const LayerDims& dims, Tensor x, std::int64_t rot
 
 }  // namespace
 
+AttentionDropout TransformerLayer::attention_dropout(const ModelEnv& env,
+                                                     std::int64_t local_heads) const {
+  if (env.attention_dropout <= 0) return {};
+  return {.p = env.attention_dropout,
+          .seed = env.dropout_seed,
+          .microbatch = env.dropout_microbatch,
+          .layer = static_cast<std::uint64_t>(index_),
+          .head_offset = local_heads * env.tp.rank(),
+          .heads_total = local_heads * env.tp.size()};
+}
+
 void TransformerLayer::attention_forward(ModelEnv& env, LayerActivations& a, bool keep_probs) {
   Device& d = env.device;
   Stream& s = env.stream;
@@ -183,7 +194,8 @@ void TransformerLayer::attention_forward(ModelEnv& env, LayerActivations& a, boo
     apply_rope(env, dims_, a.qkv.view(Shape{T, B, 1, 3 * local_heads, hd}), 2 * local_heads, false);
   a.attn_out = allocate_like(env, Shape{T * B, local_heads * hd});  // whole sequences
   Tensor probs = allocate_like(env, Shape{B, local_heads, T, T});
-  d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs});
+  d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.attn_out, probs,
+                  attention_dropout(env, local_heads)});
   if (keep_probs) a.probs = probs;
 }
 
@@ -211,7 +223,8 @@ Tensor TransformerLayer::attention_backward(ModelEnv& env, const Tensor& d_attn,
   const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
   a.attn_out = Tensor{};
   Tensor d_qkv = allocate_like(env, a.qkv.shape);
-  d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv});
+  d.attention_backward(s, {d_attn, a.qkv.view(Shape{T, B, 3, local_heads, hd}), a.probs, d_qkv,
+                           attention_dropout(env, local_heads)});
   a.probs = Tensor{};
   if (dims_.options.rope)
     apply_rope(env, dims_, d_qkv.view(Shape{T, B, 1, 3 * local_heads, hd}), 2 * local_heads, true);

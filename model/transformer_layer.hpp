@@ -106,7 +106,11 @@ class TransformerLayer {
   // Grouped layout: (T, B, local groups, heads_per_group + 2, head_dim) view of the QKV.
   Shape grouped_shape() const;
 
+  // The attention dropout of this layer's current microbatch (none when p is 0).
+  AttentionDropout attention_dropout(const ModelEnv& env, std::int64_t local_heads) const;
+
   ParameterSet& params_;
+  int index_;  // the layer's number in the model (its parameters' "layers.{index}.")
   LayerDims dims_;
   Recompute recompute_;
   // -1 where the configuration has no such parameter (biases, RMSNorm's β).

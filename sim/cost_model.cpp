@@ -53,8 +53,9 @@ std::string op_class(const std::string& key) {
 int kernels_of_op(const OpDesc& op) {
   // The unfused softmax is 5 kernels instead of 1 each way (rule 3b).
   const int softmax_extra = megatron_fused_softmax(op) ? 0 : 4;
-  if (op.op == "attention") return 5 + softmax_extra;
-  if (op.op == "attention_backward") return 7 + softmax_extra;
+  const int dropout = op.dropout > 0 ? 1 : 0;  // rule 3c
+  if (op.op == "attention") return 5 + softmax_extra + dropout;
+  if (op.op == "attention_backward") return 7 + softmax_extra + dropout;
   return 1;
 }
 
@@ -124,7 +125,7 @@ double CostModel::seconds(const OpDesc& op) const {
   check_known(op);
   if (const auto it = measured_.find({op.op, op.dtype, op.m, op.n, op.k, op.batch});
       it != measured_.end())
-    return it->second;
+    return it->second + dropout_seconds(op);  // tandem calibrate measures without dropout
   return model_seconds(op) * calibration_scale(op.op, op.dtype);
 }
 
@@ -232,6 +233,16 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
   return best;
 }
 
+// Rule 3c: torch's dropout on P reads it and writes the result and a bool mask; its
+// backward reads the gradient and the mask and writes the gradient.
+double CostModel::dropout_seconds(const OpDesc& op) const {
+  if (op.dropout <= 0 || (op.op != "attention" && op.op != "attention_backward")) return 0;
+  const double size = static_cast<double>(dtype_size(op.dtype).value);
+  const double scores =
+      static_cast<double>(op.batch) * static_cast<double>(op.m) * static_cast<double>(op.m);
+  return roofline_seconds(0, (2 * size + 1) * scores);
+}
+
 double CostModel::attention_seconds(const OpDesc& op, bool backward) const {
   const std::int64_t bh = op.batch;  // B · heads
   const std::int64_t t = op.m;       // sequence
@@ -243,16 +254,19 @@ double CostModel::attention_seconds(const OpDesc& op, bool backward) const {
   auto gemm = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
     return gemm_seconds(op.dtype, m, n, k, bh, 0);
   };
+  const double dropout = dropout_seconds(op);
   if (!backward) {
     return roofline_seconds(0, 2 * 3 * head_elems * size)  // qkv → q, k, v head-major
            + gemm(t, t, d)                                 // S = Q·Kᵀ
            + softmax_seconds(op, scores, false)            // scale, mask, softmax
+           + dropout                                       // P → dropout(P)
            + gemm(t, d, t)                                 // O = P·V
            + roofline_seconds(0, 2 * head_elems * size);   // O → (B, T, heads, D)
   }
   return roofline_seconds(0, 2 * head_elems * size)         // dO → head-major
          + gemm(t, t, d)                                    // dP = dO·Vᵀ
          + gemm(t, d, t)                                    // dV = Pᵀ·dO
+         + dropout                                          // dP through the mask
          + softmax_seconds(op, scores, true)                // dS = P ⊙ (dP − rowsum(dP ⊙ P))
          + gemm(t, d, t)                                    // dQ = dS·K
          + gemm(t, d, t)                                    // dK = dSᵀ·Q

@@ -35,6 +35,9 @@
 //    it (megatron_fused_softmax below); elsewhere Megatron falls back to PyTorch ops in
 //    fp32, five kernels each way over the scores: B·heads = 2 (tp 8 of 16 heads, micro
 //    batch 1), T = 1024 → 9 kernels forward instead of 5, 37 instead of 4 bytes per score.
+//    3c. Attention dropout (OpDesc::dropout > 0) is torch's dropout kernel on P, one more
+//    kernel each way: forward reads P and writes dropout(P) and a bool mask, backward reads
+//    dP and the mask and writes dP (2 · element size + 1 bytes per score each way).
 // 4. upload/download cross PCIe: pcie latency + bytes / pcie bandwidth, no launch.
 // 5. The optimizer's ops (adam, sum_squares: one per parameter tensor here) are, in
 //    Megatron, multi-tensor kernels (apex FusedAdam and multi_tensor_l2norm through
@@ -42,7 +45,8 @@
 //    tensor. The host pays host_optimizer_tensor per tensor instead of a kernel issue.
 //
 // A CalibrationTable (sim/calibration.hpp) overrides the model: an exact row gives the
-// time; otherwise a (op, dtype) with rows scales the model by their fitted factor.
+// time (plus rule 3c's dropout pass: tandem calibrate runs attention without dropout);
+// otherwise a (op, dtype) with rows scales the model by their fitted factor.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +74,7 @@ struct OpDesc {
   std::int64_t batch = 1;  // gemm batch count
   double flops = 0;        // useful floating-point operations
   double bytes = 0;        // bytes read + written from device memory
+  float dropout = 0;       // attention, attention_backward: dropout probability (rule 3c)
 };
 
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem
@@ -79,7 +84,8 @@ struct OpDesc {
 std::string op_class(const std::string& op);
 
 // Kernels the host launches for one Device op: the parts rule 3 prices attention from
-// (5 forward, 7 backward; 4 more each way when the softmax runs unfused, rule 3b), 1 for
+// (5 forward, 7 backward; 4 more each way when the softmax runs unfused, rule 3b; 1 more
+// each way with dropout, rule 3c), 1 for
 // every other op. The host issue clock charges each.
 int kernels_of_op(const OpDesc& op);
 
@@ -144,6 +150,8 @@ class CostModel {
   double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
+  // The dropout pass of an attention op with OpDesc::dropout > 0 (rule 3c), else 0.
+  double dropout_seconds(const OpDesc& op) const;
   // The softmax part of attention (rules 3 and 3b): `scores` elements of the (T, T) maps.
   double softmax_seconds(const OpDesc& op, double scores, bool backward) const;
 

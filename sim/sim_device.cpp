@@ -297,7 +297,8 @@ void SimDevice::attention(Stream& s, const AttentionArgs& a) {
           .batch = d.b * d.heads,
           .flops = 4.0 * scores * static_cast<double>(d.head_dim),
           .bytes = activation_bytes(a.qkv.numel() + a.output.numel()) +
-                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value)});
+                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value),
+          .dropout = a.dropout.p});
 }
 
 void SimDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
@@ -311,7 +312,8 @@ void SimDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
           .batch = d.b * d.heads,
           .flops = 8.0 * scores * static_cast<double>(d.head_dim),
           .bytes = activation_bytes(2 * a.qkv.numel() + a.grad_output.numel()) +
-                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value)});
+                   scores * 4.0 * static_cast<double>(dtype_size(options_.compute_dtype).value),
+          .dropout = a.dropout.p});
 }
 
 // Llama-style ops: OpDescs from sim/op_cost_llama.hpp.

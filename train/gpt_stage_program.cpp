@@ -69,9 +69,17 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
   return mb;
 }
 
+std::uint64_t GptStageProgram::dropout_microbatch(int microbatch) const {
+  // Its first sample: the same whatever the layout that runs it.
+  const auto& indices = batch_.microbatches.at(static_cast<std::size_t>(microbatch));
+  return indices.empty() ? static_cast<std::uint64_t>(microbatch)
+                         : static_cast<std::uint64_t>(indices.front());
+}
+
 Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
+  env_.dropout_microbatch = dropout_microbatch(microbatch);
   const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
   Tensor out = c.forward(env_, microbatch, input, mb);
   if (c.plan().post_process) {
@@ -88,6 +96,7 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
 
 Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
+  env_.dropout_microbatch = dropout_microbatch(microbatch);
   Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
                  ->backward(env_, microbatch, grad_output, loss_scale_);
   record("B", microbatch, chunk, start);

@@ -47,6 +47,8 @@ class GptStageProgram : public StageProgram {
  private:
   MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
   void record(const char* type, int microbatch, int chunk, RunTrace::Clock::time_point start);
+  // ModelEnv::dropout_microbatch of a microbatch of this step.
+  std::uint64_t dropout_microbatch(int microbatch) const;
 
   ModelEnv env_;
   std::vector<GptChunk*> chunks_;

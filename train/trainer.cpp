@@ -199,7 +199,9 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
                ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr,
                parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep, groups_.tp_ep,
-               scenario.training.host_sync_per_layer},
+               scenario.training.host_sync_per_layer,
+               static_cast<float>(scenario.model.attention_dropout),
+               static_cast<std::uint64_t>(t.seed)},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

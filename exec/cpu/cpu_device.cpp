@@ -62,6 +62,7 @@ class BlockCache {
 
 namespace {
 
+using op_arguments::attention_dropout;
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
 using op_arguments::flash_shape;
@@ -208,13 +209,14 @@ void CpuDevice::attention(Stream&, const AttentionArgs& a) {
       a.probs.numel() != sh.B * sh.NH * sh.T * sh.T)
     throw std::invalid_argument("attention: output or probs does not match qkv " +
                                 a.qkv.shape.to_string());
-  k::attention_forward(sh, f32(a.qkv), f32(a.output), f32(a.probs));
+  k::attention_forward(sh, f32(a.qkv), f32(a.output), f32(a.probs), attention_dropout(a.dropout));
 }
 
 void CpuDevice::attention_backward(Stream&, const AttentionBackwardArgs& a) {
   const auto sh = attention_shape(a.qkv);
   same_numel("attention_backward", a.qkv, a.grad_qkv);
-  k::attention_backward(sh, f32(a.grad_output), f32(a.qkv), f32(a.probs), f32(a.grad_qkv));
+  k::attention_backward(sh, f32(a.grad_output), f32(a.qkv), f32(a.probs), f32(a.grad_qkv),
+                        attention_dropout(a.dropout));
 }
 
 void CpuDevice::gelu(Stream&, const Tensor& in, Tensor& out) {

@@ -21,6 +21,7 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
+using op_arguments::attention_dropout;
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
 using op_arguments::last_dim;
@@ -246,8 +247,14 @@ void CudaDevice::attention(Stream& s, const AttentionArgs& a) {
       a.probs.numel() != sh.B * sh.NH * sh.T * sh.T)
     throw std::invalid_argument("attention: output or probs does not match qkv " +
                                 a.qkv.shape.to_string());
+  const kc::Floats probs = floats(a.probs, "attention");
+  const auto drop = attention_dropout(a.dropout);
+  // The dropped probabilities feed P·V only; probs keeps them undropped for backward.
+  const Scratch dropped = scratch(
+      drop.p > 0 ? static_cast<std::size_t>(a.probs.numel() * dtype_size(a.probs.dtype).value) : 0);
   kc::attention_forward({cuda_stream_of(s), blas_}, sh, floats(a.qkv, "attention"),
-                        floats(a.output, "attention"), floats(a.probs, "attention"));
+                        floats(a.output, "attention"), probs, drop,
+                        {dropped.data(), probs.precision});
 }
 
 void CudaDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
@@ -255,10 +262,13 @@ void CudaDevice::attention_backward(Stream& s, const AttentionBackwardArgs& a) {
   same_numel("attention_backward", a.qkv, a.grad_qkv);
   const kc::ConstFloats probs = floats(a.probs, "attention_backward");
   const std::int64_t elements = sh.B * sh.NH * sh.T * sh.T;
-  const Scratch dp = scratch(static_cast<std::size_t>(elements * dtype_size(a.probs.dtype).value));
+  const auto bytes = static_cast<std::size_t>(elements * dtype_size(a.probs.dtype).value);
+  const Scratch dp = scratch(bytes);
+  const auto drop = attention_dropout(a.dropout);
+  const Scratch dropped = scratch(drop.p > 0 ? bytes : 0);
   kc::attention_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_output, "attention"),
                          floats(a.qkv, "attention"), probs, floats(a.grad_qkv, "attention"),
-                         {dp.data(), probs.precision});
+                         {dp.data(), probs.precision}, drop, {dropped.data(), probs.precision});
 }
 
 void CudaDevice::rms_norm(Stream& s, const RmsNormArgs& a) {

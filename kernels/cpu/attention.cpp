@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/math/dropout.hpp"
 #include "kernels/math/exp.hpp"
 #include "kernels/math/softmax.hpp"
 
@@ -65,7 +66,20 @@ void softmax_rows(float* att, std::int64_t T, std::int64_t i0, std::int64_t i1) 
   }
 }
 
-void forward_head(AttentionShape s, const Head& hd, float* out, float* att) {
+// Rows [i0, i1) of P after dropout into dst (row i0 first, ld T), zero above the diagonal.
+void dropout_rows(AttentionShape s, AttentionDropout d, std::int64_t bh, const float* P, float* dst,
+                  std::int64_t i0, std::int64_t i1) {
+  const std::int64_t T = s.T;
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const std::uint64_t row = dropout_index(s, d, bh, i, 0);
+    for (std::int64_t j = 0; j <= i; ++j)
+      dst[(i - i0) * T + j] = math::dropout_apply(P[i * T + j], d.stream, row + j, d.p);
+    std::fill(dst + (i - i0) * T + i + 1, dst + (i - i0 + 1) * T, 0.0f);
+  }
+}
+
+void forward_head(AttentionShape s, AttentionDropout d, std::int64_t bh, const Head& hd, float* out,
+                  float* att, float* dropped) {
   const std::int64_t T = s.T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.HD));
   float* P = att + hd.offset_att;
@@ -83,9 +97,14 @@ void forward_head(AttentionShape s, const Head& hd, float* out, float* att) {
           .ldc = T},
          hd.q + i0 * hd.ld_qkv, hd.k, P + i0 * T);
     softmax_rows(P, T, i0, i1);
-    // O[i0:i1] = P[i0:i1, 0:i1] · V[0:i1]
-    gemm({.m = i1 - i0, .n = s.HD, .k = i1, .lda = T, .ldb = hd.ld_qkv, .ldc = hd.ld_out},
-         P + i0 * T, hd.v, O + i0 * hd.ld_out);
+    // O[i0:i1] = dropout(P)[i0:i1, 0:i1] · V[0:i1]; the block's dropped rows go to scratch.
+    const float* A = P + i0 * T;
+    if (d.p > 0) {
+      dropout_rows(s, d, bh, P, dropped, i0, i1);
+      A = dropped;
+    }
+    gemm({.m = i1 - i0, .n = s.HD, .k = i1, .lda = T, .ldb = hd.ld_qkv, .ldc = hd.ld_out}, A, hd.v,
+         O + i0 * hd.ld_out);
   }
 }
 
@@ -105,8 +124,8 @@ void softmax_backward_rows(const float* P, float* dP, std::int64_t T, std::int64
   }
 }
 
-void backward_head(AttentionShape s, const Head& hd, const float* dout, const float* att,
-                   float* dqkv, float* dS) {
+void backward_head(AttentionShape s, AttentionDropout d, std::int64_t bh, const Head& hd,
+                   const float* dout, const float* att, float* dqkv, float* dS, float* dropped) {
   const std::int64_t T = s.T;
   const std::int64_t C = s.NH * s.HD;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.HD));
@@ -115,6 +134,9 @@ void backward_head(AttentionShape s, const Head& hd, const float* dout, const fl
   float* dQ = dqkv + hd.offset_qkv;
   float* dK = dQ + C;
   float* dV = dQ + 2 * C;
+  // dV reads dropout(P), regenerated whole from the stream.
+  if (d.p > 0) dropout_rows(s, d, bh, P, dropped, 0, T);
+  const float* P_used = d.p > 0 ? dropped : P;
   for (std::int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
     const std::int64_t i1 = std::min(T, i0 + kQueryBlock);
     // dP[i0:i1, 0:i1] = dO[i0:i1] · V[0:i1]ᵀ
@@ -126,6 +148,13 @@ void backward_head(AttentionShape s, const Head& hd, const float* dout, const fl
           .ldb = hd.ld_qkv,
           .ldc = T},
          dO + i0 * hd.ld_out, hd.v, dS + i0 * T);
+    // Through dropout: the dropped entries get no gradient, the kept ones are scaled.
+    if (d.p > 0)
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::uint64_t row = dropout_index(s, d, bh, i, 0);
+        for (std::int64_t j = 0; j <= i; ++j)
+          dS[i * T + j] = math::dropout_apply(dS[i * T + j], d.stream, row + j, d.p);
+      }
     softmax_backward_rows(P, dS, T, i0, i1, scale);
     // dQ[i0:i1] = dS[i0:i1, 0:i1] · K[0:i1]
     gemm({.m = i1 - i0, .n = s.HD, .k = i1, .lda = T, .ldb = hd.ld_qkv, .ldc = hd.ld_qkv},
@@ -143,7 +172,7 @@ void backward_head(AttentionShape s, const Head& hd, const float* dout, const fl
           .ldb = hd.ld_qkv,
           .ldc = hd.ld_qkv},
          dS + j0 * T + j0, hd.q + j0 * hd.ld_qkv, dK + j0 * hd.ld_qkv);
-    // dV[j0:j1] = P[j0:T, j0:j1]ᵀ · dO[j0:T]
+    // dV[j0:j1] = dropout(P)[j0:T, j0:j1]ᵀ · dO[j0:T]
     gemm({.m = j1 - j0,
           .n = s.HD,
           .k = T - j0,
@@ -151,28 +180,42 @@ void backward_head(AttentionShape s, const Head& hd, const float* dout, const fl
           .lda = T,
           .ldb = hd.ld_out,
           .ldc = hd.ld_qkv},
-         P + j0 * T + j0, dO + j0 * hd.ld_out, dV + j0 * hd.ld_qkv);
+         P_used + j0 * T + j0, dO + j0 * hd.ld_out, dV + j0 * hd.ld_qkv);
   }
 }
 
 }  // namespace
 
-void attention_forward(AttentionShape s, const float* qkv, float* out, float* att) {
-  const std::int64_t heads = s.B * s.NH;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < heads; ++bh) forward_head(s, head(s, bh, qkv), out, att);
+std::uint64_t dropout_index(AttentionShape s, AttentionDropout d, std::int64_t bh, std::int64_t i,
+                            std::int64_t j) {
+  return math::dropout_element(bh, s.NH, d.head_offset, d.heads_total, s.T, i, j);
 }
 
-void attention_backward(AttentionShape s, const float* dout, const float* qkv, const float* att,
-                        float* dqkv) {
+void attention_forward(AttentionShape s, const float* qkv, float* out, float* att,
+                       AttentionDropout dropout) {
   const std::int64_t heads = s.B * s.NH;
 #pragma omp parallel
   {
-    // One (T, T) scratch per thread for dP, turned into dS in place.
-    std::vector<float> dS(static_cast<std::size_t>(s.T * s.T));
+    // One query block of dropped probabilities per thread (only with dropout).
+    std::vector<float> dropped(dropout.p > 0 ? static_cast<std::size_t>(kQueryBlock * s.T) : 0);
 #pragma omp for schedule(static)
     for (std::int64_t bh = 0; bh < heads; ++bh)
-      backward_head(s, head(s, bh, qkv), dout, att, dqkv, dS.data());
+      forward_head(s, dropout, bh, head(s, bh, qkv), out, att, dropped.data());
+  }
+}
+
+void attention_backward(AttentionShape s, const float* dout, const float* qkv, const float* att,
+                        float* dqkv, AttentionDropout dropout) {
+  const std::int64_t heads = s.B * s.NH;
+#pragma omp parallel
+  {
+    // One (T, T) scratch per thread for dP, turned into dS in place; one more for the
+    // dropped probabilities (only with dropout).
+    std::vector<float> dS(static_cast<std::size_t>(s.T * s.T));
+    std::vector<float> dropped(dropout.p > 0 ? static_cast<std::size_t>(s.T * s.T) : 0);
+#pragma omp for schedule(static)
+    for (std::int64_t bh = 0; bh < heads; ++bh)
+      backward_head(s, dropout, bh, head(s, bh, qkv), dout, att, dqkv, dS.data(), dropped.data());
   }
 }
 

@@ -17,14 +17,31 @@ struct AttentionShape {
   std::int64_t HD = 0;  // head dimension; C = NH·HD
 };
 
+// Dropout on the probabilities P before P·V (kernels/math/dropout.hpp); p = 0: none.
+// Element (b, h, i, j) of this rank is element ((b·heads_total + head_offset + h)·T + i)·T + j
+// of the stream, so the mask does not depend on how heads are split over tensor-parallel
+// ranks.
+struct AttentionDropout {
+  float p = 0;
+  std::uint64_t stream = 0;
+  std::int64_t head_offset = 0;  // this rank's first head
+  std::int64_t heads_total = 0;  // heads over all ranks; 0: NH
+};
+
 // Sequence-first, as Megatron's [s, b, h]: qkv (T, B, 3, NH, HD) → out (T, B, NH, HD);
 // att (B, NH, T, T) receives the softmax probabilities, zero above the diagonal, saved for
-// backward.
-void attention_forward(AttentionShape s, const float* qkv, float* out, float* att);
+// backward (before dropout).
+void attention_forward(AttentionShape s, const float* qkv, float* out, float* att,
+                       AttentionDropout dropout = {});
 
-// dqkv (T, B, 3, NH, HD) written from dout (T, B, NH, HD), the forward's qkv and att.
+// dqkv (T, B, 3, NH, HD) written from dout (T, B, NH, HD), the forward's qkv and att, and
+// the forward's dropout.
 void attention_backward(AttentionShape s, const float* dout, const float* qkv, const float* att,
-                        float* dqkv);
+                        float* dqkv, AttentionDropout dropout = {});
+
+// The stream index of element (i, j) of head bh = b·NH + h (see AttentionDropout).
+std::uint64_t dropout_index(AttentionShape s, AttentionDropout d, std::int64_t bh, std::int64_t i,
+                            std::int64_t j);
 
 // FLOPs of forward as run (2 per multiply-add, with the causal blocks); backward runs twice as
 // many.

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/math/dropout.hpp"
 #include "kernels/math/exp.hpp"
 #include "kernels/math/softmax.hpp"
 
@@ -57,6 +58,29 @@ __global__ void softmax_backward_kernel(ConstFloats probs, Floats dp, std::int64
   }
 }
 
+// dst = dropout(src) over rows of (B·NH·T, T) (kernels/math/dropout.hpp); in place when
+// dst is src. Columns above the diagonal stay as src has them (zero).
+__global__ void dropout_kernel(ConstFloats src, Floats dst, std::int64_t rows,
+                               cpu::AttentionShape s, cpu::AttentionDropout d) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const std::int64_t T = s.T, i = row % T, bh = row / T;
+  const std::uint64_t first =
+      math::dropout_element(bh, s.NH, d.head_offset, d.heads_total, T, i, 0);
+  for (std::int64_t j = threadIdx.x; j < T; j += 32) {
+    const float x = load(src, row * T + j);
+    store(dst, row * T + j, j <= i ? math::dropout_apply(x, d.stream, first + j, d.p) : x);
+  }
+}
+
+void dropout(Context c, ConstFloats src, Floats dst, cpu::AttentionShape s,
+             cpu::AttentionDropout d) {
+  const std::int64_t rows = s.B * s.NH * s.T;
+  dropout_kernel<<<static_cast<unsigned int>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                   dim3(32, kRowsPerBlock), 0, c.stream>>>(src, dst, rows, s, d);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 std::int64_t bytes_of(Precision p) {
   return p == Precision::bf16 ? 2 : 4;
 }
@@ -81,10 +105,11 @@ void check_same(Precision a, Precision b) {
 
 }  // namespace
 
-void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats out,
-                       Floats probs) {
+void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats out, Floats probs,
+                       cpu::AttentionDropout drop, Floats dropped) {
   check_same(qkv.precision, out.precision);
   check_same(qkv.precision, probs.precision);
+  if (drop.p > 0) check_same(qkv.precision, dropped.precision);
   const std::int64_t C = s.NH * s.HD, T = s.T;
   const std::int64_t ld_qkv = s.B * 3 * C, ld_out = s.B * C;  // between consecutive positions
   if (s.B * T * C == 0) return;
@@ -105,16 +130,22 @@ void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats
   softmax_forward_kernel<<<row_blocks(rows), dim3(32, kRowsPerBlock), 0, c.stream>>>(probs, rows, T,
                                                                                      scale);
   TANDEM_CUDA_CHECK_LAUNCH();
+  // O = dropout(P)·V; probs keeps P for backward.
+  ConstFloats p_used = probs;
+  if (drop.p > 0) {
+    dropout(c, probs, dropped, s, drop);
+    p_used = dropped;
+  }
   for (std::int64_t b = 0; b < s.B; ++b) {
-    // O = P·V
     gemm_strided_batched(c, {.m = T, .n = s.HD, .k = T, .lda = T, .ldb = ld_qkv, .ldc = ld_out},
-                         heads_pv, at(ConstFloats(probs), b * s.NH * T * T),
-                         at(qkv, b * 3 * C + 2 * C), at(out, b * C));
+                         heads_pv, at(p_used, b * s.NH * T * T), at(qkv, b * 3 * C + 2 * C),
+                         at(out, b * C));
   }
 }
 
 void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, ConstFloats qkv,
-                        ConstFloats probs, Floats dqkv, Floats scratch) {
+                        ConstFloats probs, Floats dqkv, Floats scratch, cpu::AttentionDropout drop,
+                        Floats dropped) {
   check_same(qkv.precision, dout.precision);
   check_same(qkv.precision, probs.precision);
   check_same(qkv.precision, dqkv.precision);
@@ -131,6 +162,15 @@ void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, Cons
         at(qkv, b * 3 * C + 2 * C), at(scratch, b * s.NH * T * T));
   }
   const std::int64_t rows = s.B * s.NH * T;
+  // Through dropout: dP of the dropped entries is zero, of the kept ones scaled; dV reads
+  // the dropped probabilities, regenerated from the stream.
+  ConstFloats p_for_dv = probs;
+  if (drop.p > 0) {
+    check_same(qkv.precision, dropped.precision);
+    dropout(c, scratch, scratch, s, drop);
+    dropout(c, probs, dropped, s, drop);
+    p_for_dv = dropped;
+  }
   softmax_backward_kernel<<<row_blocks(rows), dim3(32, kRowsPerBlock), 0, c.stream>>>(
       probs, scratch, rows, T, scale);
   TANDEM_CUDA_CHECK_LAUNCH();
@@ -138,7 +178,7 @@ void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, Cons
       .count = s.NH, .stride_a = T * T, .stride_b = s.HD, .stride_c = s.HD};
   for (std::int64_t b = 0; b < s.B; ++b) {
     const ConstFloats ds = at(ConstFloats(scratch), b * s.NH * T * T);
-    const ConstFloats p = at(probs, b * s.NH * T * T);
+    const ConstFloats p = at(p_for_dv, b * s.NH * T * T);
     const ConstFloats q = at(qkv, b * 3 * C);
     const Floats dq = at(dqkv, b * 3 * C);
     // dQ = dS·K
@@ -148,7 +188,7 @@ void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, Cons
     gemm_strided_batched(
         c, {.m = T, .n = s.HD, .k = T, .transpose_a = true, .lda = T, .ldb = ld_qkv, .ldc = ld_qkv},
         from_tt, ds, q, at(dq, C));
-    // dV = Pᵀ·dO
+    // dV = dropout(P)ᵀ·dO
     gemm_strided_batched(
         c, {.m = T, .n = s.HD, .k = T, .transpose_a = true, .lda = T, .ldb = ld_out, .ldc = ld_qkv},
         from_tt, p, at(dout, b * C), at(dq, 2 * C));

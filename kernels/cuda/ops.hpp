@@ -123,11 +123,15 @@ void gemm_strided_batched(Context c, const cpu::GemmParams& p, const cpu::GemmBa
 // ---- attention (attention.cu): cuBLAS batched GEMMs per batch row + softmax kernels -------
 // Sequence-first as cpu/attention.hpp: qkv (T, B, 3, NH, HD) → out (T, B, NH, HD); probs
 // (B, NH, T, T), zero above the diagonal.
-// All three share one precision.
-void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats out, Floats probs);
-// dqkv written. scratch holds B·NH·T·T elements of the probs' precision (dP, then dS).
+// All share one precision. With dropout (p > 0), `dropped` holds B·NH·T·T elements for
+// the dropped probabilities (probs keeps them before dropout, for backward).
+void attention_forward(Context c, cpu::AttentionShape s, ConstFloats qkv, Floats out, Floats probs,
+                       cpu::AttentionDropout dropout = {}, Floats dropped = {});
+// dqkv written. scratch holds B·NH·T·T elements of the probs' precision (dP, then dS);
+// `dropped` as many again with dropout.
 void attention_backward(Context c, cpu::AttentionShape s, ConstFloats dout, ConstFloats qkv,
-                        ConstFloats probs, Floats dqkv, Floats scratch);
+                        ConstFloats probs, Floats dqkv, Floats scratch,
+                        cpu::AttentionDropout dropout = {}, Floats dropped = {});
 
 // ---- Llama-style ops (llama.cu), the contracts of cpu/{rms_norm,swiglu,rope,flash_attention}.hpp
 void rms_norm_forward(Context c, cpu::RmsNormShape s, ConstFloats in, ConstFloats gamma, Floats out,

@@ -890,6 +890,24 @@ TEST(ScenarioModel, LlamaFlagsParseUnderMegatronsNames) {
   EXPECT_EQ(parse_scenario(to_json(s)), s);  // and they round-trip through JSON
 }
 
+TEST(ScenarioModel, AttentionDropoutIsAProbabilityOfTheUnfusedAttention) {
+  Scenario s = default_scenario();
+  EXPECT_EQ(s.model.attention_dropout, 0.0);  // tandem's default (Megatron's is 0.1)
+  apply_overrides(s, {{"--attention-dropout", "0.1"}});
+  EXPECT_DOUBLE_EQ(s.model.attention_dropout, 0.1);
+  EXPECT_EQ(parse_scenario(to_json(s)), s);
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--attention-dropout", "1"}}),
+                    "--attention-dropout", "1", "[0, 1)"));
+  EXPECT_TRUE(Names(unparsable(R"({"model": {"attention_dropout": -0.1}})"),
+                    "model.attention_dropout", "-0.1", "0"));
+  Scenario flash = s;
+  flash.model.use_flash_attn = true;
+  EXPECT_TRUE(Names(invalid(flash), "attention_dropout", "0.1", "use_flash_attn"));
+  Scenario cp = s;
+  cp.parallelism.context_parallel_size = 2;
+  EXPECT_TRUE(Names(invalid(cp), "attention_dropout", "0.1", "context_parallel_size"));
+}
+
 TEST(ScenarioModel, ChoicesAndRangesOfTheNewFields) {
   auto vs = unparsable(R"({"model": {"normalization": "rmsnorm", "position_embedding_type": "alibi",
                            "rotary_percent": 0, "norm_epsilon": 0, "num_query_groups": 0}})");

@@ -30,6 +30,7 @@ class CudaOps : public ::testing::TestWithParam<DType> {
   CudaDevice& gpu() { return d_->gpu(); }
   Stream& cs() { return d_->cpu().default_stream(); }
   Stream& gs() { return d_->gpu().default_stream(); }
+  void expect_attention_matches(const AttentionDropout& drop, std::uint64_t seed);
 
  private:
   std::unique_ptr<TwoDevices> d_;
@@ -111,23 +112,34 @@ TEST_P(CudaOps, LayerNormForwardBackward) {
   EXPECT_TRUE(d().close(dbeta, tol()));
 }
 
-TEST_P(CudaOps, CausalAttentionForwardBackward) {
+// Causal attention on both bindings, forward then backward; with dropout the GPU draws the
+// CPU's mask from the same stream (kernels/math/dropout.hpp).
+void CudaOps::expect_attention_matches(const AttentionDropout& drop, std::uint64_t seed) {
   const std::int64_t B = 2, T = 70, NH = 3, HD = 16;
-  auto qkv = d().random({T, B, 3, NH, HD}, dtype(), 31, -2.0f, 2.0f);
+  auto qkv = d().random({T, B, 3, NH, HD}, dtype(), seed, -2.0f, 2.0f);
   auto out = d().poisoned({T, B, NH, HD}, dtype());
   auto probs = d().poisoned({B, NH, T, T}, dtype());
-  cpu().attention(cs(), {qkv.cpu, out.cpu, probs.cpu});
-  gpu().attention(gs(), {qkv.gpu, out.gpu, probs.gpu});
+  cpu().attention(cs(), {qkv.cpu, out.cpu, probs.cpu, drop});
+  gpu().attention(gs(), {qkv.gpu, out.gpu, probs.gpu, drop});
   EXPECT_TRUE(d().close(probs, tol()));
   EXPECT_TRUE(d().close(out, tol()));
-  auto dout = d().random({T, B, NH, HD}, dtype(), 32);
+  auto dout = d().random({T, B, NH, HD}, dtype(), seed + 1);
   auto dqkv = d().poisoned({T, B, 3, NH, HD}, dtype());
   // Both backward passes read the same probabilities: the gpu's, rounded as stored.
   const auto p = d().read_gpu(probs.gpu);
   auto same_probs = d().input({B, NH, T, T}, dtype(), p);
-  cpu().attention_backward(cs(), {dout.cpu, qkv.cpu, same_probs.cpu, dqkv.cpu});
-  gpu().attention_backward(gs(), {dout.gpu, qkv.gpu, same_probs.gpu, dqkv.gpu});
+  cpu().attention_backward(cs(), {dout.cpu, qkv.cpu, same_probs.cpu, dqkv.cpu, drop});
+  gpu().attention_backward(gs(), {dout.gpu, qkv.gpu, same_probs.gpu, dqkv.gpu, drop});
   EXPECT_TRUE(d().close(dqkv, 2 * tol()));  // two GEMMs deep, each rounding its output
+}
+
+TEST_P(CudaOps, CausalAttentionForwardBackward) {
+  expect_attention_matches({}, 31);
+}
+
+TEST_P(CudaOps, CausalAttentionWithDropoutMatchesTheCpu) {
+  expect_attention_matches(
+      {.p = 0.25f, .seed = 7, .microbatch = 3, .layer = 1, .head_offset = 3, .heads_total = 6}, 41);
 }
 
 TEST_P(CudaOps, RmsNormForwardBackward) {

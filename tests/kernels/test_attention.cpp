@@ -1,10 +1,12 @@
 // Causal attention forward and backward against a double reference (per head, naive
-// loops), the reference backward against central differences, causality, determinism.
+// loops), the reference backward against central differences, causality, determinism;
+// attention dropout against the same reference with the mask of kernels/math/dropout.hpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kernels/cpu/attention.hpp"
+#include "kernels/math/dropout.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 namespace tandem::kernels::cpu {
@@ -46,7 +48,16 @@ struct Index {
   }
 };
 
-Ref reference_forward(AttentionShape s, const Doubles& qkv) {
+// The factor dropout puts on probability (b, h, i, j): 0 or 1 / (1 − p); 1 without dropout.
+double dropout_factor(AttentionShape s, AttentionDropout d, std::int64_t b, std::int64_t h,
+                      std::int64_t i, std::int64_t j) {
+  if (d.p <= 0) return 1.0;
+  return math::dropout_keep(d.stream, dropout_index(s, d, b * s.NH + h, i, j), d.p)
+             ? 1.0 / (1.0 - static_cast<double>(d.p))
+             : 0.0;
+}
+
+Ref reference_forward(AttentionShape s, const Doubles& qkv, AttentionDropout drop = {}) {
   const Index ix{s};
   Ref r{Doubles(size_out(s), 0.0), Doubles(size_att(s), 0.0)};
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.HD));
@@ -67,8 +78,9 @@ Ref reference_forward(AttentionShape s, const Doubles& qkv) {
         for (std::int64_t j = 0; j <= i; ++j) {
           const double p = score[j] / sum;
           r.att[ix.att(b, h, i, j)] = p;
+          const double kept = p * dropout_factor(s, drop, b, h, i, j);
           for (std::int64_t d = 0; d < s.HD; ++d)
-            r.out[ix.out(b, i, h, d)] += p * qkv[ix.qkv(b, j, 2, h, d)];
+            r.out[ix.out(b, i, h, d)] += kept * qkv[ix.qkv(b, j, 2, h, d)];
         }
       }
     }
@@ -77,7 +89,7 @@ Ref reference_forward(AttentionShape s, const Doubles& qkv) {
 }
 
 Doubles reference_backward(AttentionShape s, const Doubles& qkv, const Doubles& att,
-                           const Doubles& dout) {
+                           const Doubles& dout, AttentionDropout drop = {}) {
   const Index ix{s};
   Doubles dqkv(size_qkv(s), 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.HD));
@@ -88,10 +100,12 @@ Doubles reference_backward(AttentionShape s, const Doubles& qkv, const Doubles& 
         double dot = 0;
         for (std::int64_t j = 0; j <= i; ++j) {
           const double p = att[ix.att(b, h, i, j)];
+          const double factor = dropout_factor(s, drop, b, h, i, j);
           for (std::int64_t d = 0; d < s.HD; ++d) {
             dp[j] += dout[ix.out(b, i, h, d)] * qkv[ix.qkv(b, j, 2, h, d)];
-            dqkv[ix.qkv(b, j, 2, h, d)] += p * dout[ix.out(b, i, h, d)];
+            dqkv[ix.qkv(b, j, 2, h, d)] += p * factor * dout[ix.out(b, i, h, d)];
           }
+          dp[j] *= factor;
           dot += p * dp[j];
         }
         for (std::int64_t j = 0; j <= i; ++j) {
@@ -182,6 +196,100 @@ TEST(Attention, RepeatedRunsAreBitwiseEqual) {
   EXPECT_TRUE(testing::bitwise_equal(out[0], out[1]));
   EXPECT_TRUE(testing::bitwise_equal(att[0], att[1]));
   EXPECT_TRUE(testing::bitwise_equal(dqkv[0], dqkv[1]));
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cpu
+
+namespace tandem::kernels::cpu {
+namespace {
+
+TEST(AttentionDropout, KeepsOneMinusPOfTheElementsDeterministically) {
+  const std::uint64_t stream = math::dropout_stream(1234, 7, 3);
+  for (const float p : {0.0f, 0.1f, 0.5f}) {
+    const int n = 200000;
+    int kept = 0;
+    for (int i = 0; i < n; ++i) {
+      const bool k = math::dropout_keep(stream, static_cast<std::uint64_t>(i), p);
+      ASSERT_EQ(k, math::dropout_keep(stream, static_cast<std::uint64_t>(i), p));
+      kept += k ? 1 : 0;
+    }
+    // Binomial: 5 standard deviations of n·p·(1 − p) at most (exact at p = 0).
+    const double sd = std::sqrt(n * p * (1.0 - p));
+    EXPECT_NEAR(kept, n * (1.0 - p), 5 * sd + 1e-9) << p;
+  }
+  // Another microbatch or layer draws another mask.
+  const std::uint64_t other = math::dropout_stream(1234, 8, 3);
+  int same = 0;
+  for (int i = 0; i < 1000; ++i)
+    same += math::dropout_keep(stream, static_cast<std::uint64_t>(i), 0.5f) ==
+                    math::dropout_keep(other, static_cast<std::uint64_t>(i), 0.5f)
+                ? 1
+                : 0;
+  EXPECT_GT(same, 400);
+  EXPECT_LT(same, 600);
+  EXPECT_EQ(math::dropout_apply(2.0f, stream, 0, 0.0f), 2.0f);
+}
+
+TEST(AttentionDropout, ForwardAndBackwardMatchTheReferenceWithTheSameMask) {
+  for (const AttentionShape s : {AttentionShape{.B = 2, .T = 7, .NH = 3, .HD = 5},
+                                 AttentionShape{.B = 1, .T = 130, .NH = 2, .HD = 4}}) {
+    const AttentionDropout drop{.p = 0.3f, .stream = math::dropout_stream(9, 1, 2)};
+    const Floats qkv = random_floats(size_qkv(s), 3, -2.0f, 2.0f);
+    const Floats dout = random_floats(size_out(s), 4);
+    Floats out(size_out(s)), att(size_att(s), -1.0f), dqkv(size_qkv(s), 99.0f);
+    attention_forward(s, qkv.data(), out.data(), att.data(), drop);
+    attention_backward(s, dout.data(), qkv.data(), att.data(), dqkv.data(), drop);
+
+    const Ref ref = reference_forward(s, testing::to_double(qkv), drop);
+    EXPECT_TRUE(all_close(out, ref.out, 1e-5, rms_scale(ref.out)));
+    EXPECT_TRUE(all_close(att, ref.att, 1e-5, rms_scale(ref.att)));  // saved before dropout
+    const Doubles dref = reference_backward(s, testing::to_double(qkv), testing::to_double(att),
+                                            testing::to_double(dout), drop);
+    EXPECT_TRUE(all_close(dqkv, dref, 1e-5, rms_scale(dref)));
+    // Dropout did something: the output differs from the output without it.
+    const Ref plain = reference_forward(s, testing::to_double(qkv));
+    EXPECT_FALSE(all_close(out, plain.out, 1e-3, rms_scale(plain.out)));
+  }
+}
+
+TEST(AttentionDropout, TheReferenceBackwardMatchesFiniteDifferences) {
+  const AttentionShape s{.B = 2, .T = 5, .NH = 2, .HD = 3};
+  const AttentionDropout drop{.p = 0.4f, .stream = math::dropout_stream(3, 0, 0)};
+  const Doubles qkv = testing::to_double(random_floats(size_qkv(s), 1));
+  const Doubles w = testing::to_double(random_floats(size_out(s), 2));
+  const Ref fwd = reference_forward(s, qkv, drop);
+  const Doubles grad = reference_backward(s, qkv, fwd.att, w, drop);
+  EXPECT_TRUE(testing::matches_finite_differences(
+      [&](const Doubles& x) { return testing::weighted_sum(reference_forward(s, x, drop).out, w); },
+      qkv, grad));
+}
+
+// Two tensor-parallel ranks holding one head each draw the mask one rank with both heads
+// draws: the mask follows the global head, not the split.
+TEST(AttentionDropout, TheMaskDoesNotDependOnTheTensorParallelSplit) {
+  const AttentionShape whole{.B = 2, .T = 9, .NH = 2, .HD = 3};
+  const AttentionShape half{.B = 2, .T = 9, .NH = 1, .HD = 3};
+  const std::uint64_t stream = math::dropout_stream(5, 4, 1);
+  const Index iw{whole}, ih{half};
+  const Floats qkv = random_floats(size_qkv(whole), 8);
+  Floats out(size_out(whole)), att(size_att(whole));
+  attention_forward(whole, qkv.data(), out.data(), att.data(), {.p = 0.5f, .stream = stream});
+  for (std::int64_t h = 0; h < 2; ++h) {
+    Floats part(size_qkv(half)), part_out(size_out(half)), part_att(size_att(half));
+    for (std::int64_t b = 0; b < half.B; ++b)
+      for (std::int64_t t = 0; t < half.T; ++t)
+        for (std::int64_t w = 0; w < 3; ++w)
+          for (std::int64_t d = 0; d < half.HD; ++d)
+            part[ih.qkv(b, t, w, 0, d)] = qkv[iw.qkv(b, t, w, h, d)];
+    attention_forward(half, part.data(), part_out.data(), part_att.data(),
+                      {.p = 0.5f, .stream = stream, .head_offset = h, .heads_total = 2});
+    for (std::int64_t b = 0; b < half.B; ++b)
+      for (std::int64_t t = 0; t < half.T; ++t)
+        for (std::int64_t d = 0; d < half.HD; ++d)
+          ASSERT_NEAR(part_out[ih.out(b, t, 0, d)], out[iw.out(b, t, h, d)], 1e-6f)
+              << h << " " << t;
+  }
 }
 
 }  // namespace

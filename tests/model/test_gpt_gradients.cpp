@@ -304,6 +304,38 @@ TEST(GptGradients, RecomputationGivesTheSameGradients) {
   }
 }
 
+// Attention dropout: the mask follows (seed, microbatch, layer), so central differences
+// see the same mask as backward, and recomputation redraws the forward's.
+TinyGpt& with_dropout(TinyGpt& m) {
+  m.env.attention_dropout = 0.3f;
+  m.env.dropout_seed = 17;
+  m.env.dropout_microbatch = 2;
+  return m;
+}
+
+TEST(GptGradients, WithAttentionDropoutMatchFiniteDifferences) {
+  TinyGpt m(Recompute::none);
+  const double plain = m.loss();
+  with_dropout(m);
+  EXPECT_NE(m.loss(), plain);  // the dropout did something
+  expect_finite_difference_gradients(m);
+}
+
+TEST(GptGradients, WithAttentionDropoutRecomputationGivesTheSameGradients) {
+  TinyGpt none(Recompute::none), selective(Recompute::selective), full(Recompute::full);
+  const auto g0 = with_dropout(none).gradients(), g1 = with_dropout(selective).gradients(),
+             g2 = with_dropout(full).gradients();
+  ASSERT_EQ(g0.size(), g1.size());
+  for (std::size_t i = 0; i < g0.size(); ++i) {
+    ASSERT_EQ(g0[i], g1[i]) << i;
+    ASSERT_EQ(g0[i], g2[i]) << i;
+  }
+  // Another microbatch draws another mask.
+  TinyGpt other(Recompute::none);
+  with_dropout(other).env.dropout_microbatch = 3;
+  EXPECT_NE(other.gradients(), g0);
+}
+
 TEST(GptGradients, ActivationsAreFreedAfterBackward) {
   TinyGpt m(Recompute::none);
   m.device.fill(m.device.default_stream(), m.params.grads(), 0.0f);

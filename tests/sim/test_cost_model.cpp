@@ -337,6 +337,36 @@ TEST(CostModelAttention, UnfusedSoftmaxCostsFivePyTorchKernelsEachWay) {
   EXPECT_EQ(op_class(op_report_key(bwd)), "attention");
 }
 
+// Rule 3c: attention dropout is torch's dropout kernel on the (T, T) probabilities, one
+// more kernel each way moving 2 · 2 + 1 bytes per fp16 score (read, write, bool mask).
+TEST(CostModelAttention, DropoutAddsOneKernelOfFiveBytesPerScoreEachWay) {
+  const GpuSpec gpu = a100_one_tile();
+  const CostModel model(gpu);
+  const double scores = 4.0 * 1024 * 1024;
+  for (const char* op : {"attention", "attention_backward"}) {
+    const OpDesc plain{.op = op, .dtype = DType::fp16, .m = 1024, .k = 64, .batch = 4};
+    OpDesc dropped = plain;
+    dropped.dropout = 0.1f;
+    EXPECT_NEAR(model.seconds(dropped) - model.seconds(plain), pass_time(gpu, 5 * scores),
+                pass_time(gpu, 5 * scores) * 1e-9)
+        << op;
+    EXPECT_EQ(kernels_of_op(dropped), kernels_of_op(plain) + 1) << op;
+  }
+  // A calibration row (measured without dropout) gets the same pass on top.
+  CalibrationTable table;
+  table.rows.push_back({.op = "attention",
+                        .dtype = DType::fp16,
+                        .m = 1024,
+                        .n = 0,
+                        .k = 64,
+                        .batch = 4,
+                        .seconds = 1e-3});
+  const CostModel calibrated(gpu, table);
+  const OpDesc row{
+      .op = "attention", .dtype = DType::fp16, .m = 1024, .k = 64, .batch = 4, .dropout = 0.1f};
+  EXPECT_NEAR(calibrated.seconds(row), 1e-3 + pass_time(gpu, 5 * scores), 1e-15);
+}
+
 TEST(CostModelCheck, UnknownOpsAndNegativeSizesAreRejected) {
   const CostModel model(a100());
   try {
