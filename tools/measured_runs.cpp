@@ -185,6 +185,8 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     // layer's forward and backward start and end) and composes its rows from those
     // per-layer profiles, so no host run-ahead crosses a layer boundary in them.
     s.training.host_sync_per_layer = true;
+    // vTrain's GPT (src/model/gpt_model.py) keeps Megatron's attention dropout of 0.1.
+    s.model.attention_dropout = 0.1;
     s.training.recompute_granularity = recompute;
     s.training.recompute_method = "uniform";
     s.training.recompute_num_layers = 1;

@@ -224,8 +224,10 @@ double median(std::vector<double> values) {
 }
 
 ValidationResult compare_with_reports(const PublishedTable& table,
-                                      const std::map<std::string, nlohmann::json>& reports) {
+                                      const std::map<std::string, nlohmann::json>& reports,
+                                      const ValidationTarget& target) {
   ValidationResult result;
+  result.target = target;
   std::map<std::string, std::vector<double>> errors;
   bool target_complete = true;
   for (const auto& p : table.rows) {

@@ -81,7 +81,8 @@ struct ValidationResult {
 // Joins the rows with the reports (scenario name → simulate --json report; a scenario
 // missing from `reports` failed to simulate).
 ValidationResult compare_with_reports(const PublishedTable& table,
-                                      const std::map<std::string, nlohmann::json>& reports);
+                                      const std::map<std::string, nlohmann::json>& reports,
+                                      const ValidationTarget& target = {});
 
 double median(std::vector<double> values);  // mean of the middle two for an even count
 

@@ -1,5 +1,5 @@
 // Tests of topology descriptions (topology/topology_io.hpp): the presets carry the
-// published figures of shared/reference/hardware.csv, cite a source for every number,
+// published datasheet figures (the rows below), cite a source for every number,
 // round-trip through JSON, and bad input is rejected naming field, value and rule.
 #include <gtest/gtest.h>
 
@@ -21,8 +21,8 @@ namespace {
 
 using nlohmann::json;
 
-// The rows of shared/reference/hardware.csv this test checks, copied verbatim (diffed
-// against the file by hand on 2026-11-22) so the test runs where ../shared is not mounted.
+// The datasheet rows this test checks (GPU and node figures as NVIDIA publishes them),
+// copied verbatim from the project's reference table on 2026-11-22.
 constexpr const char* kHardwareCsv = R"(part,figure,value,unit,note
 A100-SXM4-80GB,dense bf16/fp16 tensor,312,TFLOP/s,datasheet
 A100-SXM4-80GB,tf32 tensor,156,TFLOP/s,datasheet
@@ -223,8 +223,8 @@ TEST(TopologyJson, UnitsAreConvertedToSi) {
   EXPECT_DOUBLE_EQ(t.fabric.nic.bandwidth.value, 25e9);
   EXPECT_EQ(t.gpu.gemm_tile_m, 256);
   EXPECT_EQ(t.gpu.gemm_tile_n, 128);
-  // Calibrated on Korthikanti Table 4 (0.70: what the model's GEMMs reach in a layer,
-  // absorbing what tandem's layer lacks, e.g. dropout); within reach of cuBLAS either way.
+  // Calibrated on Korthikanti Table 4 (0.75: what the model's GEMMs reach in a layer with
+  // Megatron's attention dropout priced); within reach of cuBLAS either way.
   EXPECT_GE(t.gpu.gemm_peak_fraction, 0.65);
   EXPECT_LE(t.gpu.gemm_peak_fraction, 0.85);
 }
