@@ -70,10 +70,6 @@ struct LayerNormBackwardArgs {
   Tensor& grad_beta;          // (C), accumulated into
 };
 
-// Causal scaled-dot-product attention over the heads this tensor-parallel rank holds.
-// Activations are sequence-first, Megatron's [s, b, h]: row t·B + b of the (T·B, C) matrix
-// holds position t of sequence b, so sequence parallelism shards contiguous rows.
-// Shapes come from qkv; output and gradients need only the matching element count.
 // Megatron's attention dropout on the softmax probabilities before P·V. The mask is not
 // stored: every binding draws it from the stream of (seed, microbatch, layer) with
 // kernels/math/dropout.hpp, so forward, recomputation and backward see the same one.
@@ -88,6 +84,10 @@ struct AttentionDropout {
   std::int64_t heads_total = 0;  // heads over the tensor-parallel group; 0: this rank's
 };
 
+// Causal scaled-dot-product attention over the heads this tensor-parallel rank holds.
+// Activations are sequence-first, Megatron's [s, b, h]: row t·B + b of the (T·B, C) matrix
+// holds position t of sequence b, so sequence parallelism shards contiguous rows.
+// Shapes come from qkv; output and gradients need only the matching element count.
 struct AttentionArgs {
   const Tensor& qkv;  // (T, B, 3, heads, head_dim)
   Tensor& output;     // (T, B, heads, head_dim)

@@ -16,6 +16,9 @@
 # optimizer over the expert-data-parallel group, and with full recomputation; and with
 # Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp); and
 # with context parallelism under both dispatchers (the ep group is then the cp group).
+# With attention dropout the mask follows the microbatch's first sample, the layer and the
+# head among all tp ranks, so tensor, pipeline and data parallelism with full
+# recomputation reproduce the single-process run too.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -72,15 +75,29 @@ for k in "${!layouts[@]}"; do
   check "layout$k" "$reference" "$work/reference" "${entry%%|*}" ${entry#*|}
 done
 
+# family NAME FLAGS_ARRAY LAYOUTS_ARRAY: a single-process reference with the family's flags
+# (left in family_reference), then each "RANKS|FLAGS" layout checked against it.
+family() {
+  local name="$1"
+  local -n flags="$2" rows="$3"
+  family_reference=$("$tandem" train "$scenario" "${common[@]}" "${flags[@]}" --world-size 1 \
+    --save "$work/${name}_reference" | losses)
+  [ "$(echo "$family_reference" | wc -l)" -eq 5 ] ||
+    { echo "$name single-process run printed no 5 losses"; exit 1; }
+  local k entry
+  for k in "${!rows[@]}"; do
+    entry="${rows[$k]}"
+    # shellcheck disable=SC2086
+    check "$name$k" "$family_reference" "$work/${name}_reference" "${entry%%|*}" "${flags[@]}" ${entry#*|}
+  done
+}
+
 # Llama-style layers (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied output layer, no
 # linear biases, fused attention): whole query groups per tp rank, gate and up rows sharded
 # alike, no embedding all-reduce between untied stages.
 llama=(--group-query-attention --num-query-groups 2 --swiglu --normalization RMSNorm
   --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear
   --use-flash-attn)
-llama_reference=$("$tandem" train "$scenario" "${common[@]}" "${llama[@]}" --world-size 1 \
-  --save "$work/llama_reference" | losses)
-[ "$(echo "$llama_reference" | wc -l)" -eq 5 ] || { echo "Llama single-process run printed no 5 losses"; exit 1; }
 llama_layouts=(
   "2|--tensor-model-parallel-size 2"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
@@ -92,18 +109,11 @@ llama_layouts=(
   "4|--context-parallel-size 4 --recompute-granularity selective"
   "4|--context-parallel-size 4 --cp-comm-type all_gather --recompute-granularity full"
 )
-for k in "${!llama_layouts[@]}"; do
-  entry="${llama_layouts[$k]}"
-  # shellcheck disable=SC2086
-  check "llama$k" "$llama_reference" "$work/llama_reference" "${entry%%|*}" "${llama[@]}" ${entry#*|}
-done
+family llama llama llama_layouts
 
 # Mixture of experts: every expert's weights by its global index, whatever ep holds them.
 moe=("${llama[@]}" --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32
   --moe-shared-expert-intermediate-size 32 --moe-aux-loss-coeff 0.01)
-moe_reference=$("$tandem" train "$scenario" "${common[@]}" "${moe[@]}" --world-size 1 \
-  --save "$work/moe_reference" | losses)
-[ "$(echo "$moe_reference" | wc -l)" -eq 5 ] || { echo "MoE single-process run printed no 5 losses"; exit 1; }
 moe_layouts=(
   "2|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2"
   "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
@@ -115,10 +125,14 @@ moe_layouts=(
   "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --context-parallel-size 2"
   "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --context-parallel-size 2"
 )
-for k in "${!moe_layouts[@]}"; do
-  entry="${moe_layouts[$k]}"
-  # shellcheck disable=SC2086
-  check "moe$k" "$moe_reference" "$work/moe_reference" "${entry%%|*}" "${moe[@]}" ${entry#*|}
-done
+family moe moe moe_layouts
+# Attention dropout: the same mask whatever the layout, recomputed or not.
+dropout=(--attention-dropout 0.1)
+dropout_layouts=(
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --recompute-granularity full"
+  "2|--tensor-model-parallel-size 1"
+)
+family dropout dropout dropout_layouts
+[ "$family_reference" != "$reference" ] || { echo "attention dropout did not change the losses"; failed=1; }
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"
