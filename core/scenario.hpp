@@ -133,6 +133,10 @@ struct TrainingConfig {
   // Megatron's: gradients accumulated and data-parallel reduced in fp32. Off, fp16 runs
   // reduce 16-bit gradients; bf16 runs always reduce in fp32 (Megatron forces it on).
   bool accumulate_allreduce_grads_in_fp32 = false;
+  // Megatron's: the weight-gradient GEMMs accumulate into the gradient buffer (beta = 1).
+  // Off (--no-gradient-accumulation-fusion; Megatron-LM before February 2022 and
+  // Megatron-DeepSpeed always), each GEMM writes a fresh gradient that a separate kernel adds.
+  bool gradient_accumulation_fusion = true;
   // Megatron-DeepSpeed's --deepspeed: DeepSpeed's engine and its fp16 optimizer over
   // flattened parameters. Only the simulator reads it (the optimizer step's host cost).
   bool deepspeed = false;

@@ -449,6 +449,11 @@ std::vector<FieldDef> training_fields_rest() {
                  {"accumulate_allreduce_grads_in_fp32",
                   "reduce gradients over dp in fp32 (always so with bf16; fp16 reduces 16-bit "
                   "gradients without it)"}),
+      make_field(t, &T::gradient_accumulation_fusion,
+                 {"gradient_accumulation_fusion",
+                  "weight-gradient GEMMs accumulate into the gradient buffer; off, each writes a "
+                  "fresh gradient that a separate kernel adds (after the step's first "
+                  "microbatch)"}),
       make_field(t, &T::deepspeed,
                  {"deepspeed",
                   "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "

@@ -291,7 +291,7 @@ void MoeLayer::experts_backward(ModelEnv& env, const Tensor& dy,
   auto linear_backward = [&](const Tensor& grad, const Tensor& input, Parameter& w,
                              Tensor& grad_input) {
     d.gemm(st, {.a = grad, .b = w.compute, .c = grad_input});
-    d.gemm(st, {.a = grad, .b = input, .c = w.grad, .transpose_a = true, .beta = 1.0f});
+    accumulate_weight_grad(env, grad, input, w);
   };
   Tensor d_act = allocate_like(env, a.act.shape);
   for_each_expert_block(rows, [&](std::size_t e, std::int64_t first, std::int64_t n) {

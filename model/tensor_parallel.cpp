@@ -30,9 +30,22 @@ Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const 
   return y;
 }
 
+void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
+  if (env.gradient_accumulation_fusion || env.first_backward) {
+    // The buffer is zero at the step's start, so the first unfused GEMM may write it.
+    const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
+    env.device.gemm(env.stream, {.a = dy, .b = x, .c = w.grad, .transpose_a = true, .beta = beta});
+    return;
+  }
+  // The fresh gradient is in the compute dtype, as the parameter's .grad is in Megatron.
+  Tensor fresh = allocate_like(env, w.grad.shape);
+  env.device.gemm(env.stream, {.a = dy, .b = x, .c = fresh, .transpose_a = true});
+  env.device.add(env.stream, w.grad, fresh, w.grad);
+}
+
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                         Parameter* b) {
-  env.device.gemm(env.stream, {.a = dy, .b = x, .c = w.grad, .transpose_a = true, .beta = 1.0f});
+  accumulate_weight_grad(env, dy, x, w);
   if (b) env.device.bias_grad(env.stream, dy, b->grad);
 }
 

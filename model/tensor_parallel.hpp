@@ -54,6 +54,12 @@ struct ModelEnv {
   float attention_dropout = 0;
   std::uint64_t dropout_seed = 0;
   std::uint64_t dropout_microbatch = 0;
+  // Megatron's gradient_accumulation_fusion: the weight-gradient GEMMs accumulate into the
+  // gradient buffer. Off, each writes a fresh gradient that a separate kernel adds, as
+  // autograd's AccumulateGrad does, except in the step's first backward of a chunk, whose
+  // gradient the buffer takes as it is (first_backward, set by the stage program).
+  bool gradient_accumulation_fusion = true;
+  bool first_backward = true;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole
@@ -68,6 +74,9 @@ Tensor allocate_fp32(Device& d, const Shape& shape);
 
 // y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b);
+// w.grad += dyᵀ · x: one accumulating GEMM, or (gradient_accumulation_fusion off) a GEMM
+// into a fresh gradient and an add.
+void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w);
 // w.grad += dyᵀ · x; b.grad += column sums of dy.
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                         Parameter* b);

@@ -181,6 +181,11 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     s.training.fp16 = precision == "fp16";
     s.training.bf16 = precision == "bf16";
     s.training.deepspeed = true;  // vTrain measured Megatron-DeepSpeed
+    // gradient_accumulation_fusion stays on (no add kernels) although Megatron-DeepSpeed adds
+    // each microbatch's weight gradient apart: the rows repeat one profiled step of vTrain's
+    // (src/trainer.py: FusedAdam's zero_grad sets the gradients to None after each), whose
+    // backward keeps the fresh gradient and adds nothing.
+    s.training.gradient_accumulation_fusion = true;
     // vTrain profiles each layer between CUPTI timestamps (src/trainer.py: a flush at every
     // layer's forward and backward start and end) and composes its rows from those
     // per-layer profiles, so no host run-ahead crosses a layer boundary in them.

@@ -9,7 +9,7 @@
 namespace tandem {
 
 GptStageProgram::GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims)
-    : env_(env), chunks_(std::move(chunks)), dims_(dims) {}
+    : env_(env), chunks_(std::move(chunks)), dims_(dims), backward_done_(chunks_.size(), false) {}
 
 void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward_only) {
   batch_ = std::move(batch);
@@ -17,6 +17,7 @@ void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward
   forward_only_ = forward_only;
   loss_sum_ = 0;
   loss_rows_ = 0;
+  backward_done_.assign(chunks_.size(), false);
 }
 
 double GptStageProgram::mean_loss() const {
@@ -97,6 +98,8 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
 Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   env_.dropout_microbatch = dropout_microbatch(microbatch);
+  env_.first_backward = !backward_done_.at(static_cast<std::size_t>(chunk));
+  backward_done_[static_cast<std::size_t>(chunk)] = true;
   Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
                  ->backward(env_, microbatch, grad_output, loss_scale_);
   record("B", microbatch, chunk, start);

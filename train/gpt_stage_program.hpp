@@ -58,6 +58,7 @@ class GptStageProgram : public StageProgram {
   bool forward_only_ = false;
   RunTrace* trace_ = nullptr;
   bool name_chunks_ = false;
+  std::vector<bool> backward_done_;  // per chunk: has this step run a backward of it yet
   bool scatter_gather_ = false;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;

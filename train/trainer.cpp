@@ -201,7 +201,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
                parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep, groups_.tp_ep,
                scenario.training.host_sync_per_layer,
                static_cast<float>(scenario.model.attention_dropout),
-               static_cast<std::uint64_t>(t.seed)},
+               static_cast<std::uint64_t>(t.seed), 0, t.gradient_accumulation_fusion},
       raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

@@ -78,7 +78,8 @@ TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
   const auto cl = parse_megatron_args(
       {"--num-layers", "96", "--hidden-size=12288", "--fp16", "--disable-bias-linear",
        "--recompute-activations", "--rampup-batch-size", "16", "16", "5859375",
-       "--num-virtual-stages-per-pipeline-rank", "2", "--norm-epsilon", "1e-5"});
+       "--num-virtual-stages-per-pipeline-rank", "2", "--norm-epsilon", "1e-5",
+       "--no-gradient-accumulation-fusion"});
   EXPECT_EQ(value_of(cl, "num_layers"), "96");
   EXPECT_EQ(value_of(cl, "hidden_size"), "12288");
   EXPECT_EQ(value_of(cl, "fp16"), "true");
@@ -87,11 +88,14 @@ TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
   EXPECT_EQ(value_of(cl, "rampup_batch_size"), "16 16 5859375");
   EXPECT_EQ(value_of(cl, "virtual_pipeline_model_parallel_size"), "2");
   EXPECT_EQ(value_of(cl, "norm_epsilon"), "1e-5");
+  EXPECT_EQ(value_of(cl, "gradient_accumulation_fusion"), "false");  // a store_false flag
   EXPECT_TRUE(cl.not_modelled.empty());
   Scenario s;
   apply_overrides(s, cl.overrides);  // and the scenario takes them
   EXPECT_EQ(s.model.hidden_size, 12288);
   EXPECT_EQ(s.training.rampup_batch_size, (std::vector<std::int64_t>{16, 16, 5859375}));
+  EXPECT_FALSE(s.training.gradient_accumulation_fusion);
+  EXPECT_TRUE(Scenario{}.training.gradient_accumulation_fusion);  // Megatron's default
 }
 
 TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {

@@ -336,6 +336,40 @@ TEST(GptGradients, WithAttentionDropoutRecomputationGivesTheSameGradients) {
   EXPECT_NE(other.gradients(), g0);
 }
 
+// Gradients summed over two microbatches (the same tokens, so the sum is twice one
+// microbatch's): the fused GEMM accumulates; without gradient_accumulation_fusion the first
+// backward writes the buffer and the second adds a fresh gradient to it.
+std::vector<float> two_microbatch_gradients(TinyGpt& m, bool fusion) {
+  m.env.gradient_accumulation_fusion = fusion;
+  m.device.fill(m.device.default_stream(), m.params.grads(), 0.0f);
+  for (int microbatch = 0; microbatch < 2; ++microbatch) {
+    m.env.first_backward = microbatch == 0;
+    m.chunk.forward(m.env, microbatch, Tensor{}, m.mb);
+    m.chunk.backward(m.env, microbatch, Tensor{}, 1.0f);
+  }
+  const float* g = m.params.grads().data<float>();
+  return {g, g + m.params.numel()};
+}
+
+TEST(GptGradients, UnfusedAccumulationSumsTheMicrobatchesAsTheFusedGemmDoes) {
+  for (const GptDims& dims : {kDims, moe_dims(0.0f)}) {
+    TinyGpt m(Recompute::none, dims);
+    const auto one = m.gradients();
+    const auto fused = two_microbatch_gradients(m, true);
+    const auto unfused = two_microbatch_gradients(m, false);
+    ASSERT_EQ(fused.size(), one.size());
+    ASSERT_EQ(unfused.size(), one.size());
+    int nonzero = 0;
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      const float tol = 1e-6f + 1e-5f * std::abs(one[i]);
+      ASSERT_NEAR(fused[i], 2.0f * one[i], tol) << i;
+      ASSERT_NEAR(unfused[i], 2.0f * one[i], tol) << i;
+      nonzero += one[i] != 0.0f;
+    }
+    EXPECT_GT(nonzero, static_cast<int>(one.size() / 2));
+  }
+}
+
 TEST(GptGradients, ActivationsAreFreedAfterBackward) {
   TinyGpt m(Recompute::none);
   m.device.fill(m.device.default_stream(), m.params.grads(), 0.0f);

@@ -120,24 +120,35 @@ TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
     ASSERT_EQ(sim_ops[i], cpu_ops[i]) << "op " << i << " differs";
 }
 
-// Gradient bytes rank 0 all-reduces over dp in one iteration of `s` (world 2, dp 2): the
-// buckets, not the one-number reductions (loss, found-inf) beside them.
-std::int64_t dp_all_reduce_bytes(const Scenario& s) {
+// One iteration of `s` on the A100 preset with every op recorded (in a child: one SimGrid
+// engine per process); `pick` takes from the report what the test compares.
+nlohmann::json recorded_run(const Scenario& s,
+                            const std::function<nlohmann::json(const SimReport&)>& pick) {
   const auto j = in_child([&] {
     const Topology t = load_topology("dgx-a100-80g");
     SimulateOptions o = options_for(t, SimMode::full);
     o.record_ops = true;
-    const SimReport r = simulate(s, t, o);
-    std::int64_t bytes = 0;
-    for (const auto& c : r.ranks.at(0).collectives)
-      if (c.rfind("all_reduce dp ", 0) == 0) {
-        const std::int64_t b = std::stoll(c.substr(c.rfind(' ') + 1));
-        if (b > 16) bytes += b;
-      }
-    return nlohmann::json{{"bytes", bytes}};
+    return pick(simulate(s, t, o));
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());
-  return j.at("bytes").get<std::int64_t>();
+  return j;
+}
+
+// Gradient bytes rank 0 all-reduces over dp in one iteration of `s` (world 2, dp 2): the
+// buckets, not the one-number reductions (loss, found-inf) beside them.
+std::int64_t dp_all_reduce_bytes(const Scenario& s) {
+  return recorded_run(s,
+                      [](const SimReport& r) {
+                        std::int64_t bytes = 0;
+                        for (const auto& c : r.ranks.at(0).collectives)
+                          if (c.rfind("all_reduce dp ", 0) == 0) {
+                            const std::int64_t b = std::stoll(c.substr(c.rfind(' ') + 1));
+                            if (b > 16) bytes += b;
+                          }
+                        return nlohmann::json{{"bytes", bytes}};
+                      })
+      .at("bytes")
+      .get<std::int64_t>();
 }
 
 // Megatron's data-parallel gradient reduction: fp16 runs reduce 16-bit gradients unless
@@ -157,6 +168,47 @@ TEST(SimBinding, Fp16GradientsAreReducedIn16BitsUnlessAccumulatedInFp32) {
   EXPECT_GT(fp16, 0);
   EXPECT_EQ(2 * fp16, fp32);
   EXPECT_EQ(bf16, fp32);
+}
+
+// Rank 0's ops (name and bytes) in one iteration of `s`, and the iteration time.
+nlohmann::json ops_and_time(const Scenario& s) {
+  return recorded_run(s, [](const SimReport& r) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : r.ranks.at(0).ops)
+      ops.push_back({{"op", op.op.op}, {"bytes", op.op.bytes}});
+    return nlohmann::json{{"ops", ops}, {"seconds", r.iteration_seconds}};
+  });
+}
+
+// Without gradient_accumulation_fusion every weight-gradient GEMM after a chunk's first
+// backward of the step writes a fresh fp16 gradient that one more kernel adds: 4 linear
+// weights a layer and the output layer, in 3 of the 4 microbatches; each add reads two
+// gradients and writes one (6 bytes an element).
+TEST(SimBinding, UnfusedGradientAccumulationAddsOneKernelPerWeightAfterTheFirstMicrobatch) {
+  Scenario s = small_gpt();  // 4 layers, micro batch 2 of global 8: 4 microbatches
+  s.training.fp16 = true;
+  validate(s);
+  auto adds = [](const nlohmann::json& j, double* bytes) {
+    int n = 0;
+    for (const auto& op : j.at("ops"))
+      if (op.at("op") == "add") {
+        ++n;
+        *bytes += op.at("bytes").get<double>();
+      }
+    return n;
+  };
+  double fused_bytes = 0, unfused_bytes = 0;
+  const auto fused = ops_and_time(s);
+  s.training.gradient_accumulation_fusion = false;
+  const auto unfused = ops_and_time(s);
+  const int extra = adds(unfused, &unfused_bytes) - adds(fused, &fused_bytes);
+  const std::int64_t h = s.model.hidden_size, vocab = 512;  // 500 padded to a multiple of 128
+  const std::int64_t layer_weights = 3 * h * h + h * h + 4 * h * h + 4 * h * h;
+  EXPECT_EQ(extra, 3 * (4 * 4 + 1));
+  EXPECT_DOUBLE_EQ(unfused_bytes - fused_bytes,
+                   3.0 * 6.0 * static_cast<double>(4 * layer_weights + vocab * h));
+  EXPECT_EQ(unfused.at("ops").size() - fused.at("ops").size(), static_cast<std::size_t>(extra));
+  EXPECT_GT(unfused.at("seconds").get<double>(), fused.at("seconds").get<double>());
 }
 
 // One collective on a fresh platform, timed from inside an actor.

@@ -18,7 +18,8 @@
 # with context parallelism under both dispatchers (the ep group is then the cp group).
 # With attention dropout the mask follows the microbatch's first sample, the layer and the
 # head among all tp ranks, so tensor, pipeline and data parallelism with full
-# recomputation reproduce the single-process run too.
+# recomputation reproduce the single-process run too. Without gradient-accumulation fusion
+# (a separate add per weight gradient) every run reproduces the fused one.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -134,5 +135,15 @@ dropout_layouts=(
 )
 family dropout dropout dropout_layouts
 [ "$family_reference" != "$reference" ] || { echo "attention dropout did not change the losses"; failed=1; }
+# Without gradient-accumulation fusion (a fresh weight gradient per microbatch, added to the
+# buffer after each chunk's first backward of the step): the fused run's losses and
+# parameters, alone, over dp with overlapped buckets, and interleaved (two chunks a rank).
+check unfused "$reference" "$work/reference" 1 --gradient-accumulation-fusion false
+unfused=(--gradient-accumulation-fusion false)
+unfused_layouts=(
+  "2|--tensor-model-parallel-size 1 --overlap-grad-reduce --ddp-bucket-size 20000"
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
+)
+family unfused unfused unfused_layouts
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"
