@@ -195,14 +195,20 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
           : make_optimizer_shard(params_, 1, 0));
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
-  program_ = std::make_unique<GptStageProgram>(
-      ModelEnv{device_, stream_, need(groups_.tp, "tp"), dims_.sequence_parallel, dims_.compute,
+  ModelEnv env{device_,
+               stream_,
+               need(groups_.tp, "tp"),
+               dims_.sequence_parallel,
+               dims_.compute,
                ctx.sizes.cp > 1 ? &need(groups_.cp, "cp") : nullptr,
-               parse_cp_comm_type(scenario.parallelism.cp_comm_type), groups_.ep, groups_.tp_ep,
-               scenario.training.host_sync_per_layer,
-               static_cast<float>(scenario.model.attention_dropout),
-               static_cast<std::uint64_t>(t.seed), 0, t.gradient_accumulation_fusion},
-      raw, dims_);
+               parse_cp_comm_type(scenario.parallelism.cp_comm_type),
+               groups_.ep,
+               groups_.tp_ep,
+               scenario.training.host_sync_per_layer};
+  env.attention_dropout = static_cast<float>(scenario.model.attention_dropout);
+  env.dropout_seed = static_cast<std::uint64_t>(t.seed);
+  env.gradient_accumulation_fusion = t.gradient_accumulation_fusion;
+  program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.
   program_->set_scatter_gather(scenario.parallelism.scatter_gather_tensors_in_pipeline &&
