@@ -1,5 +1,5 @@
-// run_child_simulations: posix_spawn this binary once per scenario, keep at most `jobs`
-// children alive, and read back each one's JSON report or its log.
+// run_child_simulations: posix_spawn this binary (or fork this process) once per scenario,
+// keep at most `jobs` children alive, and read back each one's JSON report or its log.
 #include "tools/child_simulation.hpp"
 
 #include <fcntl.h>
@@ -110,7 +110,8 @@ ChildResult read_result(const ChildSimulation& sim, int status) {
 
 std::vector<ChildResult> run_child_simulations(
     const std::vector<ChildSimulation>& sims, int jobs,
-    const std::function<void(std::size_t, const ChildResult&)>& on_done) {
+    const std::function<void(std::size_t, const ChildResult&)>& on_done,
+    const ChildRunner& in_fork) {
   std::vector<ChildResult> results(sims.size());
   std::map<std::filesystem::path, std::size_t> index_of;  // each child's report file
   std::size_t next = 0;
@@ -127,7 +128,8 @@ std::vector<ChildResult> run_child_simulations(
         const std::size_t index = index_of.at(sim.json);
         results[index] = result;
         if (on_done) on_done(index, results[index]);
-      });
+      },
+      in_fork);
   return results;
 }
 

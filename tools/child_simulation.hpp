@@ -4,7 +4,8 @@
 // runs — with its output captured in a log file. At most `jobs` children run at a time.
 // A caller that holds no threads, no MPI and no SimGrid engine may instead fork and run the
 // command line in the child (ChildRunner): the same code path without the binary's start-up
-// (0.1 s a child: tandem links cuBLAS), a fifth of a short simulation.
+// (0.3-0.6 s of CPU a child on a 2-core EPYC VM: libcublasLt's static initialisers and page
+// faults, as `perf record tandem --help` shows), more than a short simulation takes.
 #pragma once
 
 #include <filesystem>
@@ -34,10 +35,12 @@ struct ChildResult {
 using ChildRunner = std::function<int(const std::vector<std::string>& args)>;
 
 // Runs every simulation, `jobs` at a time, and returns their results in order.
-// `on_done(i, result)` is called as each child finishes (in completion order).
+// `on_done(i, result)` is called as each child finishes (in completion order). With
+// `in_fork`, each child is a fork that calls it (see run_pulled_simulations).
 std::vector<ChildResult> run_child_simulations(
     const std::vector<ChildSimulation>& sims, int jobs,
-    const std::function<void(std::size_t, const ChildResult&)>& on_done = {});
+    const std::function<void(std::size_t, const ChildResult&)>& on_done = {},
+    const ChildRunner& in_fork = {});
 
 // Keeps `jobs` children busy with what `next()` hands out, in that order, until it hands
 // out nothing (std::nullopt: it is not asked again) and every child has finished;

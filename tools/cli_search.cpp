@@ -708,11 +708,7 @@ void run_search(SearchCliOptions& o) {
     // Not under mpirun, this process holds no threads, MPI or SimGrid engine (the dry runs
     // ran in forked workers): the children are forks that run the command line.
     const ChildRunner in_fork = [](const std::vector<std::string>& args) {
-      std::vector<std::string> text = args;
-      std::vector<char*> argv;
-      for (auto& a : text) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      return run_command_line(static_cast<int>(text.size()), argv.data());
+      return run_command_line(args);
     };
     run_pulled_simulations(
         o.jobs, next_sim,

@@ -17,12 +17,20 @@
 #include "sim/calibration.hpp"
 #include "tools/child_simulation.hpp"
 #include "tools/cli.hpp"
+#include "tools/command_line.hpp"
 #include "tools/measured_runs.hpp"
 #include "tools/published_table.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::cli {
 namespace {
+
+// `tandem validate` holds no threads, MPI or SimGrid engine when it starts its children, so
+// each is a fork that runs `tandem simulate …` in-process: the same code path as a new
+// process of this binary, without its start-up on every row.
+int forked_command_line(const std::vector<std::string>& args) {
+  return run_command_line(args);
+}
 
 struct ValidateCliOptions {
   std::string dir, json, calibration, topology, half = "both";
@@ -96,8 +104,9 @@ void run_measured(const ValidateCliOptions& o) {
     sims.push_back(std::move(c));
   }
   std::size_t done = 0;
-  const auto results =
-      run_child_simulations(sims, o.jobs, [&](std::size_t i, const ChildResult& r) {
+  const auto results = run_child_simulations(
+      sims, o.jobs,
+      [&](std::size_t i, const ChildResult& r) {
         ++done;
         if (!r.ok || done % 50 == 0 || done == sims.size()) {
           char line[256];
@@ -105,7 +114,8 @@ void run_measured(const ValidateCliOptions& o) {
                         sims[i].name.c_str(), r.ok ? "simulated" : "FAILED");
           std::cerr << line << "\n";
         }
-      });
+      },
+      forked_command_line);
   std::map<std::size_t, nlohmann::json> reports;
   std::vector<std::string> failures;
   for (std::size_t i = 0; i < sims.size(); ++i) {
@@ -171,13 +181,15 @@ void run_validate(const ValidateCliOptions& o) {
     sims.push_back(std::move(c));
   }
   std::size_t done = 0;
-  const auto results =
-      run_child_simulations(sims, o.jobs, [&](std::size_t i, const ChildResult& r) {
+  const auto results = run_child_simulations(
+      sims, o.jobs,
+      [&](std::size_t i, const ChildResult& r) {
         char line[256];
         std::snprintf(line, sizeof line, "[%zu/%zu] %s: %s in %.1f s", ++done, sims.size(),
                       sims[i].name.c_str(), r.ok ? "simulated" : "FAILED", r.wall_seconds);
         std::cerr << line << "\n";
-      });
+      },
+      forked_command_line);
 
   std::map<std::string, nlohmann::json> reports;
   std::vector<std::string> failures;

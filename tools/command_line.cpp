@@ -63,4 +63,12 @@ int run_command_line(int argc, char** argv) {
   return 0;
 }
 
+int run_command_line(const std::vector<std::string>& args) {
+  std::vector<std::string> text = args;
+  std::vector<char*> argv;
+  for (auto& a : text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return run_command_line(static_cast<int>(text.size()), argv.data());
+}
+
 }  // namespace tandem::cli
