@@ -4,8 +4,9 @@
 // runs — with its output captured in a log file. At most `jobs` children run at a time.
 // A caller that holds no threads, no MPI and no SimGrid engine may instead fork and run the
 // command line in the child (ChildRunner): the same code path without the binary's start-up
-// (0.3-0.6 s of CPU a child on a 2-core EPYC VM: libcublasLt's static initialisers and page
-// faults, as `perf record tandem --help` shows), more than a short simulation takes.
+// (0.09 s on a 2-core EPYC VM; 0.45-0.65 s while tandem linked cuBLAS, whose libcublasLt
+// initialisers and page faults `perf record tandem --help` showed,
+// kernels/cuda/cublas_library.hpp).
 #pragma once
 
 #include <filesystem>

@@ -3,6 +3,7 @@
 // search's forked child simulations run it too.
 #include "tools/command_line.hpp"
 
+#include <functional>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -31,8 +32,11 @@ int run_command_line(int argc, char** argv) {
       "tandem: Megatron-LM-style GPT pretraining, simulated (SimGrid) and real (MPI + Eigen, "
       "NCCL + CUDA), with one timeline trace format.\n"};
   app.require_subcommand(1);
-  app.set_version_flag("--version",
-                       std::string("tandem ") + TANDEM_VERSION + "\nbackends: " + backends());
+  // A callback, not a string: the cuda versions open cuBLAS, which only --version asks for.
+  app.set_version_flag("--version", std::function<std::string()>([] {
+                         return std::string("tandem ") + TANDEM_VERSION +
+                                "\nbackends: " + backends();
+                       }));
   app.footer("Run 'tandem SUBCOMMAND --help' for a subcommand's options.");
   auto* info = app.add_subcommand("info", "Print the version and the backends built in");
   info->callback(

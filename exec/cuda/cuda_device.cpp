@@ -11,6 +11,7 @@
 #include "exec/cuda/device_memory_pool.hpp"
 #include "exec/op_arguments.hpp"
 #include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cublas_library.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/math/bf16.hpp"
 
@@ -110,14 +111,15 @@ CudaDevice::CudaDevice(int ordinal)
       memory_(std::make_shared<MemoryTracker>()),
       pool_(std::make_shared<DeviceMemoryPool>(ordinal)) {
   TANDEM_CUDA_CHECK(cudaSetDevice(ordinal));
-  TANDEM_CUBLAS_CHECK(cublasCreate(&blas_));
-  TANDEM_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // fp32 stays fp32: no TF32
+  TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().create(&blas_));
+  TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().set_math_mode(
+      blas_, CUBLAS_DEFAULT_MATH));  // fp32 stays fp32: no TF32
   default_stream_ = std::make_unique<CudaStream>("compute", pool_);
 }
 
 CudaDevice::~CudaDevice() {
   if (default_stream_) (void)cudaStreamSynchronize(default_stream_->handle());
-  (void)cublasDestroy(blas_);
+  (void)kernels::cuda::cublas().destroy(blas_);
 }
 
 Stream& CudaDevice::default_stream() {

@@ -1,9 +1,11 @@
 // cuda_availability and cuda_versions; see cuda_info.hpp.
 #include "exec/cuda/cuda_info.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cublas_library.hpp"
 
 namespace tandem {
 
@@ -31,10 +33,17 @@ std::string cuda_versions() {
   int runtime = 0, driver = 0;
   (void)cudaRuntimeGetVersion(&runtime);
   (void)cudaDriverGetVersion(&driver);
-  int major = 0, minor = 0, patch = 0;
-  (void)cublasGetProperty(MAJOR_VERSION, &major);
-  (void)cublasGetProperty(MINOR_VERSION, &minor);
-  (void)cublasGetProperty(PATCH_LEVEL, &patch);
+  std::string cublas_text;
+  try {
+    const auto& blas = kernels::cuda::cublas();
+    int major = 0, minor = 0, patch = 0;
+    (void)blas.get_property(MAJOR_VERSION, &major);
+    (void)blas.get_property(MINOR_VERSION, &minor);
+    (void)blas.get_property(PATCH_LEVEL, &patch);
+    cublas_text = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  } catch (const kernels::cuda::CudaError& e) {
+    cublas_text = std::string("not loadable (") + e.what() + ")";
+  }
   int nccl = 0;
   (void)ncclGetVersion(&nccl);
   // NCCL ≥ 2.9 encodes major·10000 + minor·100 + patch.
@@ -42,8 +51,7 @@ std::string cuda_versions() {
                                 std::to_string((nccl % 10000) / 100) + "." +
                                 std::to_string(nccl % 100);
   return "CUDA runtime " + cuda_version_string(runtime) + ", driver " +
-         (driver ? cuda_version_string(driver) : std::string("none")) + ", cuBLAS " +
-         std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch) +
+         (driver ? cuda_version_string(driver) : std::string("none")) + ", cuBLAS " + cublas_text +
          ", NCCL " + nccl_text;
 }
 

@@ -1,6 +1,8 @@
 // The messages of check.hpp's CudaError.
 #include "kernels/cuda/check.hpp"
 
+#include "kernels/cuda/cublas_library.hpp"
+
 namespace tandem::kernels::cuda {
 
 void throw_cuda_error(cudaError_t code, const char* call, const char* file, int line) {
@@ -12,7 +14,7 @@ void throw_cuda_error(cudaError_t code, const char* call, const char* file, int 
 
 void throw_cublas_error(cublasStatus_t code, const char* call, const char* file, int line) {
   throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                  cublasGetStatusName(code) + " (" + cublasGetStatusString(code) + ")");
+                  cublas().status_name(code) + " (" + cublas().status_string(code) + ")");
 }
 
 }  // namespace tandem::kernels::cuda

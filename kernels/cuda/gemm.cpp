@@ -1,4 +1,5 @@
-// GEMMs through cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx) for row-major tensors.
+// GEMMs through cuBLAS (cublasGemmStridedBatchedEx, opened by cublas_library) for row-major
+// tensors.
 // cuBLAS is column-major, and a row-major (R, C) matrix is the column-major (C, R) one, so
 // C = op(A)·op(B) row-major is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ column-major: the operands
 // swap and so do M and N, while each operand keeps its transpose flag.
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cublas_library.hpp"
 #include "kernels/cuda/ops.hpp"
 
 namespace tandem::kernels::cuda {
@@ -57,10 +59,10 @@ void gemm_strided_batched(Context c, const cpu::GemmParams& p, const cpu::GemmBa
   check_precisions(a, b, out);
   if (p.m == 0 || p.n == 0 || batch.count == 0) return;
   const Leading ld = leading(p);
-  TANDEM_CUBLAS_CHECK(cublasSetStream(c.blas, c.stream));
+  TANDEM_CUBLAS_CHECK(cublas().set_stream(c.blas, c.stream));
   const float alpha = p.alpha, beta = p.beta;
   // Column-major: (N × M) = op(B)ᵀ (N × K) · op(A)ᵀ (K × M).
-  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  TANDEM_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
       c.blas, op(p.transpose_b), op(p.transpose_a), as_int(p.n, "N"), as_int(p.m, "M"),
       as_int(p.k, "K"), &alpha, b.data, data_type(b.precision), as_int(ld.b, "ldb"), batch.stride_b,
       a.data, data_type(a.precision), as_int(ld.a, "lda"), batch.stride_a, &beta, out.data,
