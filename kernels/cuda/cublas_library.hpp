@@ -25,8 +25,7 @@ struct CublasLibrary {
                                             int, int, int, const void*, const void*, cudaDataType,
                                             int, long long, const void*, cudaDataType, int,
                                             long long, const void*, void*, cudaDataType, int,
-                                            long long, int, cublasComputeType_t,
-                                            cublasGemmAlgo_t);
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 // The library, opened on the first call and kept for the life of the process (as the
