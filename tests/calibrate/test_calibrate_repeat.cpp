@@ -7,7 +7,9 @@
 // moved between probes taken before, between and after the two calibrations — prints it, and
 // asserts the 5% agreement only when all of that stayed under 3% (the measurement cannot be
 // sharper than the machine). On a busier machine it says how noisy it found it and is
-// skipped, not passed.
+// skipped, not passed — after asserting what holds on any machine: the typical row (the
+// median over the rows' disagreements) within 5% (0.7-0.9% measured on a 2-core EPYC VM
+// whose reference ops drifted 11-25%, where the every-row claim is never tested).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -136,6 +138,7 @@ TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnEveryLongRowOnAQuietMa
   if (worst > kAgreement) std::cout << "rows that moved more than 5%:\n" << report.str();
   RecordProperty("noise_percent", std::to_string(100 * noise));
   RecordProperty("worst_disagreement_percent", std::to_string(100 * worst));
+  EXPECT_LE(typical, kAgreement) << "the typical row moved more than 5% between two calibrations";
   if (noise > kQuietDrift)
     GTEST_SKIP() << "machine too noisy to hold calibrations to 5%: the reference ops' "
                     "batch medians drifted "
