@@ -54,8 +54,9 @@ max_spread="${SPREAD:-10}"
 device="${DEVICE:-cpu}"
 scenario="$root/scenarios/brown-small.json"
 gpus=64  # cpu: as many ranks as the layouts ask
+placement=()  # cpu-host: every rank on one simulated host; a GPU preset keeps its node size
 case "$device" in
-  cpu) topology=cpu-host ;;
+  cpu) topology=cpu-host placement=(--gpus-per-node 64) ;;
   cuda)
     topology="${TOPOLOGY:-dgx-h100}"
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -112,7 +113,7 @@ stats() {
 # all ITERS iterations are simulated and traced, so the trace counts what a run's does.
 predict() {
   local table="$1" out="$2" trace="${3:-}"
-  "$tandem" simulate "$scenario" "${model[@]}" "${extra[@]}" --topology "$topology" --gpus-per-node 64 \
+  "$tandem" simulate "$scenario" "${model[@]}" "${extra[@]}" --topology "$topology" "${placement[@]}" \
     --mode full --calibration "$table" --quiet --json "$out" \
     ${trace:+--trace "$trace" --iterations "$iters"} >/dev/null
   python3 -c 'import json,sys; print("%.1f" % (1e3 * json.load(open(sys.argv[1]))["iteration_seconds"]))' "$out"

@@ -10,9 +10,13 @@
 #   4. compute-sanitizer memcheck on a one-iteration GPU training run;
 #   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes.
 # Without a GPU it says SKIPPED, with the reason, and exits 0.
-#   tests/gpu/run.sh [BUILD_DIR]
+#   tests/gpu/run.sh [--prebuilt] [BUILD_DIR]
+# --prebuilt: BUILD_DIR already holds the six programs (built elsewhere with
+# -DTANDEM_CUDA=ON), for a GPU machine without the build dependencies; nothing is built.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+prebuilt=0
+if [ "${1:-}" = "--prebuilt" ]; then prebuilt=1; shift; fi
 build="${1:-$root/build-gpu}"
 cd "$root"
 
@@ -30,11 +34,15 @@ if [ "$gpus" -eq 0 ]; then
 fi
 echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs)"
 
-echo "== build ($build, sm_80 + sm_90 + this GPU's arch)"
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
-TANDEM_TARGETS="tandem test_cuda_kernels test_nccl bench_cuda_step bench_nccl layer_norm_lab" \
-  bash scripts/build.sh "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON \
-  "-DCMAKE_CUDA_ARCHITECTURES=80;90;$arch"
+if [ "$prebuilt" -eq 0 ]; then
+  echo "== build ($build, sm_80 + sm_90 + this GPU's arch)"
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+  TANDEM_TARGETS="tandem test_cuda_kernels test_nccl bench_cuda_step bench_nccl layer_norm_lab" \
+    bash scripts/build.sh "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON \
+    "-DCMAKE_CUDA_ARCHITECTURES=80;90;$arch"
+else
+  echo "== prebuilt programs in $build"
+fi
 tandem="$build/tools/tandem"
 "$tandem" info
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -69,7 +77,10 @@ echo "$table" | awk '!/^#/ && NF == 9 && $9 != 0 { print "wrong results: " $0; b
 echo "== 4. compute-sanitizer memcheck (one GPU training iteration)"
 sanitizer=compute-sanitizer
 command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
-"$sanitizer" --tool memcheck --error-exitcode 1 "$tandem" train scenarios/brown-small.json \
+# API errors are left out: NCCL's initialisation probes its kernels and reads back
+# cudaErrorNoKernelImageForDevice for the ones it was not built for (120 such reports on an
+# H100 with NCCL 2.28, 2026-11-26); tandem checks every CUDA call's status itself.
+"$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 1 "$tandem" train scenarios/brown-small.json \
   "${tiny[@]}" --train-iters 1 --device cuda
 
 echo "== 5. GPU training-step benchmark (GPT-2 124M, 1.3B)"
