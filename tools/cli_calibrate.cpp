@@ -44,6 +44,7 @@ struct CalibrateOptions {
   ScenarioOptions scenario;
   std::string device = "cpu", output, mode = "symmetric", from_trace;
   int threads = 0, warmup = 2, repetitions = 11;
+  int runs_per_sample = 0;         // 0: 1 on cpu, kCudaRunsPerSample on cuda
   double min_time = 0.05;          // seconds of timed runs per shape, at least
   double spread_threshold = 0.10;  // median / min − 1 above which a row is flagged
   double evict_mib = 0;
@@ -51,6 +52,10 @@ struct CalibrateOptions {
   int skip_iterations = 1;   // --from-trace: the set-up and the cold first iteration
   bool quiet = false;
 };
+
+// cuda: back-to-back runs per timed sample, so a small kernel's row is not its launch-and-
+// wait round trip (8-10 µs on an H100, 2026-11-26) but what it takes inside a step.
+constexpr int kCudaRunsPerSample = 10;
 
 // The table is written last, after a minute of work: find out now that it cannot be.
 void check_writable(const std::string& path) {
@@ -216,6 +221,9 @@ void run_calibrate(CalibrateOptions& o) {
                                  .max_repetitions = std::max(1000, o.repetitions),
                                  .evict_bytes = static_cast<std::int64_t>(o.evict_mib * (1 << 20)),
                                  .flush_host_caches = o.device == "cpu" && !o.warm_caches,
+                                 .runs_per_sample = o.runs_per_sample > 0 ? o.runs_per_sample
+                                                    : o.device == "cuda"  ? kCudaRunsPerSample
+                                                                          : 1,
                                  .op_case = {}};
     mo.op_case.vocab_rows = padded_vocab_size(s) / s.parallelism.tensor_model_parallel_size;
     const bool tty = !o.quiet && isatty(STDERR_FILENO);
@@ -227,7 +235,8 @@ void run_calibrate(CalibrateOptions& o) {
     timings = calibrate::measure_ops(*device, shapes, mo, progress);
     if (tty) std::cerr << "\r\033[K";
     source = "tandem calibrate --device " + o.device + " on " + hostname() + ", " + today() +
-             " (scenario " + s.name + ")";
+             " (scenario " + s.name + "; " + std::to_string(mo.runs_per_sample) +
+             " back-to-back run(s) per sample)";
     if (o.device == "cpu")
       source += ", " + std::to_string(threads) + " kernel thread(s) per rank, gemm by " +
                 std::string(kernels::cpu::gemm_backend());
@@ -275,6 +284,13 @@ void add_calibrate_command(CLI::App& app) {
                   "times (up to 1000)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--runs-per-sample", opts->runs_per_sample,
+                  "Back-to-back runs of an op per timed sample, waited for once (the sample is "
+                  "their mean); default 1 on cpu, " +
+                      std::to_string(kCudaRunsPerSample) +
+                      " on cuda, where one run waited for alone pays the launch-and-wait round "
+                      "trip")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--spread-threshold", opts->spread_threshold,
                   "Flag rows whose median exceeds their fastest run by more than this "
                   "fraction (median / min − 1)")

@@ -57,13 +57,15 @@ OpTiming timing_of(const OpShape& shape, std::vector<double> samples) {
 std::vector<std::vector<double>> measure_samples(Device& device, std::span<OpCase> cases,
                                                  const MeasureOptions& options) {
   if (options.warmup < 0 || options.repetitions < 1 || options.evict_bytes < 0 ||
-      !(options.min_time_seconds >= 0) || options.max_repetitions < options.repetitions)
+      !(options.min_time_seconds >= 0) || options.max_repetitions < options.repetitions ||
+      options.runs_per_sample < 1)
     throw std::invalid_argument(
-        "calibrate: needs warmup ≥ 0, repetitions ≥ 1, evict_bytes ≥ 0, min_time_seconds ≥ 0 "
-        "and max_repetitions ≥ repetitions, got " +
+        "calibrate: needs warmup ≥ 0, repetitions ≥ 1, evict_bytes ≥ 0, min_time_seconds ≥ 0, "
+        "max_repetitions ≥ repetitions and runs_per_sample ≥ 1, got " +
         std::to_string(options.warmup) + ", " + std::to_string(options.repetitions) + ", " +
         std::to_string(options.evict_bytes) + ", " + std::to_string(options.min_time_seconds) +
-        " and " + std::to_string(options.max_repetitions));
+        ", " + std::to_string(options.max_repetitions) + " and " +
+        std::to_string(options.runs_per_sample));
   Stream& s = device.default_stream();
   s.synchronize();  // the uploads that filled the tensors
   for (OpCase& c : cases)
@@ -80,11 +82,12 @@ std::vector<std::vector<double>> measure_samples(Device& device, std::span<OpCas
       for (std::size_t j = 0; j < scratch.size(); j += 8) scratch[j] += i;  // a write per line
       if (options.flush_host_caches) flush_from_caches(cases[c]);
       const auto start = std::chrono::steady_clock::now();
-      cases[c].run(s);
+      for (int r = 0; r < options.runs_per_sample; ++r) cases[c].run(s);
       s.synchronize();
-      times[c].push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      total[c] += times[c].back();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      times[c].push_back(elapsed / options.runs_per_sample);
+      total[c] += elapsed;
     }
     if (!ran) break;
   }

@@ -39,6 +39,12 @@ struct MeasureOptions {
   // median moved 12% between two calibrations). Only for tensors in host memory (the cpu
   // binding); a flush costs about what reading the data once does.
   bool flush_host_caches = false;
+  // Back-to-back runs of the op in one timed sample, waited for once; the sample is their
+  // mean (≥ 1). On a GPU each run waited for alone also pays the host's launch-and-wait
+  // round trip (8-10 µs on the H100 measured 2026-11-26, more than a small kernel takes),
+  // which a step does not: its host runs ahead and the stream sees back-to-back kernels.
+  // The cpu binding's ops run synchronously, so 1 loses nothing there.
+  int runs_per_sample = 1;
   OpCaseOptions op_case;
   // measure_ops keeps shapes whose tensors total up to this many bytes alive at once and
   // goes round-robin over them (at least one shape at a time).

@@ -4,6 +4,7 @@
 // dedupe by their key, and bad shapes are refused.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <stdexcept>
 #include <vector>
 
@@ -177,6 +178,35 @@ TEST(MeasureOp, MinTimeRunsShortOpsMoreOften) {
   EXPECT_EQ(measure_op(device, {.op = "add", .m = 16}, o).repetitions, 3);
   o.max_repetitions = 2;  // fewer than repetitions
   EXPECT_THROW(measure_op(device, {.op = "add", .m = 16}, o), std::invalid_argument);
+}
+
+TEST(MeasureOp, ASampleIsTheMeanOfItsBackToBackRuns) {
+  // An op that counts its runs and takes at least 3 ms each: with 4 runs per sample, 3
+  // samples issue it 12 times (after the warm-up), and each sample is one run's time, not
+  // four's (12 ms; the bound leaves 4.5 ms a run for a busy machine).
+  CpuDevice device;
+  int runs = 0;
+  std::vector<OpCase> cases;
+  cases.emplace_back(device, std::vector<Tensor>{}, [&](Device&, Stream&, std::vector<Tensor>&) {
+    ++runs;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  });
+  MeasureOptions o;
+  o.warmup = 1;
+  o.repetitions = 3;
+  o.runs_per_sample = 4;
+  const auto samples = measure_samples(device, cases, o);
+  EXPECT_EQ(runs, 1 + 3 * 4);
+  ASSERT_EQ(samples.size(), 1u);
+  ASSERT_EQ(samples[0].size(), 3u);
+  for (double t : samples[0]) {
+    EXPECT_GE(t, 0.003);
+    EXPECT_LT(t, 0.0075);
+  }
+  o.runs_per_sample = 0;
+  EXPECT_THROW(measure_samples(device, cases, o), std::invalid_argument);
 }
 
 TEST(MeasureOp, FlushingTheCachesKeepsWhatTheOpWrote) {
