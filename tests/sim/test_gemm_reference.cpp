@@ -6,12 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "sim/cost_model.hpp"
+#include "tests/sim/reference_csv.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::sim {
@@ -25,18 +24,9 @@ struct MeasuredGemm {
 };
 
 std::vector<MeasuredGemm> measured_gemms() {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/topology/gemm_reference.csv");
   std::vector<MeasuredGemm> rows;
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string cell;
-    while (f.size() < 7 && std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() < 7) throw std::runtime_error("short reference row: " + line);
-    if (f[1] != "bf16") throw std::runtime_error("reference rows are bf16: " + line);
+  for (const auto& f : reference_rows("topology/gemm_reference.csv", 7)) {
+    if (f[1] != "bf16") throw std::runtime_error("reference rows are bf16, not " + f[1]);
     rows.push_back({f[0], DType::bf16, std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4]),
                     std::stoll(f[5]), std::stod(f[6])});
   }

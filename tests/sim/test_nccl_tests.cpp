@@ -8,12 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +21,7 @@
 #include "sim/sim_communicator.hpp"
 #include "sim/sim_device.hpp"
 #include "sim/simgrid_config.hpp"
+#include "tests/sim/reference_csv.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -56,20 +55,10 @@ struct Reference {
 };
 
 std::vector<Reference> references() {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/topology/nccl_tests_reference.csv");
   std::vector<Reference> rows;
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string cell;
-    while (f.size() < 9 && std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() < 9) throw std::runtime_error("short reference row: " + line);
+  for (const auto& f : reference_rows("topology/nccl_tests_reference.csv", 9))
     rows.push_back({f[1], std::stoi(f[2]), f[3], std::stoi(f[4]), std::stoi(f[5]), std::stoll(f[6]),
                     std::stod(f[7]), f[8]});
-  }
   return rows;
 }
 
