@@ -66,6 +66,14 @@ class SimStream : public Stream {
   // Runs an op of `seconds` after everything issued before it and after the host issued
   // it (now, or the host clock when that is later); returns the op's start.
   double enqueue(double seconds);
+  // Runs an op whose kernels the host issues one after another, the GPU running each as
+  // soon as it is issued: its first kernel starts after the stream's work and after the
+  // host issued it (`first_issued`), and the op ends no earlier than its last kernel, issued
+  // when the host clock reads now, has run (`last_kernel` seconds). So a pass of such ops
+  // takes about max(host issue, GPU time), not their sum. The stall between its kernels
+  // (the op ending later than its start plus `seconds`) is host-bound time, booked before
+  // the op: returns end − `seconds`, where the op would start had it run without stalls.
+  double enqueue_kernels(double seconds, double first_issued, double last_kernel);
   // Later work on this stream starts no earlier than `time`.
   void wait_until(double time);
   double busy() const { return busy_; }  // seconds of ops run so far
@@ -203,6 +211,7 @@ class SimDevice : public Device {
   struct PricedOp {
     double seconds = 0;
     double issue_seconds = 0;        // the host's kernel issue cost
+    int kernels = 1;                 // kernels_of_op: issued one after another
     double* report_total = nullptr;  // its op_seconds_ entry (std::map nodes stay put)
   };
   struct OpHash {

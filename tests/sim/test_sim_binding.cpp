@@ -470,6 +470,49 @@ TEST(SimHost, LongKernelsHideTheHost) {
   EXPECT_NEAR(j["starved"].get<double>(), 10e-6, 1e-12);
 }
 
+// An op of several kernels on a host of 10 µs per kernel: one fp32 attention (5 kernels,
+// 50 µs of issue, rule 3) priced at `attention_us`, alone on the stream; then the host
+// sits until the stream drains. Returns when it drained and the stream's host-bound time.
+nlohmann::json kernels_of_one_op_in_child(double attention_us) {
+  return in_child([=] {
+    SimDevice device(
+        [attention_us](const OpDesc& op) { return op.op == "attention" ? attention_us * 1e-6 : 0; },
+        SimDeviceOptions{.host = {.kernel_issue = 10e-6}});
+    double end = 0;
+    on_one_host([&] {
+      Tensor qkv = device.allocate(Shape{8, 1, 3, 2, 4}, DType::fp32);
+      Tensor out = device.allocate(Shape{8, 1, 2, 4}, DType::fp32);
+      Tensor probs = device.allocate(Shape{1, 2, 8, 8}, DType::fp32);
+      device.attention(device.default_stream(), {qkv, out, probs});
+      device.default_stream().synchronize();
+      end = sim_now();
+    });
+    return nlohmann::json{{"end", end},
+                          {"starved", device.host_bound()},
+                          {"issue", device.host_seconds().at("kernel issue")}};
+  });
+}
+
+// The GPU runs an op's first kernel once the host issued it (10 µs), not once the host
+// issued all five (50 µs): 100 µs of attention ends at 110 µs, not 150. The host's issue
+// hides behind the GPU's work, so the op takes max(issue, GPU), plus the first issue.
+TEST(SimHost, AnOpRunsItsFirstKernelWhileTheHostIssuesTheRest) {
+  const auto j = kernels_of_one_op_in_child(100);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NEAR(j["issue"].get<double>(), 50e-6, 1e-12);
+  EXPECT_NEAR(j["end"].get<double>(), 110e-6, 1e-12);
+  EXPECT_NEAR(j["starved"].get<double>(), 10e-6, 1e-12);
+}
+
+// Five kernels of 1 µs each (5 µs in all): the last one is issued at 50 µs and runs to
+// 51 µs; the op cannot end before it. The stream stood 46 µs of the 51 waiting for the host.
+TEST(SimHost, AnOpEndsNoEarlierThanItsLastKernelIsIssuedAndRun) {
+  const auto j = kernels_of_one_op_in_child(5);
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_NEAR(j["end"].get<double>(), 51e-6, 1e-12);
+  EXPECT_NEAR(j["starved"].get<double>(), 46e-6, 1e-12);
+}
+
 // What the host pays per op kind, on a host of 10 µs per kernel, 1 µs per optimizer tensor
 // and 100 µs per unfused softmax: three adam ops; an fp16 attention whose softmax Megatron
 // fuses (B·heads = 8, T = 32); one it runs unfused (B·heads = 2, rule 3b).
