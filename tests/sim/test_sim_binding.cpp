@@ -656,8 +656,8 @@ TEST(SimHost, AGroupOfOneCostsTheHostNothing) {
 
 // TrainingConfig::host_sync_per_layer: the host waits for the GPU at the start of each
 // layer pass, so the host issue no longer overlaps the GPU work before it. On the preset's
-// host (waiting for collectives, which at tp 1 there are none to wait for) the step gets
-// longer and the stream starves longer; the kernels are the same.
+// host (at tp 1 there are no collectives to run ahead of) the step gets longer and the
+// stream starves longer; the kernels are the same.
 TEST(SimHost, ASyncPerLayerKeepsTheHostFromRunningAhead) {
   Scenario s = small_gpt();
   s.model.hidden_size = 1024;
