@@ -79,7 +79,7 @@ sanitizer=compute-sanitizer
 command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
 # API errors are left out: NCCL's initialisation probes its kernels and reads back
 # cudaErrorNoKernelImageForDevice for the ones it was not built for (120 such reports on an
-# H100 with NCCL 2.28, 2026-11-26); tandem checks every CUDA call's status itself.
+# H100 with the NCCL of PyTorch 2.11's wheel, 2026-11-26); tandem checks every CUDA call's status itself.
 "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 1 "$tandem" train scenarios/brown-small.json \
   "${tiny[@]}" --train-iters 1 --device cuda
 
