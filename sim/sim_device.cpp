@@ -190,17 +190,17 @@ double SimDevice::issue_seconds(const OpDesc& op) const {
 
 void SimDevice::run(Stream& s, OpDesc op) {
   const PricedOp& p = priced(op);
-  const double issue_begins = std::max(host_, host_waited_);
   host_work(p.issue_seconds, "kernel issue");
   const double seconds = p.seconds;
   auto& stream = dynamic_cast<SimStream&>(s);
   const double starved_before = stream.host_starved();
   // An op of several kernels (attention: 5 to 14) does not wait for the host to issue all
   // of them: its first kernel runs once issued while the host issues the rest. Its issue
-  // cost is spread evenly over its kernels, and so is its GPU time.
+  // cost is spread evenly over its kernels, and so is its GPU time: the first was issued
+  // when the host clock read its present value less the other kernels' share.
   const double start =
       p.kernels > 1 && p.issue_seconds > 0
-          ? stream.enqueue_kernels(seconds, issue_begins + p.issue_seconds / p.kernels,
+          ? stream.enqueue_kernels(seconds, host_ - p.issue_seconds * (p.kernels - 1) / p.kernels,
                                    seconds / p.kernels)
           : stream.enqueue(seconds);
   if (observer_ && &stream == default_stream_.get())

@@ -290,7 +290,7 @@ void add_calibrate_command(CLI::App& app) {
                       std::to_string(kCudaRunsPerSample) +
                       " on cuda, where one run waited for alone pays the launch-and-wait round "
                       "trip")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--spread-threshold", opts->spread_threshold,
                   "Flag rows whose median exceeds their fastest run by more than this "
                   "fraction (median / min − 1)")
