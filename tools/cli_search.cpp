@@ -633,9 +633,13 @@ void run_search(SearchCliOptions& o) {
     return r;
   };
   // Candidates equal up to a rank order that only renumbers the nodes (ss::placement_key)
-  // simulate alike: the first one picked is simulated, the others take its result.
+  // simulate alike: the first one picked is simulated, and its result goes to every twin
+  // not decided yet as soon as it is in, whatever the twins' bounds. So which twins share a
+  // result does not depend on when a simulation finished (one process pulls the next
+  // candidate as a child ends, several ranks go in rounds), and both give one ranking.
   std::map<std::size_t, std::size_t> simulated_for;  // dry-run key → the candidate simulated
-  std::map<std::size_t, std::vector<std::size_t>> waiting_for;  // in flight → its twins
+  std::map<std::size_t, std::vector<std::size_t>> twins_of;  // dry-run key → its candidates
+  for (std::size_t i = 0; i < e.valid.size(); ++i) twins_of[key_of[i]].push_back(i);
   auto share = [&](std::size_t from, std::size_t to) {
     outs[to].status = outs[from].status;
     outs[to].report = outs[from].report;
@@ -652,14 +656,8 @@ void run_search(SearchCliOptions& o) {
   };
   // Whether candidate i needs a simulation of its own; if not, it has (or will get) its twin's.
   auto needs_simulation = [&](std::size_t i) {
-    const auto [it, first] = simulated_for.emplace(key_of[i], i);
-    if (first) return true;
-    const std::size_t twin = it->second;
-    if (outs[twin].status == "simulated" || outs[twin].status == "failed")
-      share(twin, i);
-    else
-      waiting_for[twin].push_back(i);
-    return false;
+    if (outs[i].status != "estimated_only") return false;  // a twin's result, shared
+    return simulated_for.emplace(key_of[i], i).second;
   };
   auto record = [&](const json& r) {
     const auto i = r["index"].get<std::size_t>();
@@ -674,8 +672,8 @@ void run_search(SearchCliOptions& o) {
       outs[i].error = r["error"].get<std::string>();
       ++failed;
     }
-    for (const std::size_t twin : waiting_for[i]) share(i, twin);
-    waiting_for.erase(i);
+    for (const std::size_t twin : twins_of[key_of[i]])
+      if (twin != i && outs[twin].status == "estimated_only") share(i, twin);
   };
   auto progress = [&] {
     bar.update(simulated + failed, simulated + failed + qualifying(),
