@@ -174,6 +174,9 @@ class SimDevice : public Device {
   void host_work(double seconds, const std::string& what);
   const HostCosts& host() const { return options_.host; }
   double host_clock() const { return host_; }
+  // Where the host is now: done issuing what it was given and done with its last wait
+  // (host_clock() alone lags after a wait: the next issue starts at the wait's end).
+  double host_now() const { return std::max(host_, host_waited_); }
   // The host itself waited until now (a synchronize, Megatron's batch_p2p_sync after a
   // pipeline exchange, integers copied to the host): it issues nothing earlier. Waiting on
   // a collective's Work does not count: NCCL work orders the stream, not the host, so the

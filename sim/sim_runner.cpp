@@ -286,14 +286,16 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           rr.trainer->set_trace(&rr.trace);
           rr.device->default_stream().synchronize();
           rr.world->barrier();
-          rr.start = sim_now();
+          rr.start = std::max(sim_now(), rr.device->host_now());
           for (int i = 0; i < o.iterations; ++i) {
             rr.ops_before = rr.device->op_seconds();
             rr.host_before = rr.device->host_seconds();
             rr.host_bound_before = rr.device->host_bound();
             rr.device->host_work(rr.device->host().iteration, "iteration");
             rr.trainer->train_step();
-            rr.iteration_ends.push_back(sim_now());
+            // The step ends when the host returns from it: after the actor's last wait if
+            // the host was still issuing then (Megatron times train_step on the host).
+            rr.iteration_ends.push_back(std::max(sim_now(), rr.device->host_now()));
           }
         });
     runs.push_back(std::move(run));

@@ -274,11 +274,13 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     built_bytes = device.memory().peak().value;
     if (built_bytes > memory_budget) return std::nullopt;
     const double before = stage_clock.now();
-    const double host_before = device.host_clock();
+    // From where the host is after the synchronize above, not from its issue clock, which
+    // lags behind that wait and would count the wait into the step's host span.
+    const double host_before = device.host_now();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
     trainer.train_step();
     notes.busy_seconds = stage_clock.now() - before;
-    notes.host_seconds = device.host_clock() - host_before;
+    notes.host_seconds = device.host_now() - host_before;
     notes.before_first_recv -= before;
     notes.at_first_send -= before;
     notes.at_last_recv -= before;
