@@ -145,6 +145,16 @@ struct TrainingConfig {
   // CUPTI timestamps around each layer, which its measured runs are composed from). Off
   // in Megatron, whose host runs ahead of the GPU.
   bool host_sync_per_layer = false;
+  // tandem's own: a per-layer profiler's timestamp at the start of every transformer
+  // layer's forward, recomputed forward and backward costs the host the preset's
+  // host_layer_timestamp_us (vTrain's cuptiActivityFlushAll(0), a host-side flush of
+  // CUPTI's activity buffers that does not synchronize the device). Off in Megatron.
+  bool host_layer_timestamps = false;
+  // tandem's own: the host waits for the GPU before the output layer's forward and after
+  // its backward, as where a profile is composed of the layers' and the non-layer part's
+  // (vTrain's rows: the output layer's GPU time does not hide behind the layers' issue).
+  // Off in Megatron.
+  bool host_sync_output_layer = false;
 
   bool operator==(const TrainingConfig&) const = default;
 };

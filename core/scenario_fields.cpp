@@ -463,6 +463,16 @@ std::vector<FieldDef> training_fields_rest() {
                   "the host waits for the GPU at the start of each layer's forward, recomputed "
                   "forward and backward, as under a per-layer profiler (vTrain's measured runs); "
                   "off in Megatron"}),
+      make_field(t, &T::host_layer_timestamps,
+                 {"host_layer_timestamps",
+                  "the host takes a profiler timestamp at the start of each layer's forward, "
+                  "recomputed forward and backward (the preset's host_layer_timestamp_us, host "
+                  "time only, no device sync), as vTrain's CUPTI flushes; off in Megatron"}),
+      make_field(t, &T::host_sync_output_layer,
+                 {"host_sync_output_layer",
+                  "the host waits for the GPU before the output layer's forward and after its "
+                  "backward, as in vTrain's rows composed of per-layer and non-layer profiles; "
+                  "off in Megatron"}),
   };
 }
 

@@ -48,6 +48,12 @@ struct ModelEnv {
   // The host waits for the stream at the start of each layer pass (TrainingConfig::
   // host_sync_per_layer: a per-layer profiler's effect, not Megatron's).
   bool host_sync_per_layer = false;
+  // The host takes a profiler timestamp at the start of each layer pass (TrainingConfig::
+  // host_layer_timestamps; Device::host_layer_timestamp): host time, no sync.
+  bool host_layer_timestamps = false;
+  // The host waits for the stream before the output layer's forward and after its backward
+  // (TrainingConfig::host_sync_output_layer).
+  bool host_sync_output_layer = false;
   // Megatron's --attention-dropout on the attention probabilities (0: none). The mask
   // follows from the seed, the microbatch (set by the stage program before each pass, so
   // the recomputed forward and the backward see the forward's) and the layer.

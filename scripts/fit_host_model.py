@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 PARAMS = ["host_kernel_issue_us", "host_collective_issue_us", "host_microbatch_us",
-          "host_iteration_us", "host_optimizer_tensor_us", "host_unfused_softmax_us"]
+          "host_iteration_us", "host_optimizer_tensor_us", "host_unfused_softmax_us", "host_layer_timestamp_us"]
 # Fractions of a peak: stepped by the factor's fourth root (x0.84 / x1.19 in the first
 # round) and held at most 1.
 FRACTIONS = {"gemm_peak_fraction", "gemm_unaligned_peak_fraction", "memory_peak_fraction"}

@@ -103,6 +103,7 @@ HostCosts host_costs(const GpuSpec& gpu, bool grad_copy_kernels) {
           .optimizer_tensor = gpu.host_optimizer_tensor.value +
                               (grad_copy_kernels ? gpu.host_kernel_issue.value : 0.0),
           .unfused_softmax = gpu.host_unfused_softmax.value,
+          .layer_timestamp = gpu.host_layer_timestamp.value,
           .waits_for_collectives = gpu.host_waits_for_collectives};
 }
 
@@ -147,6 +148,10 @@ double SimDevice::activation_bytes(std::int64_t elements) const {
 
 void SimDevice::host_waited() {
   host_waited_ = std::max(host_waited_, sim_now());
+}
+
+void SimDevice::host_layer_timestamp(Stream& /*s*/) {
+  host_work(options_.host.layer_timestamp, "layer timestamp");
 }
 
 void SimDevice::host_work(double seconds, const std::string& what) {

@@ -38,6 +38,7 @@ struct HostCosts {
   double iteration = 0;                // fixed per iteration (charged when the step begins)
   double optimizer_tensor = 0;         // per optimizer op (a tensor in a multi-tensor kernel)
   double unfused_softmax = 0;          // per attention op with the unfused softmax, beyond kernels
+  double layer_timestamp = 0;          // per layer pass under a per-layer profiler
   bool waits_for_collectives = false;  // the host sits through every collective's wait
 };
 // `grad_copy_kernels`: the optimizer step issues one kernel per parameter tensor besides
@@ -117,6 +118,8 @@ class SimDevice : public Device {
   Stream& default_stream() override { return *default_stream_; }
   std::unique_ptr<Stream> create_stream(std::string name) override;
   std::unique_ptr<Event> create_event() override;
+  // Books "layer timestamp" host work (HostCosts::layer_timestamp).
+  void host_layer_timestamp(Stream& s) override;
   std::chrono::steady_clock::time_point trace_time(Stream& s) override;
 
   void upload(Stream& s, Tensor& t, const ProduceFloats& produce) override;

@@ -187,9 +187,14 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     // backward keeps the fresh gradient and adds nothing.
     s.training.gradient_accumulation_fusion = true;
     // vTrain profiles each layer between CUPTI timestamps (src/trainer.py: a flush at every
-    // layer's forward and backward start and end) and composes its rows from those
-    // per-layer profiles, so no host run-ahead crosses a layer boundary in them.
-    s.training.host_sync_per_layer = true;
+    // layer's forward and backward start and end). cuptiActivityFlushAll(0) flushes the
+    // host's activity buffers and does not synchronize the device: a host cost per layer
+    // pass (the preset's host_layer_timestamp_us), with the host still running ahead of the
+    // GPU across layers. The rows' non-layer part (the output layer's, composed from a
+    // profile of its own) shows no such run-ahead: the output layer's GPU time at tp 1 does
+    // not hide behind the layers' issue, so the host waits for the GPU around it.
+    s.training.host_layer_timestamps = true;
+    s.training.host_sync_output_layer = true;
     // vTrain's GPT (src/model/gpt_model.py) keeps Megatron's attention dropout of 0.1.
     s.model.attention_dropout = 0.1;
     s.training.recompute_granularity = recompute;

@@ -76,6 +76,10 @@ struct GpuSpec {
   // Per attention forward or backward whose softmax runs as Megatron's PyTorch fallback
   // (sim/cost_model.hpp rule 3b), beyond its kernels' issue: the Python of the fallback.
   Seconds host_unfused_softmax{};
+  // Per transformer layer pass (forward, recomputed forward, backward) under a per-layer
+  // profiler's timestamps (TrainingConfig::host_layer_timestamps: vTrain's CUPTI flushes at
+  // each layer's start and end): host time only, the GPU is not synchronized.
+  Seconds host_layer_timestamp{};
   // Whether the host sits through a collective's Work::wait until the collective ends (as
   // torch.distributed does with TORCH_NCCL_BLOCKING_WAIT) or only orders the stream and
   // runs ahead (NCCL's default). Pipeline exchanges and synchronizes always stop it.

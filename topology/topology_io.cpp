@@ -198,6 +198,7 @@ GpuSpec read_gpu(const json& body, Violations& out) {
              "host_iteration_us",
              "host_optimizer_tensor_us",
              "host_unfused_softmax_us",
+             "host_layer_timestamp_us",
              "host_waits_for_collectives",
              "source"},
             out);
@@ -253,6 +254,7 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   g.host_iteration = host_us("host_iteration_us");
   g.host_optimizer_tensor = host_us("host_optimizer_tensor_us");
   g.host_unfused_softmax = host_us("host_unfused_softmax_us");
+  g.host_layer_timestamp = host_us("host_layer_timestamp_us");
   g.host_waits_for_collectives =
       s.body().contains("host_waits_for_collectives") && s.boolean("host_waits_for_collectives");
   g.sources = s.sources();
@@ -554,6 +556,7 @@ nlohmann::json to_json(const Topology& t) {
   optional("host_iteration_us", g.host_iteration.value / kMicro);
   optional("host_optimizer_tensor_us", g.host_optimizer_tensor.value / kMicro);
   optional("host_unfused_softmax_us", g.host_unfused_softmax.value / kMicro);
+  optional("host_layer_timestamp_us", g.host_layer_timestamp.value / kMicro);
   if (g.host_waits_for_collectives) gpu["host_waits_for_collectives"] = true;
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},

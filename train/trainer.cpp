@@ -207,6 +207,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
                scenario.training.host_sync_per_layer};
   env.attention_dropout = static_cast<float>(scenario.model.attention_dropout);
   env.dropout_seed = static_cast<std::uint64_t>(t.seed);
+  env.host_layer_timestamps = t.host_layer_timestamps;
+  env.host_sync_output_layer = t.host_sync_output_layer;
   env.gradient_accumulation_fusion = t.gradient_accumulation_fusion;
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the

@@ -71,7 +71,8 @@ TEST(MegatronTable, EveryScenarioFieldButTandemsOwnIsAMegatronArgument) {
   EXPECT_EQ(unreachable, (std::vector<std::string>{
                              "pipeline_schedule", "order", "variable_seq_lengths",
                              "scatter_gather_tensors_in_pipeline", "deepspeed",
-                             "host_sync_per_layer", "world_size", "gpus_per_node", "topology"}));
+                             "host_sync_per_layer", "host_layer_timestamps",
+                             "host_sync_output_layer", "world_size", "gpus_per_node", "topology"}));
 }
 
 TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {

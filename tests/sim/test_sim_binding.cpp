@@ -58,6 +58,7 @@ nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology,
       t.gpu.host_kernel_issue = t.gpu.host_collective_issue = Seconds(0);
       t.gpu.host_microbatch = t.gpu.host_iteration = Seconds(0);
       t.gpu.host_optimizer_tensor = t.gpu.host_unfused_softmax = Seconds(0);
+      t.gpu.host_layer_timestamp = Seconds(0);
     }
     SimulateOptions o = options_for(t, mode);
     o.iterations = iterations;
@@ -667,6 +668,65 @@ TEST(SimHost, ASyncPerLayerKeepsTheHostFromRunningAhead) {
   validate(s);
   const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
   s.training.host_sync_per_layer = true;
+  const auto synced = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(synced.contains("error")) << synced.dump();
+  EXPECT_GT(synced.at("iteration_seconds").get<double>(),
+            plain.at("iteration_seconds").get<double>());
+  EXPECT_GT(synced.at("breakdown").at("host_bound_seconds").get<double>(),
+            plain.at("breakdown").at("host_bound_seconds").get<double>());
+  EXPECT_EQ(synced.at("ranks")[0].at("op_seconds"), plain.at("ranks")[0].at("op_seconds"));
+}
+
+// TrainingConfig::host_layer_timestamps: each layer's forward, recomputed forward and
+// backward costs the host the preset's host_layer_timestamp_us (3 passes per layer and
+// microbatch under full recomputation), booked as "layer timestamp", and the host does not
+// wait for the GPU: the step is longer than without, shorter than one where the host
+// waits at each layer pass as well (host_sync_per_layer), the kernels the same.
+TEST(SimHost, LayerTimestampsCostTheHostWithoutASync) {
+  Scenario s = small_gpt();
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.training.recompute_granularity = "full";
+  validate(s);
+  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  s.training.host_layer_timestamps = true;
+  const auto stamped = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  s.training.host_sync_per_layer = true;
+  const auto synced = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(stamped.contains("error")) << stamped.dump();
+  ASSERT_FALSE(synced.contains("error")) << synced.dump();
+  const double stamp = load_topology("dgx-a100-80g").gpu.host_layer_timestamp.value;
+  ASSERT_GT(stamp, 0);
+  const int passes = 3 * s.model.num_layers *
+                     static_cast<int>(s.training.global_batch_size / s.training.micro_batch_size);
+  EXPECT_NEAR(stamped.at("ranks")[0].at("host_seconds").at("layer timestamp").get<double>(),
+              passes * stamp, 1e-9);
+  EXPECT_FALSE(plain.at("ranks")[0].at("host_seconds").contains("layer timestamp"));
+  const auto seconds = [](const nlohmann::json& j) {
+    return j.at("iteration_seconds").get<double>();
+  };
+  EXPECT_GT(seconds(stamped), seconds(plain));
+  EXPECT_LT(seconds(stamped), seconds(synced));
+  EXPECT_EQ(stamped.at("ranks")[0].at("op_seconds"), plain.at("ranks")[0].at("op_seconds"));
+}
+
+// TrainingConfig::host_sync_output_layer: the host waits for the GPU before the output
+// layer's forward and after its backward, so the output layer's GPU time (a 50257-row
+// vocabulary at tp 1) no longer hides behind the host's issue of the layers next to it.
+TEST(SimHost, ASyncAroundTheOutputLayerExposesItsGpuTime) {
+  Scenario s = small_gpt();
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.model.vocab_size = 50257;
+  s.model.make_vocab_size_divisible_by = 1;
+  s.training.recompute_granularity = "full";
+  validate(s);
+  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
+  s.training.host_sync_output_layer = true;
   const auto synced = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
   ASSERT_FALSE(plain.contains("error")) << plain.dump();
   ASSERT_FALSE(synced.contains("error")) << synced.dump();

@@ -81,7 +81,8 @@ std::string scenario_json(const Row& r) {
     "training": {"micro_batch_size": )"
     << r.mb << R"(, "global_batch_size": )" << r.gb
     << R"(, "fp16": true, "recompute_granularity": "full", "recompute_method": "uniform",
-                 "recompute_num_layers": 1, "deepspeed": true, "host_sync_per_layer": true},
+                 "recompute_num_layers": 1, "deepspeed": true, "host_layer_timestamps": true,
+                 "host_sync_output_layer": true},
     "cluster": {"world_size": )"
     << r.gpus << R"(, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})";
   return s.str();
