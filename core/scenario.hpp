@@ -137,6 +137,12 @@ struct TrainingConfig {
   // Off (--no-gradient-accumulation-fusion; Megatron-LM before February 2022 and
   // Megatron-DeepSpeed always), each GEMM writes a fresh gradient that a separate kernel adds.
   bool gradient_accumulation_fusion = true;
+  // Megatron's async_tensor_model_parallel_allreduce (Megatron-LM 2021-2024 and
+  // Megatron-DeepSpeed; always on in today's Megatron-Core): without sequence parallelism, a
+  // column-parallel layer's backward all-reduces its input gradient while the weight
+  // gradient is computed. Off (--no-async-tensor-model-parallel-allreduce), the all-reduce
+  // ends before the weight-gradient GEMM starts.
+  bool async_tensor_model_parallel_allreduce = true;
   // Megatron-DeepSpeed's --deepspeed: DeepSpeed's engine and its fp16 optimizer over
   // flattened parameters. Only the simulator reads it (the optimizer step's host cost).
   bool deepspeed = false;

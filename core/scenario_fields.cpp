@@ -454,6 +454,11 @@ std::vector<FieldDef> training_fields_rest() {
                   "weight-gradient GEMMs accumulate into the gradient buffer; off, each writes a "
                   "fresh gradient that a separate kernel adds (after the step's first "
                   "microbatch)"}),
+      make_field(t, &T::async_tensor_model_parallel_allreduce,
+                 {"async_tensor_model_parallel_allreduce",
+                  "without sequence parallelism, a column-parallel layer's backward all-reduces "
+                  "its input gradient while the weight gradient is computed (Megatron's "
+                  "default); off, the all-reduce ends first"}),
       make_field(t, &T::deepspeed,
                  {"deepspeed",
                   "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "

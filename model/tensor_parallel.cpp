@@ -79,8 +79,9 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   if (!env.sequence_parallel) {
     Tensor dx = linear_input_grad(env, dy, w);
     auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
+    if (!env.async_tensor_model_parallel_allreduce) work->wait();
     linear_weight_grad(env, x, dy, w, b);
-    work->wait();
+    if (env.async_tensor_model_parallel_allreduce) work->wait();
     return dx;
   }
   // Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input is re-gathered

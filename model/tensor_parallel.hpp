@@ -66,6 +66,9 @@ struct ModelEnv {
   // gradient the buffer takes as it is (first_backward, set by the stage program).
   bool gradient_accumulation_fusion = true;
   bool first_backward = true;
+  // Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward's input
+  // gradient all-reduce overlaps its weight-gradient GEMM (off: it ends first).
+  bool async_tensor_model_parallel_allreduce = true;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

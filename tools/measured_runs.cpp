@@ -186,6 +186,11 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     // (src/trainer.py: FusedAdam's zero_grad sets the gradients to None after each), whose
     // backward keeps the fresh gradient and adds nothing.
     s.training.gradient_accumulation_fusion = true;
+    // vTrain profiles its layers on one GPU without communication and adds each
+    // tensor-parallel all-reduce after the layer's kernels on the same stream (src/predictor.py
+    // _add_tp_communication: two per layer and pass), so no all-reduce overlaps compute in the
+    // rows: as Megatron-DeepSpeed runs with --no-async-tensor-model-parallel-allreduce.
+    s.training.async_tensor_model_parallel_allreduce = false;
     // vTrain profiles each layer between CUPTI timestamps (src/trainer.py: a flush at every
     // layer's forward and backward start and end). cuptiActivityFlushAll(0) flushes the
     // host's activity buffers and does not synchronize the device: a host cost per layer

@@ -210,6 +210,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.host_layer_timestamps = t.host_layer_timestamps;
   env.host_sync_output_layer = t.host_sync_output_layer;
   env.gradient_accumulation_fusion = t.gradient_accumulation_fusion;
+  env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

@@ -400,6 +400,30 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
             plain.at("iteration_seconds").get<double>());
 }
 
+// Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward all-reduces
+// its input gradient while its weight gradient is computed. Off, the all-reduce ends before
+// the weight-gradient GEMM starts: the same ops, more of the tp communication exposed.
+TEST(SimBinding, AsyncTensorParallelAllReduceHidesBehindTheWeightGradient) {
+  Scenario s = small_gpt();
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  s.cluster.world_size = 2;
+  s.parallelism.tensor_model_parallel_size = 2;
+  validate(s);
+  const auto async = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  s.training.async_tensor_model_parallel_allreduce = false;
+  const auto serial = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  ASSERT_FALSE(async.contains("error")) << async.dump();
+  ASSERT_FALSE(serial.contains("error")) << serial.dump();
+  const double exposed_async = async.at("exposed_seconds").at("tp");
+  const double exposed_serial = serial.at("exposed_seconds").at("tp");
+  EXPECT_GT(exposed_serial, exposed_async * 1.2) << exposed_serial << " vs " << exposed_async;
+  EXPECT_GT(serial.at("iteration_seconds").get<double>(),
+            async.at("iteration_seconds").get<double>());
+  EXPECT_EQ(serial.at("ranks")[0].at("op_seconds"), async.at("ranks")[0].at("op_seconds"));
+}
+
 }  // namespace
 }  // namespace tandem::sim
 

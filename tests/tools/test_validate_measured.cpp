@@ -82,7 +82,8 @@ std::string scenario_json(const Row& r) {
     << r.mb << R"(, "global_batch_size": )" << r.gb
     << R"(, "fp16": true, "recompute_granularity": "full", "recompute_method": "uniform",
                  "recompute_num_layers": 1, "deepspeed": true, "host_layer_timestamps": true,
-                 "host_sync_output_layer": true},
+                 "host_sync_output_layer": true,
+                 "async_tensor_model_parallel_allreduce": false},
     "cluster": {"world_size": )"
     << r.gpus << R"(, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})";
   return s.str();
