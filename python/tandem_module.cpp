@@ -6,14 +6,23 @@
 //   import tandem
 //   r = tandem.simulate("scenarios/pp4-bubble.json", global_batch_size=16)
 //   print(r["iteration_seconds"], r["bubble_fraction"])
+#include <fcntl.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +34,7 @@
 #include "schedules/timeline.hpp"
 #include "sim/calibration.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/search/search_space.hpp"
 #include "sim/sim_runner.hpp"
 #include "tools/published_table.hpp"
 #include "topology/placement.hpp"
@@ -327,6 +337,127 @@ py::object validate_published(const std::string& dir, int jobs,
   return to_python(j);
 }
 
+// The `tandem` binary built with this module: the environment's TANDEM_BINARY, else the
+// path CMake gave (TANDEM_BINARY_PATH).
+std::string tandem_binary() {
+  if (const char* env = std::getenv("TANDEM_BINARY"); env != nullptr && *env != '\0') return env;
+  return TANDEM_BINARY_PATH;
+}
+
+std::vector<std::string> assignments(py::handle obj, const std::string& name) {
+  std::vector<std::string> out;
+  if (obj.is_none()) return out;
+  if (py::isinstance<py::str>(obj)) return {obj.cast<std::string>()};
+  for (py::handle item : obj) {
+    if (!py::isinstance<py::str>(item))
+      throw ConfigError(name, py::str(item).cast<std::string>(), "must be a FIELD=VALUE string");
+    out.push_back(item.cast<std::string>());
+  }
+  return out;
+}
+
+// Runs `args` as the tandem binary in a process of its own and waits, polling for Ctrl-C:
+// then it kills the process group (the search and the simulations it forked) and raises
+// KeyboardInterrupt. Returns the exit status; stderr goes to `err`.
+int run_tandem(const std::vector<std::string>& args, const std::filesystem::path& err) {
+  const std::string binary = tandem_binary();
+  if (!std::filesystem::is_regular_file(binary))
+    throw std::runtime_error("tandem.search runs the tandem binary, not found at " + binary +
+                             " (build the target `tandem`, or set TANDEM_BINARY)");
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("tandem.search: fork failed");
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group: Ctrl-C in the interpreter kills the search and its children
+    const int null = open("/dev/null", O_WRONLY);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    if (e >= 0) dup2(e, STDERR_FILENO);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) throw std::runtime_error("tandem.search: waitpid failed");
+    {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        throw py::error_already_set();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// `tandem search --json` as a dict: the scenario is resolved and the search space checked
+// here (a bad scenario, top, jobs, headroom or FIELD=VALUE raises ConfigError before any
+// work); the search itself runs in the tandem binary, which forks a child per simulation.
+py::object search(py::handle source, py::handle vary, py::handle fix, int top,
+                  std::optional<int> jobs, double memory_headroom,
+                  std::optional<std::string> calibration, py::handle flags,
+                  const py::kwargs& overrides) {
+  const Scenario base = make_scenario(source, flags, overrides);
+  if (top < 1) throw ConfigError("top", std::to_string(top), "must be ≥ 1");
+  if (jobs && *jobs < 1) throw ConfigError("jobs", std::to_string(*jobs), "must be ≥ 1");
+  if (!(memory_headroom >= 0 && memory_headroom < 1))
+    throw ConfigError("memory_headroom", std::to_string(memory_headroom),
+                      "must be a fraction of GPU memory in [0, 1)");
+  if (calibration) sim::load_calibration(*calibration);  // its errors before the search's
+  const auto varied = assignments(vary, "vary"), fixed = assignments(fix, "fix");
+  sim::search::SearchSpace space = sim::search::default_space(base, base.cluster.world_size);
+  for (const auto& v : varied) sim::search::vary(space, v);
+  for (const auto& f : fixed) sim::search::fix(space, f);
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tandem_search_" + std::to_string(getpid()) + "_" +
+                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  std::ofstream(dir / "scenario.json") << to_json(base).dump();
+  std::vector<std::string> args = {"search",
+                                   (dir / "scenario.json").string(),
+                                   "--quiet",
+                                   "--json",
+                                   (dir / "search.json").string(),
+                                   "--top",
+                                   std::to_string(top),
+                                   "--memory-headroom",
+                                   std::to_string(memory_headroom)};
+  if (jobs) args.insert(args.end(), {"--jobs", std::to_string(*jobs)});
+  if (calibration) args.insert(args.end(), {"--calibration", *calibration});
+  for (const auto& v : varied) args.insert(args.end(), {"--vary", v});
+  for (const auto& f : fixed) args.insert(args.end(), {"--fix", f});
+  int status = 0;
+  {
+    py::gil_scoped_release release;
+    status = run_tandem(args, dir / "stderr.txt");
+  }
+  if (status != 0) {
+    std::ifstream in(dir / "stderr.txt");
+    const std::string message((std::istreambuf_iterator<char>(in)), {});
+    throw std::runtime_error("tandem search exited with status " + std::to_string(status) + ": " +
+                             message);
+  }
+  std::ifstream in(dir / "search.json");
+  return to_python(json::parse(in));
+}
+
 }  // namespace
 }  // namespace tandem::python
 
@@ -418,14 +549,14 @@ PYBIND11_MODULE(tandem, m) {
         py::arg("calibration") = py::none(),
         "`tandem validate DIR --json` as a dict: published vs predicted for every row of "
         "DIR/published.csv, the summary per metric, and each scenario's report.");
-  // `tandem search` is being built; when it lands, bind it here like simulate (its search
-  // runs many simulations: one child each through run_in_children, `jobs` at a time).
-  m.def(
-      "search",
-      [](const py::args&, const py::kwargs&) -> py::object {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "tandem.search is not available yet: this build has no `tandem search`");
-        throw py::error_already_set();
-      },
-      "Not available yet (the search over layouts is under construction).");
+  m.def("search", &search, py::arg("scenario") = py::none(), py::kw_only(),
+        py::arg("vary") = py::none(), py::arg("fix") = py::none(), py::arg("top") = 10,
+        py::arg("jobs") = py::none(), py::arg("memory_headroom") = 0.0,
+        py::arg("calibration") = py::none(), py::arg("flags") = py::none(),
+        "`tandem search --json` as a dict: every layout of the scenario's model, global batch "
+        "and world size that Megatron accepts, each with its outcome (simulated, estimated "
+        "only, over memory, invalid), and the exact top `top` by simulated iteration time "
+        "(`ranking`). `vary` and `fix` take FIELD=VALUES strings as the command line's "
+        "--vary and --fix. Runs the tandem binary built with the module (or the "
+        "environment's TANDEM_BINARY) in a process of its own.");
 }

@@ -96,10 +96,47 @@ class Simulate(unittest.TestCase):
         with self.assertRaises(tandem.ConfigError):
             tandem.simulate(PP4, global_batch_size=0)  # must be > 0
 
-    def test_search_has_its_place(self):
-        with self.assertRaises(NotImplementedError):
-            tandem.search(PP4)
 
+
+class Search(unittest.TestCase):
+    DEFAULT = ROOT / "scenarios" / "default.json"
+    FIX = ["vp=none", "recompute=none"]
+
+    def test_search_equals_the_binarys_search(self):
+        r = tandem.search(self.DEFAULT, fix=self.FIX, top=3)
+        self.assertEqual(r["top"], 3)
+        self.assertGreaterEqual(len(r["ranking"]), 3)
+        self.assertGreater(r["counts"]["valid"], 100)
+        ranked = {c["id"]: c for c in r["candidates"]}
+        times = [ranked[i]["iteration_seconds"] for i in r["ranking"]]
+        self.assertEqual(times, sorted(times))
+        self.assertEqual(times[2], r["kth_best_seconds"])
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "search.json"
+            cmd = [os.environ.get("TANDEM_BINARY", "tandem"), "search", str(self.DEFAULT),
+                   "--quiet", "--top", "3", "--json", str(out)]
+            for f in self.FIX:
+                cmd += ["--fix", f]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            cli = json.loads(out.read_text())
+        self.assertEqual(cli["ranking"][:3], r["ranking"][:3])
+        self.assertEqual(cli["kth_best_seconds"], r["kth_best_seconds"])
+        self.assertEqual(cli["counts"]["valid"], r["counts"]["valid"])
+
+    def test_keyword_overrides_reach_the_search(self):
+        r = tandem.search(self.DEFAULT, fix=self.FIX + ["tp=2", "pp=2"], top=1,
+                          global_batch_size=16)
+        self.assertEqual(r["global_batch_size"], 16)
+        for c in r["candidates"]:
+            self.assertIn("tp2 pp2 ", c["label"] + " ")
+
+    def test_bad_input_raises_config_error_before_any_work(self):
+        for kwargs in ({"top": 0}, {"jobs": 0}, {"memory_headroom": 1.0},
+                       {"vary": "tensor_paralel=2"}, {"fix": "tp=1,2"}, {"vary": [3]},
+                       {"global_batch_size": 0}):
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                with self.assertRaises(tandem.ConfigError):
+                    tandem.search(self.DEFAULT, **kwargs)
 
 if __name__ == "__main__":
     unittest.main()
