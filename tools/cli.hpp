@@ -14,6 +14,12 @@
 
 namespace tandem::cli {
 
+// Number checks that state their rule. CLI11's PositiveNumber and NonNegativeNumber print
+// their range as 0 to 1.8e308 ("--top: Value 0 not in range 0.000000 to 17976931348…").
+// Applied to an option, these print "--top: value 0: must be > 0".
+CLI::Validator positive();      // a number > 0
+CLI::Validator non_negative();  // a number ≥ 0
+
 // A scenario file (optional positional) and flag overrides, attached to a subcommand; or a
 // Megatron-LM command line: pretrain_gpt.py's arguments after `--`, or a launch script
 // (--megatron-script), read by core/megatron_args.hpp.

@@ -270,19 +270,19 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("-o,--output", opts->output, "Calibration table to write (JSON), required");
   cmd->add_option("--threads", opts->threads,
                   "Kernel threads (cpu), as tandem train --threads (default: cores / ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--warmup", opts->warmup, "Untimed runs of each op first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--repeat,--repetitions", opts->repetitions,
                   "Timed runs of each op at least (the median counts; min and max are written "
                   "as its spread)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--min-time", opts->min_time,
                   "Seconds of timed runs per op shape at least: short ops run more than --repeat "
                   "times (up to 1000)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--runs-per-sample", opts->runs_per_sample,
                   "Back-to-back runs of an op per timed sample, waited for once (the sample is "
@@ -294,7 +294,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--spread-threshold", opts->spread_threshold,
                   "Flag rows whose median exceeds their fastest run by more than this "
                   "fraction (median / min − 1)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--from-trace", opts->from_trace,
                   "Measure nothing: build the table from the per-op slices of a real run's "
@@ -302,12 +302,12 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--skip-iterations", opts->skip_iterations,
                   "With --from-trace, leave out each rank's first N iterations (the set-up and "
                   "the cold first steps)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--evict-mib", opts->evict_mib,
                   "MiB of host memory written before each timed run, evicting the op's data "
                   "from the caches (0: none; each op finds its data where the other ops left it)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_flag("--warm-caches", opts->warm_caches,
                 "cpu: do not flush each op's tensors from the caches before its timed runs "

@@ -82,7 +82,7 @@ void add_layout_command(CLI::App& app) {
   cmd->add_flag("--json", opts->json,
                 "Print JSON: {\"world_size\", \"groups\": {\"tp\": [[0,1],…], …}}");
   cmd->add_option("--max-groups", opts->max_groups, "Groups printed per kind in text output")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   add_scenario_options(*cmd, opts->scenario);
   cmd->callback([opts] {
     const Scenario s = resolve_scenario(opts->scenario, !opts->scenario.file.empty());

@@ -36,7 +36,7 @@ void add_preprocess_command(CLI::App& app) {
                 "End each non-empty document with <|endoftext|> (50256)");
   cmd->add_option("--workers", opts->workers,
                   "Tokenizer threads; the output does not depend on it (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->callback([opts] {
     for (const auto& out : data::preprocess(*opts))
       std::cout << out.prefix.string() << ".bin/.idx: " << out.documents << " documents, "

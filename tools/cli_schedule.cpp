@@ -114,11 +114,11 @@ void add_schedule_command(CLI::App& app) {
       app.add_subcommand("schedule",
                          "Print each pipeline stage's op order (Megatron-Core's schedules) and its "
                          "idealised timeline; write it as a Chrome trace or an SVG");
-  cmd->add_option("--pp", opts->pp, "Pipeline-parallel size")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", opts->pp, "Pipeline-parallel size")->check(positive());
   cmd->add_option("--vpp", opts->vpp, "Virtual pipeline chunks per stage (interleaving)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--microbatches", opts->microbatches, "Microbatches per iteration")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--kind", opts->kind,
                   "none | gpipe | 1f1b | interleaved (default: from pp and vpp)");
   cmd->add_option("--group-size", opts->group_size,
@@ -131,12 +131,12 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--trace", opts->trace_path, "Write the idealised timeline as Chrome trace JSON");
   cmd->add_option("--svg", opts->svg_path, "Draw the idealised timeline as SVG");
   cmd->add_option("--forward-time", opts->forward_ms, "Forward of one microbatch on one stage, ms")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--backward-time", opts->backward_ms,
                   "Backward of one microbatch on one stage, ms")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--p2p-time", opts->p2p_ms, "One activation or gradient transfer, ms")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   add_scenario_options(*cmd, opts->scenario);
   cmd->callback([opts] {
     const Scenario s = resolve_scenario(opts->scenario, !opts->scenario.file.empty());

@@ -902,9 +902,9 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--jobs,-j", opts->jobs,
                   "Simulations and dry runs at once per process (default: one per core; one "
                   "per rank under mpirun)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--top", opts->top, "Candidates ranked exactly and shown")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--json", opts->json_path, "Every candidate with its outcome, as JSON");
   cmd->add_option("--csv", opts->csv_path, "Every candidate with its outcome, as CSV");

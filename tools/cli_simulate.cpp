@@ -104,7 +104,7 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::IsMember({"full", "symmetric"}))
       ->capture_default_str();
   cmd->add_option("--iterations", opts->iterations, "Iterations to simulate (the last is reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--moe-routing", opts->moe_routing,
                   "Where MoE routers send tokens: uniform | zipf:S (expert e's share ∝ "

@@ -293,7 +293,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", opts->threads,
                   "Kernel threads per rank (default: cores / ranks per node)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   add_scenario_options(*cmd, opts->scenario);
   cmd->get_option("scenario")
       ->description(

@@ -64,11 +64,12 @@ struct MetricSummary {
   double max_abs_error_percent = 0;
 };
 
-// The accuracy target on iteration time: median |error| ≤ 5 %, max |error| ≤ 10 %.
+// The accuracy target on iteration time for published runs: median |error| ≤ 4 %, max
+// |error| ≤ 9 % (the fidelity target on Korthikanti et al. 2022 and Megatron's README run).
 struct ValidationTarget {
   std::string metric = "iteration_time";
-  double median_abs_error_percent = 5;
-  double max_abs_error_percent = 10;
+  double median_abs_error_percent = 4;
+  double max_abs_error_percent = 9;
 };
 
 struct ValidationResult {

@@ -143,6 +143,26 @@ TEST(Cli, UnknownSubcommandOrFlagFails) {
   EXPECT_NE(run("layout --tensor-paralel 2").exit_code, 0);
 }
 
+// A number out of its range is refused with the option, the value and the rule (CLI11's own
+// checks printed "Value 0 not in range 0.000000 to 1797693134862315…").
+TEST(Cli, NumbersOutOfRangeNameTheOptionValueAndRule) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"search --top 0", "--top: value 0: must be > 0"},
+      {"search --jobs -2", "--jobs: value -2: must be > 0"},
+      {"simulate --iterations 0", "--iterations: value 0: must be > 0"},
+      {"schedule --pp 0", "--pp: value 0: must be > 0"},
+      {"schedule --forward-time -1", "--forward-time: value -1: must be ≥ 0"},
+      {"search --top many", "--top: value many: must be a number"},
+  };
+  for (const auto& [args, expect] : cases) {
+    const auto r = run(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("e+308"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("179769"), std::string::npos) << r.output;
+  }
+}
+
 // --- Megatron command lines: pretrain_gpt.py's arguments after --, or a launch script ---
 
 const std::string kMegatronScripts = std::string(TANDEM_SOURCE_DIR) + "/tests/tools/megatron/";
