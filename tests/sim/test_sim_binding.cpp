@@ -80,6 +80,16 @@ Scenario small_gpt() {
   return s;
 }
 
+// small_gpt at GPT-2 medium's width and sequence (hidden 1024, 16 heads, 1,024 tokens):
+// kernels long enough for the host's issue and the GPU's work to be of one size.
+Scenario gpt_1024() {
+  Scenario s = small_gpt();
+  s.model.hidden_size = 1024;
+  s.model.num_attention_heads = 16;
+  s.model.seq_length = 1024;
+  return s;
+}
+
 TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
   Scenario s = small_gpt();
   validate(s);
@@ -404,10 +414,7 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
 // its input gradient while its weight gradient is computed. Off, the all-reduce ends before
 // the weight-gradient GEMM starts: the same ops, more of the tp communication exposed.
 TEST(SimBinding, AsyncTensorParallelAllReduceHidesBehindTheWeightGradient) {
-  Scenario s = small_gpt();
-  s.model.hidden_size = 1024;
-  s.model.num_attention_heads = 16;
-  s.model.seq_length = 1024;
+  Scenario s = gpt_1024();
   s.cluster.world_size = 2;
   s.parallelism.tensor_model_parallel_size = 2;
   validate(s);
@@ -684,10 +691,7 @@ TEST(SimHost, AGroupOfOneCostsTheHostNothing) {
 // host (at tp 1 there are no collectives to run ahead of) the step gets longer and the
 // stream starves longer; the kernels are the same.
 TEST(SimHost, ASyncPerLayerKeepsTheHostFromRunningAhead) {
-  Scenario s = small_gpt();
-  s.model.hidden_size = 1024;
-  s.model.num_attention_heads = 16;
-  s.model.seq_length = 1024;
+  Scenario s = gpt_1024();
   s.training.recompute_granularity = "full";
   validate(s);
   const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
@@ -708,10 +712,7 @@ TEST(SimHost, ASyncPerLayerKeepsTheHostFromRunningAhead) {
 // wait for the GPU: the step is longer than without, shorter than one where the host
 // waits at each layer pass as well (host_sync_per_layer), the kernels the same.
 TEST(SimHost, LayerTimestampsCostTheHostWithoutASync) {
-  Scenario s = small_gpt();
-  s.model.hidden_size = 1024;
-  s.model.num_attention_heads = 16;
-  s.model.seq_length = 1024;
+  Scenario s = gpt_1024();
   s.training.recompute_granularity = "full";
   validate(s);
   const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, true);
@@ -741,10 +742,7 @@ TEST(SimHost, LayerTimestampsCostTheHostWithoutASync) {
 // layer's forward and after its backward, so the output layer's GPU time (a 50257-row
 // vocabulary at tp 1) no longer hides behind the host's issue of the layers next to it.
 TEST(SimHost, ASyncAroundTheOutputLayerExposesItsGpuTime) {
-  Scenario s = small_gpt();
-  s.model.hidden_size = 1024;
-  s.model.num_attention_heads = 16;
-  s.model.seq_length = 1024;
+  Scenario s = gpt_1024();
   s.model.vocab_size = 50257;
   s.model.make_vocab_size_divisible_by = 1;
   s.training.recompute_granularity = "full";
