@@ -54,6 +54,7 @@ struct RankRun {
   // The device's books when the last iteration began, to report that iteration alone.
   std::map<std::string, double> ops_before, host_before;
   double host_bound_before = 0;
+  bool trace_ops = false;  // SimulateOptions::trace_ops
   // The predicted trace's op-class slice being extended (consecutive ops of one class).
   std::string pending_class;
   double pending_start = -1, pending_end = 0;
@@ -63,11 +64,22 @@ struct RankRun {
     trace.slice(pending_class, "op", kOpsThread, at(pending_start), at(pending_end));
     pending_start = -1;
   }
-  // Compute-stream ops merged into slices per op class, and the host-bound gaps.
+  // Compute-stream ops merged into slices per op class (or one each, with trace_ops), and
+  // the host-bound gaps.
   void observe(const OpDesc& op, double begin, double seconds, double starved) {
     if (starved > 0) {
       flush_ops();
       trace.slice("host-bound", "host", kOpsThread, at(begin - starved), at(begin));
+    }
+    if (trace_ops) {
+      trace.slice(op.op, "op", kOpsThread, at(begin), at(begin + seconds),
+                  {{"class", op_class(op.op)},
+                   {"dtype", std::string(dtype_name(op.dtype))},
+                   {"m", op.m},
+                   {"n", op.n},
+                   {"k", op.k},
+                   {"batch", op.batch}});
+      return;
     }
     std::string cls = op_class(op.op);
     if (pending_start >= 0 && cls == pending_class && begin <= pending_end + 1e-12) {
@@ -236,6 +248,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
                          .record_ops = o.record_ops,
                          .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
                          .routing = o.routing});
+    rr.trace_ops = o.trace_ops;
     if (!o.trace_path.empty())
       rr.device->set_op_observer(
           [&rr](const OpDesc& op, double start, double seconds, double starved) {

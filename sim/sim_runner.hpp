@@ -25,8 +25,11 @@ namespace tandem::sim {
 
 struct SimulateOptions {
   SimMode mode = SimMode::symmetric;
-  int iterations = 1;        // simulated back to back; the report gives the last one
-  std::string trace_path;    // write the merged Chrome trace there (empty: no trace)
+  int iterations = 1;      // simulated back to back; the report gives the last one
+  std::string trace_path;  // write the merged Chrome trace there (empty: no trace)
+  // The trace's op thread gets one slice per Device op, named and shaped as a real run's
+  // (train/op_tracing_device.hpp), instead of one per run of consecutive ops of a class.
+  bool trace_ops = false;
   bool record_ops = false;   // keep every rank's priced op sequence (RankReport::ops)
   SimDevice::Pricer pricer;  // prices each Device op (sim/cost_model.hpp)
   MoeRouting routing;        // where MoE routers send tokens (sim/moe_routing.hpp)

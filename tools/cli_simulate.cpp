@@ -26,6 +26,7 @@ struct SimulateCliOptions {
   std::string mode = "symmetric", calibration, json, trace, svg, moe_routing = "uniform";
   int iterations = 1;
   bool quiet = false;
+  bool trace_ops = false;
 };
 
 void check_output(const std::string& flag, const std::string& path) {
@@ -51,6 +52,8 @@ void run_simulate(SimulateCliOptions& o) {
     throw ConfigError("--moe-routing", o.moe_routing,
                       "a histogram lists one weight per expert: num_experts = " +
                           std::to_string(*s.model.num_experts));
+  if (o.trace_ops && o.trace.empty() && o.svg.empty())
+    throw ConfigError("--trace-ops", "true", "needs --trace or --svg (it shapes the trace)");
   check_output("--json", o.json);
   check_output("--trace", o.trace);
   check_output("--svg", o.svg);
@@ -64,6 +67,7 @@ void run_simulate(SimulateCliOptions& o) {
   std::string trace_path = o.trace;
   if (trace_path.empty() && !o.svg.empty()) trace_path = o.svg + ".trace.json";
   so.trace_path = trace_path;
+  so.trace_ops = o.trace_ops;
   const bool tty = !o.quiet && isatty(STDERR_FILENO);
   if (tty)
     so.progress = [](double f) {
@@ -116,6 +120,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--json", opts->json, "Write the report as JSON");
   cmd->add_option("--trace", opts->trace, "Write the predicted Chrome trace (opens in Perfetto)");
   cmd->add_option("--svg", opts->svg, "Draw the predicted trace as SVG");
+  cmd->add_flag("--trace-ops", opts->trace_ops,
+                "One trace slice per Device op with its shape, as a real run's trace has, "
+                "instead of one per run of ops of a class (large for big models)");
   cmd->add_flag("--quiet", opts->quiet, "No progress bar");
   add_scenario_options(*cmd, opts->scenario);
   cmd->callback([opts] { run_simulate(*opts); });

@@ -205,12 +205,15 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
     trace.name_thread(pid, trace_thread::tp_comm, "tp comm", 2);
     trace.name_thread(pid, trace_thread::dp_comm, "dp comm", 3);
     // The threads only some runs have, named where they are.
-    bool op_classes = false, ep = false;
+    bool op_classes = false, ops = false, ep = false;
     for (const auto& e : parts[r]) {
-      op_classes = op_classes || e.value("tid", -1) == trace_thread::op_classes;
+      const bool on_ops = e.value("tid", -1) == trace_thread::op_classes;
+      op_classes = op_classes || on_ops;
+      // One slice per op (the simulator's --trace-ops) carries the op's class.
+      ops = ops || (on_ops && e.contains("args") && e.at("args").contains("class"));
       ep = ep || e.value("tid", -1) == trace_thread::ep_comm;
     }
-    if (op_classes) trace.name_thread(pid, trace_thread::op_classes, "op classes", 5);
+    if (op_classes) trace.name_thread(pid, trace_thread::op_classes, ops ? "ops" : "op classes", 5);
     if (ep) trace.name_thread(pid, trace_thread::ep_comm, "ep comm", 4);
     for (const auto& e : parts[r]) {
       if (e.at("ph") == "X") {

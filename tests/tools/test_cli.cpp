@@ -7,15 +7,21 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/trace.hpp"
 #include "tests/tools/run_tandem.hpp"
+#include "tests/tools/scratch_files.hpp"
 
 namespace {
 
+using tandem::testing::fresh_dir;
+using tandem::testing::read_json;
 using tandem::testing::Result;
 using tandem::testing::run;
+namespace trace_thread = tandem::trace_thread;
 
 nlohmann::json run_json(const std::string& args) {
   const auto r = run(args);
@@ -301,6 +307,53 @@ TEST(CliSimulate, ContextParallelismNeedsTheFusedAttentionOp) {
   EXPECT_NE(r.output.find("context_parallel_size = 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("use_flash_attn"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("xbt_exception"), std::string::npos) << r.output;
+}
+
+// --trace-ops: one slice per Device op, named and shaped as a real run's trace has them
+// (tandem train --trace), on a thread named "ops". The same simulation without it merges
+// consecutive ops of one class; per rank the op time is the same either way.
+TEST(CliSimulate, TraceOpsGivesEachOpItsSliceAndShape) {
+  const auto dir = fresh_dir("tandem_trace_ops");
+  const std::string base =
+      "simulate " + std::string(TANDEM_SOURCE_DIR) + "/scenarios/brown-small.json --quiet --trace ";
+  ASSERT_EQ(run(base + (dir / "classes.json").string()).exit_code, 0);
+  const auto alone = run("simulate --quiet --trace-ops");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("--trace-ops = true: needs --trace or --svg"), std::string::npos)
+      << alone.output;
+  const auto r = run(base + (dir / "ops.json").string() + " --trace-ops");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(run("trace check " + (dir / "ops.json").string()).exit_code, 0);
+  const auto op_time = [](const nlohmann::json& trace, bool per_op,
+                          std::map<std::string, int>& names, std::string& thread) {
+    std::map<int, double> per_pid;
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "thread_name" && e["tid"] == trace_thread::op_classes)
+        thread = e["args"]["name"].get<std::string>();
+      if (e["ph"] != "X" || e["cat"] != "op") continue;
+      per_pid[static_cast<int>(e["pid"].get<double>())] += e["dur"].get<double>();
+      names[e["name"].get<std::string>()] += 1;
+      if (per_op && e["name"] == "gemm") {
+        EXPECT_GT(e["args"]["m"].get<double>(), 0) << e.dump();
+        EXPECT_GT(e["args"]["k"].get<double>(), 0) << e.dump();
+        EXPECT_EQ(e["args"]["class"], "gemm") << e.dump();
+      }
+    }
+    return per_pid;
+  };
+  std::map<std::string, int> class_names, op_names;
+  std::string class_thread, op_thread;
+  const auto by_class = op_time(read_json(dir / "classes.json"), false, class_names, class_thread);
+  const auto by_op = op_time(read_json(dir / "ops.json"), true, op_names, op_thread);
+  EXPECT_EQ(class_thread, "op classes");
+  EXPECT_EQ(op_thread, "ops");
+  EXPECT_TRUE(class_names.contains("memory-bound"));
+  EXPECT_FALSE(class_names.contains("layer_norm"));
+  for (const char* op : {"gemm", "layer_norm", "layer_norm_backward", "attention", "adam"})
+    EXPECT_TRUE(op_names.contains(op)) << op;
+  EXPECT_FALSE(op_names.contains("memory-bound"));
+  ASSERT_EQ(by_class.size(), by_op.size());
+  for (const auto& [pid, us] : by_class) EXPECT_NEAR(by_op.at(pid), us, 1e-6 * us) << pid;
 }
 
 // Llama-3 70B at 16384 tokens on 64 H100 (tp 8 × pp 4 from the scenario): cp 2 halves each
