@@ -169,6 +169,7 @@ struct SimulateArgs {
   std::string mode = "symmetric";
   int iterations = 1;
   std::optional<std::string> calibration, trace;
+  bool trace_ops = false;  // one trace slice per Device op (tandem simulate --trace-ops)
 };
 
 std::function<json()> simulation_work(const Scenario& s, const Topology& topology,
@@ -181,6 +182,8 @@ std::function<json()> simulation_work(const Scenario& s, const Topology& topolog
     throw ConfigError("mode", a.mode, "must be \"full\" or \"symmetric\"");
   if (a.iterations < 1)
     throw ConfigError("iterations", std::to_string(a.iterations), "must be ≥ 1");
+  if (a.trace_ops && !a.trace)
+    throw ConfigError("trace_ops", "True", "needs trace (it shapes the trace)");
   std::optional<sim::CalibrationTable> table;
   if (a.calibration) table = sim::load_calibration(*a.calibration);  // checked here, up front
   return [s, topology, a, table] {
@@ -190,16 +193,18 @@ std::function<json()> simulation_work(const Scenario& s, const Topology& topolog
     so.iterations = a.iterations;
     so.pricer = [cost](const sim::OpDesc& op) { return cost->seconds(op); };
     if (a.trace) so.trace_path = *a.trace;
+    so.trace_ops = a.trace_ops;
     return sim::to_json(sim::simulate(s, topology, so));
   };
 }
 
 py::object simulate(py::handle scenario, py::handle topology, const std::string& mode,
                     int iterations, std::optional<std::string> calibration,
-                    std::optional<std::string> trace, py::handle flags, const py::kwargs& kw) {
+                    std::optional<std::string> trace, bool trace_ops, py::handle flags,
+                    const py::kwargs& kw) {
   const Scenario s = make_scenario(scenario, flags, kw);
   const Topology t = make_topology(topology, s);
-  auto work = simulation_work(s, t, {mode, iterations, calibration, trace});
+  auto work = simulation_work(s, t, {mode, iterations, calibration, trace, trace_ops});
   const auto out = run_children({work}, 1);
   if (!out[0].ok) raise(out[0], "simulating " + s.name);
   return to_python(out[0].value);
@@ -531,7 +536,7 @@ PYBIND11_MODULE(tandem, m) {
   m.def("simulate", &simulate, py::arg("scenario") = py::none(), py::kw_only(),
         py::arg("topology") = py::none(), py::arg("mode") = "symmetric", py::arg("iterations") = 1,
         py::arg("calibration") = py::none(), py::arg("trace") = py::none(),
-        py::arg("flags") = py::none(),
+        py::arg("trace_ops") = false, py::arg("flags") = py::none(),
         "`tandem simulate --json` as a dict: iteration_seconds, tokens_per_second, mfu, "
         "bubble_fraction, exposed_seconds, memory, ranks. Runs in a child process of its own, "
         "so it may be called any number of times.");

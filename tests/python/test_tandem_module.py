@@ -92,6 +92,17 @@ class Simulate(unittest.TestCase):
         self.assertEqual(cli["iteration_seconds"], r8["iteration_seconds"])
         self.assertEqual(cli["max_peak_memory_bytes"], r8["max_peak_memory_bytes"])
 
+    def test_trace_ops_gives_each_op_its_slice(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "ops.json"
+            tandem.simulate(PP4, global_batch_size=4, trace=str(path), trace_ops=True)
+            events = json.loads(path.read_text())["traceEvents"]
+        gemms = [e for e in events if e.get("ph") == "X" and e["name"] == "gemm"]
+        self.assertTrue(gemms)
+        self.assertTrue(all(e["args"]["class"] == "gemm" and e["args"]["m"] > 0 for e in gemms))
+        with self.assertRaises(tandem.ConfigError):
+            tandem.simulate(PP4, trace_ops=True)  # no trace to shape
+
     def test_a_bad_scenario_is_refused_before_any_child_runs(self):
         with self.assertRaises(tandem.ConfigError):
             tandem.simulate(PP4, global_batch_size=0)  # must be > 0
