@@ -44,7 +44,7 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 std::string op_class(const std::string& key) {
   const std::string op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
   if (op == "gemm") return "gemm";
-  if (op == "attention" || op == "attention_backward") return "attention";
+  if (op == "attention" || op == "attention_backward" || is_fused_attention(op)) return "attention";
   if (op == "adam" || op == "sum_squares") return "optimizer";
   if (op == "upload" || op == "download") return "transfer";
   return "memory-bound";

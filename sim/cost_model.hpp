@@ -78,7 +78,8 @@ struct OpDesc {
 };
 
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem
-// trace diff): "gemm"; "attention" (its batched GEMMs and softmax); "memory-bound" (norms,
+// trace diff): "gemm"; "attention" (its batched GEMMs and softmax, or the fused flash
+// attention kernel); "memory-bound" (norms,
 // elementwise, embedding, cross entropy: bandwidth + launch); "optimizer" (adam and the
 // gradient-norm reduction); "transfer" (upload, download over PCIe).
 std::string op_class(const std::string& op);

@@ -335,6 +335,10 @@ TEST(CostModelAttention, UnfusedSoftmaxCostsFivePyTorchKernelsEachWay) {
   EXPECT_EQ(op_report_key(fused), "attention");
   EXPECT_EQ(op_report_key(fwd), "attention:unfused-softmax");
   EXPECT_EQ(op_class(op_report_key(bwd)), "attention");
+  // The fused attention op is attention too, not memory-bound.
+  EXPECT_EQ(op_class("flash_attention"), "attention");
+  EXPECT_EQ(op_class("flash_attention_backward"), "attention");
+  EXPECT_EQ(op_class("rms_norm"), "memory-bound");
 }
 
 // Rule 3c: attention dropout is torch's dropout kernel on the (T, T) probabilities, one
