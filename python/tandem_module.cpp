@@ -36,6 +36,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/search/search_space.hpp"
 #include "sim/sim_runner.hpp"
+#include "tools/measured_runs.hpp"
 #include "tools/published_table.hpp"
 #include "topology/placement.hpp"
 #include "topology/topology_io.hpp"
@@ -342,6 +343,70 @@ py::object validate_published(const std::string& dir, int jobs,
   return to_python(j);
 }
 
+// `tandem validate FILE.csv --json`: measured runs (tools/measured_runs.hpp), the rows of
+// `half` (at most `limit` of each half; 0: all) simulated in children as the command line
+// does, with each row's error and each half's summary.
+py::object validate_measured(const std::string& csv, int jobs,
+                             const std::optional<std::string>& calibration, const std::string& half,
+                             int limit, const std::optional<std::string>& topology) {
+  if (half != "both" && half != "calibration" && half != "validation")
+    throw ConfigError("half", half, "must be \"both\", \"calibration\" or \"validation\"");
+  if (limit < 0) throw ConfigError("limit", std::to_string(limit), "must be ≥ 0");
+  if (topology) load_topology(*topology);  // checked up front
+  const cli::MeasuredTable table = cli::read_measured_runs(csv, topology.value_or(""));
+  std::vector<const cli::MeasuredRun*> runs;
+  std::map<cli::Half, int> taken;
+  for (const auto& row : table.rows) {
+    if (half != "both" && cli::half_name(row.half) != half) continue;
+    if (limit > 0 && taken[row.half] >= limit) continue;
+    ++taken[row.half];
+    runs.push_back(&row);
+  }
+  std::vector<std::function<json()>> work;
+  for (const cli::MeasuredRun* run : runs)
+    work.push_back(simulation_work(run->scenario, load_topology(sim::topology_of(run->scenario)),
+                                   {"symmetric", 1, calibration, std::nullopt}));
+  const auto out = run_children(work, jobs);
+  std::map<std::size_t, json> reports;
+  json failures = json::object();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].ok)
+      reports[i] = out[i].value;
+    else
+      failures[runs[i]->scenario.name] = out[i].kind + ": " + out[i].message;
+  }
+  json j = cli::to_json(cli::compare_measured(runs, reports));
+  j["csv"] = table.csv.string();
+  j["mode"] = "symmetric";
+  j["split"] = "calibration: FNV-1a 64 of the raw CSV line is even; validation: odd";
+  for (const auto& [i, report] : reports)
+    if (report.contains("breakdown")) j["rows"][i]["breakdown"] = report.at("breakdown");
+  j["failures"] = failures;
+  return to_python(j);
+}
+
+// `tandem validate PATH`: a folder of published runs or a CSV file of measured runs.
+py::object validate_path(py::handle path_like, int jobs, std::optional<std::string> calibration,
+                         const std::string& half, int limit, std::optional<std::string> topology) {
+  if (!is_path_like(path_like))
+    throw ConfigError("path", py::repr(path_like).cast<std::string>(),
+                      "must be a path (str or pathlib.Path)");
+  const std::string path = path_text(path_like);
+  if (jobs < 1) throw ConfigError("jobs", std::to_string(jobs), "must be ≥ 1");
+  if (std::filesystem::is_regular_file(path))
+    return validate_measured(path, jobs, calibration, half, limit, topology);
+  if (half != "both" || limit != 0 || topology)
+    throw ConfigError(half != "both" ? "half"
+                      : limit != 0   ? "limit"
+                                     : "topology",
+                      half != "both" ? half
+                      : limit != 0   ? std::to_string(limit)
+                                     : *topology,
+                      "applies to measured runs (a CSV file); the scenarios of a folder name "
+                      "their own");
+  return validate_published(path, jobs, calibration);
+}
+
 // The `tandem` binary built with this module: the environment's TANDEM_BINARY, else the
 // path CMake gave (TANDEM_BINARY_PATH).
 std::string tandem_binary() {
@@ -550,10 +615,14 @@ PYBIND11_MODULE(tandem, m) {
         py::arg("group_size") = py::none(), py::arg("forward_ms") = 1.0,
         py::arg("backward_ms") = 2.0, py::arg("p2p_ms") = 0.0, py::arg("flags") = py::none(),
         "`tandem schedule --json` as a dict: each stage's ops and the idealised timeline.");
-  m.def("validate", &validate_published, py::arg("dir"), py::kw_only(), py::arg("jobs") = 2,
-        py::arg("calibration") = py::none(),
-        "`tandem validate DIR --json` as a dict: published vs predicted for every row of "
-        "DIR/published.csv, the summary per metric, and each scenario's report.");
+  m.def("validate", &validate_path, py::arg("path"), py::kw_only(), py::arg("jobs") = 2,
+        py::arg("calibration") = py::none(), py::arg("half") = "both", py::arg("limit") = 0,
+        py::arg("topology") = py::none(),
+        "`tandem validate PATH --json` as a dict. A folder: published vs predicted for every "
+        "row of PATH/published.csv, the summary per metric, and each scenario's report. A CSV "
+        "file of measured runs (vTrain's columns): each row's predicted time and error with "
+        "its breakdown, and each half's median / mean / max |error| (`half`, `limit` and "
+        "`topology` as the command line's --half, --limit, --topology).");
   m.def("search", &search, py::arg("scenario") = py::none(), py::kw_only(),
         py::arg("vary") = py::none(), py::arg("fix") = py::none(), py::arg("top") = 10,
         py::arg("jobs") = py::none(), py::arg("memory_headroom") = 0.0,

@@ -109,6 +109,38 @@ class Simulate(unittest.TestCase):
 
 
 
+class ValidateMeasured(unittest.TestCase):
+    CSV = ROOT / "scenarios" / "measured" / "vtrain_single_node.csv"
+
+    def test_a_csv_of_measured_runs_gives_what_the_binary_gives(self):
+        lines = self.CSV.read_text().splitlines()
+        with tempfile.TemporaryDirectory() as tmp:
+            csv = Path(tmp) / "runs.csv"
+            csv.write_text("\n".join(lines[:7]) + "\n")  # the header and six runs
+            r = tandem.validate(csv, jobs=2)
+            out = Path(tmp) / "cli.json"
+            subprocess.run([os.environ.get("TANDEM_BINARY", "tandem"), "validate", str(csv),
+                            "--jobs", "2", "--json", str(out)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cli = json.loads(out.read_text())
+            only = tandem.validate(csv, half="validation", limit=1)
+        self.assertEqual(r["failures"], {})
+        self.assertEqual(len(r["rows"]), 6)
+        self.assertEqual([x["predicted_ms"] for x in r["rows"]],
+                         [x["predicted_ms"] for x in cli["rows"]])
+        self.assertEqual([x["half"] for x in r["rows"]], [x["half"] for x in cli["rows"]])
+        self.assertEqual(r["halves"], cli["halves"])
+        self.assertTrue(all("breakdown" in x for x in r["rows"]))
+        self.assertEqual([x["half"] for x in only["rows"]], ["validation"])
+
+    def test_measured_options_are_checked_before_any_work(self):
+        for kwargs in ({"half": "both2"}, {"limit": -1}, {"jobs": 0}):
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                with self.assertRaises(tandem.ConfigError):
+                    tandem.validate(self.CSV, **kwargs)
+        with self.assertRaises(tandem.ConfigError):  # a folder's scenarios name their own
+            tandem.validate(ROOT / "scenarios" / "published", half="validation")
+
 class Search(unittest.TestCase):
     DEFAULT = ROOT / "scenarios" / "default.json"
     FIX = ["vp=none", "recompute=none"]
