@@ -349,19 +349,9 @@ py::object validate_published(const std::string& dir, int jobs,
 py::object validate_measured(const std::string& csv, int jobs,
                              const std::optional<std::string>& calibration, const std::string& half,
                              int limit, const std::optional<std::string>& topology) {
-  if (half != "both" && half != "calibration" && half != "validation")
-    throw ConfigError("half", half, "must be \"both\", \"calibration\" or \"validation\"");
-  if (limit < 0) throw ConfigError("limit", std::to_string(limit), "must be ≥ 0");
   if (topology) load_topology(*topology);  // checked up front
   const cli::MeasuredTable table = cli::read_measured_runs(csv, topology.value_or(""));
-  std::vector<const cli::MeasuredRun*> runs;
-  std::map<cli::Half, int> taken;
-  for (const auto& row : table.rows) {
-    if (half != "both" && cli::half_name(row.half) != half) continue;
-    if (limit > 0 && taken[row.half] >= limit) continue;
-    ++taken[row.half];
-    runs.push_back(&row);
-  }
+  const std::vector<const cli::MeasuredRun*> runs = cli::select_runs(table, half, limit);
   std::vector<std::function<json()>> work;
   for (const cli::MeasuredRun* run : runs)
     work.push_back(simulation_work(run->scenario, load_topology(sim::topology_of(run->scenario)),
@@ -378,7 +368,7 @@ py::object validate_measured(const std::string& csv, int jobs,
   json j = cli::to_json(cli::compare_measured(runs, reports));
   j["csv"] = table.csv.string();
   j["mode"] = "symmetric";
-  j["split"] = "calibration: FNV-1a 64 of the raw CSV line is even; validation: odd";
+  j["split"] = cli::kSplitRule;
   for (const auto& [i, report] : reports)
     if (report.contains("breakdown")) j["rows"][i]["breakdown"] = report.at("breakdown");
   j["failures"] = failures;

@@ -76,15 +76,10 @@ void run_measured(const ValidateCliOptions& o) {
   const MeasuredTable table = read_measured_runs(o.dir, o.topology);
   if (!o.calibration.empty()) sim::load_calibration(o.calibration);
   check_output_folder("--json", o.json);
-  std::vector<const MeasuredRun*> runs;
-  std::map<Half, int> taken;
-  for (const auto& row : table.rows) {
-    if (o.half != "both" && half_name(row.half) != o.half) continue;
-    if (o.limit > 0 && taken[row.half] >= o.limit) continue;
-    ++taken[row.half];
-    runs.push_back(&row);
-  }
+  const std::vector<const MeasuredRun*> runs = select_runs(table, o.half, o.limit);
   if (o.dry_run) {
+    std::map<Half, int> taken;
+    for (const MeasuredRun* run : runs) ++taken[run->half];
     std::cout << table.csv.string() << ": " << table.rows.size() << " run(s), all valid; "
               << runs.size() << " selected (calibration " << taken[Half::calibration]
               << ", validation " << taken[Half::validation] << ")\n";
@@ -130,7 +125,7 @@ void run_measured(const ValidateCliOptions& o) {
     nlohmann::json j = to_json(result);
     j["csv"] = table.csv.string();
     j["mode"] = "symmetric";
-    j["split"] = "calibration: FNV-1a 64 of the raw CSV line is even; validation: odd";
+    j["split"] = kSplitRule;
     for (std::size_t i = 0; i < runs.size(); ++i)
       if (reports.count(i) && reports.at(i).contains("breakdown"))
         j["rows"][i]["breakdown"] = reports.at(i).at("breakdown");

@@ -227,6 +227,22 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
   return table;
 }
 
+std::vector<const MeasuredRun*> select_runs(const MeasuredTable& table, const std::string& half,
+                                            int limit) {
+  if (half != "both" && half != "calibration" && half != "validation")
+    throw ConfigError("half", half, "must be both, calibration or validation");
+  if (limit < 0) throw ConfigError("limit", std::to_string(limit), "must be ≥ 0");
+  std::vector<const MeasuredRun*> runs;
+  std::map<Half, int> taken;
+  for (const auto& row : table.rows) {
+    if (half != "both" && half_name(row.half) != half) continue;
+    if (limit > 0 && taken[row.half] >= limit) continue;
+    ++taken[row.half];
+    runs.push_back(&row);
+  }
+  return runs;
+}
+
 HalfSummary summarize(const std::vector<double>& abs_errors) {
   HalfSummary h;
   h.rows = static_cast<int>(abs_errors.size());

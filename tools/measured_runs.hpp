@@ -47,9 +47,18 @@ struct MeasuredTable {
   std::vector<MeasuredRun> rows;
 };
 
+// How the rows are split, as the JSON reports state it.
+inline constexpr const char* kSplitRule =
+    "calibration: FNV-1a 64 of the raw CSV line is even; validation: odd";
+
 // `topology` overrides every row's topology when not empty.
 MeasuredTable read_measured_runs(const std::filesystem::path& csv,
                                  const std::string& topology = "");
+
+// The rows of `half` ("both", "calibration" or "validation"; else ConfigError), at most
+// `limit` of each half (0: all), in file order.
+std::vector<const MeasuredRun*> select_runs(const MeasuredTable& table, const std::string& half,
+                                            int limit);
 
 struct MeasuredResult {
   const MeasuredRun* run = nullptr;
