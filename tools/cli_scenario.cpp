@@ -1,7 +1,6 @@
 // Scenario options shared by subcommands, and `tandem scenario`, which prints the
 // resolved scenario (file + overrides, validated) with its derived sizes as JSON.
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,34 +11,6 @@
 #include "tools/cli.hpp"
 
 namespace tandem::cli {
-
-namespace {
-
-// A number's rule checked on the option's text, before CLI11 converts it.
-CLI::Validator number_rule(const std::string& name, bool (*holds)(double),
-                           const std::string& rule) {
-  return CLI::Validator(
-      [holds, rule](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end == nullptr || *end != '\0')
-          return "value " + text + ": must be a number";
-        return holds(v) ? std::string() : "value " + text + ": must be " + rule;
-      },
-      name);
-}
-
-}  // namespace
-
-CLI::Validator positive() {
-  return number_rule(
-      "POSITIVE", [](double v) { return v > 0; }, "> 0");
-}
-
-CLI::Validator non_negative() {
-  return number_rule(
-      "NONNEGATIVE", [](double v) { return v >= 0; }, "≥ 0");
-}
 
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
   cmd.add_option("scenario", opts.positionals,

@@ -3,6 +3,7 @@
 // search's forked child simulations run it too.
 #include "tools/command_line.hpp"
 
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 
@@ -26,6 +27,34 @@ std::string backends() {
 }  // namespace
 
 namespace tandem::cli {
+
+namespace {
+
+// A number's rule checked on the option's text, before CLI11 converts it.
+CLI::Validator number_rule(const std::string& name, bool (*holds)(double),
+                           const std::string& rule) {
+  return CLI::Validator(
+      [holds, rule](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == nullptr || *end != '\0')
+          return "value " + text + ": must be a number";
+        return holds(v) ? std::string() : "value " + text + ": must be " + rule;
+      },
+      name);
+}
+
+}  // namespace
+
+CLI::Validator positive() {
+  return number_rule(
+      "POSITIVE", [](double v) { return v > 0; }, "> 0");
+}
+
+CLI::Validator non_negative() {
+  return number_rule(
+      "NONNEGATIVE", [](double v) { return v >= 0; }, "≥ 0");
+}
 
 int run_command_line(int argc, char** argv) {
   CLI::App app{
