@@ -362,6 +362,17 @@ class Device {
   // grad_input = grad_output · gelu'(input)
   virtual void gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                              Tensor& grad_input) = 0;
+  // Megatron's fused bias-GeLU (--bias-gelu-fusion): output = gelu(input + bias(C)) over
+  // (rows, C), one kernel where bias_add and gelu are two; input stays without the bias.
+  virtual void bias_gelu(Stream& s, const Tensor& input, const Tensor& bias, Tensor& output) = 0;
+  // grad_input = grad_output · gelu'(input + bias), written (Megatron's bias_gelu_back).
+  virtual void bias_gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                                  const Tensor& bias, Tensor& grad_input) = 0;
+  // Megatron's fused bias-dropout-add (--bias-dropout-fusion) without dropout (tandem has
+  // no hidden dropout): output = residual + (input + bias(C)) over (rows, C), one kernel
+  // where bias_add and add are two. output may be input or residual.
+  virtual void bias_residual_add(Stream& s, const Tensor& input, const Tensor& bias,
+                                 const Tensor& residual, Tensor& output) = 0;
   // Llama-style layers: RMSNorm, SwiGLU over the fused gate+up output (rows, 2F) → (rows, F),
   // RoPE and fused grouped-query attention.
   virtual void rms_norm(Stream& s, const RmsNormArgs& args) = 0;

@@ -143,6 +143,13 @@ struct TrainingConfig {
   // gradient is computed. Off (--no-async-tensor-model-parallel-allreduce), the all-reduce
   // ends before the weight-gradient GEMM starts.
   bool async_tensor_model_parallel_allreduce = true;
+  // Megatron's bias_gelu_fusion (--no-bias-gelu-fusion turns it off): fc1's bias is added
+  // inside the GeLU kernel. With SwiGLU or without biases there is nothing to fuse.
+  bool bias_gelu_fusion = true;
+  // Megatron's bias_dropout_fusion (--no-bias-dropout-fusion): the attention projection's
+  // and fc2's bias is added inside the residual add (bias-dropout-add; tandem has no hidden
+  // dropout). Off, a bias kernel and an add kernel.
+  bool bias_dropout_fusion = true;
   // Megatron-DeepSpeed's --deepspeed: DeepSpeed's engine and its fp16 optimizer over
   // flattened parameters. Only the simulator reads it (the optimizer step's host cost).
   bool deepspeed = false;

@@ -459,6 +459,15 @@ std::vector<FieldDef> training_fields_rest() {
                   "without sequence parallelism, a column-parallel layer's backward all-reduces "
                   "its input gradient while the weight gradient is computed (Megatron's "
                   "default); off, the all-reduce ends first"}),
+      make_field(t, &T::bias_gelu_fusion,
+                 {"bias_gelu_fusion",
+                  "fc1's bias is added inside the GeLU kernel (Megatron's default); off, a "
+                  "bias kernel then a GeLU kernel"}),
+      make_field(t, &T::bias_dropout_fusion,
+                 {"bias_dropout_fusion",
+                  "the attention projection's and fc2's bias is added inside the residual add "
+                  "(Megatron's bias-dropout-add, default on; tandem has no hidden dropout); off, "
+                  "a bias kernel then an add kernel"}),
       make_field(t, &T::deepspeed,
                  {"deepspeed",
                   "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "

@@ -30,6 +30,14 @@ inline std::int64_t last_dim(const Tensor& t) {
   return t.shape[t.shape.rank() - 1];
 }
 
+// A bias over the last dimension of x: its C, checked (bias_gelu, bias_residual_add).
+inline std::int64_t row_bias(const char* op, const Tensor& x, const Tensor& bias) {
+  if (x.shape.rank() < 1 || bias.numel() != last_dim(x))
+    throw std::invalid_argument(std::string(op) + ": bias " + bias.shape.to_string() +
+                                " does not match the last dimension of " + x.shape.to_string());
+  return last_dim(x);
+}
+
 inline kernels::cpu::AttentionShape attention_shape(const Tensor& qkv) {
   if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
     throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +

@@ -69,6 +69,13 @@ struct ModelEnv {
   // Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward's input
   // gradient all-reduce overlaps its weight-gradient GEMM (off: it ends first).
   bool async_tensor_model_parallel_allreduce = true;
+  // Megatron's bias_gelu_fusion: fc1's bias is added inside the GeLU kernel (Device::
+  // bias_gelu) instead of by a bias_add before it. Off (--no-bias-gelu-fusion), two kernels.
+  bool bias_gelu_fusion = true;
+  // Megatron's bias_dropout_fusion: the projection's and fc2's bias is added inside the
+  // residual add (Device::bias_residual_add; tandem has no hidden dropout). Off
+  // (--no-bias-dropout-fusion), a bias_add and an add.
+  bool bias_dropout_fusion = true;
 };
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole

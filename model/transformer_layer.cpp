@@ -265,6 +265,25 @@ void TransformerLayer::rotate_chunks(ModelEnv& env, const Tensor& grouped, bool 
                g[3] - 1, inverse, sequence_position(env, j * chunk, g[0]));
 }
 
+bool TransformerLayer::fused_bias_gelu(const ModelEnv& env) const {
+  return env.bias_gelu_fusion && fc1_b_ >= 0 && !dims_.options.swiglu;
+}
+
+// The bias row_parallel_forward adds: none when residual_add fuses it.
+const Parameter* TransformerLayer::unfused_bias(const ModelEnv& env, int index) {
+  return env.bias_dropout_fusion ? nullptr : bias(index);
+}
+
+// out = residual + (y + bias): one fused kernel, or (no bias, or no fusion: the bias is in y
+// already) one add.
+void TransformerLayer::residual_add(ModelEnv& env, const Tensor& y, int bias_index,
+                                    const Tensor& residual, Tensor& out) {
+  if (bias_index >= 0 && env.bias_dropout_fusion)
+    env.device.bias_residual_add(env.stream, y, params_[bias_index].compute, residual, out);
+  else
+    env.device.add(env.stream, residual, y, out);
+}
+
 Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a,
                                      bool keep_probs) {
   Device& d = env.device;
@@ -276,10 +295,10 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
   a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_));
   attention_forward(env, a, keep_probs);
-  Tensor proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], bias(proj_b_));
   a.residual = allocate_like(env, x.shape);
-  d.add(s, x, proj, a.residual);
-  proj = Tensor{};
+  residual_add(env,
+               row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_)),
+               proj_b_, x, a.residual);
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   if (moe_) {
@@ -288,17 +307,24 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
     d.add(s, a.residual, mlp, out);
     return out;
   }
-  a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_], bias(fc1_b_));
+  // With the fusion fc1_out is kept without its bias, as Megatron's bias_gelu keeps it.
+  const bool fuse_gelu = fused_bias_gelu(env);
+  a.fc1_out =
+      column_parallel_forward(env, a.ln2_out, params_[fc1_w_], fuse_gelu ? nullptr : bias(fc1_b_));
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
     d.swiglu(s, a.fc1_out, a.gelu_out);
+  } else if (fuse_gelu) {
+    a.gelu_out = allocate_like(env, a.fc1_out.shape);
+    d.bias_gelu(s, a.fc1_out, params_[fc1_b_].compute, a.gelu_out);
   } else {
     a.gelu_out = allocate_like(env, a.fc1_out.shape);
     d.gelu(s, a.fc1_out, a.gelu_out);
   }
-  Tensor fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], bias(fc2_b_));
   Tensor out = allocate_like(env, x.shape);
-  d.add(s, a.residual, fc2, out);
+  residual_add(env,
+               row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_)),
+               fc2_b_, a.residual, out);
   return out;
 }
 
@@ -333,6 +359,8 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
       d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
+    else if (fused_bias_gelu(env))
+      d.bias_gelu_backward(s, d_gelu, a.fc1_out, params_[fc1_b_].compute, d_fc1);
     else
       d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
     d_gelu = Tensor{};

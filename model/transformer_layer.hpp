@@ -102,6 +102,11 @@ class TransformerLayer {
   void norm_backward(ModelEnv& env, const Tensor& dy, const Tensor& x, int w, int b,
                      const Tensor& mean, const Tensor& rstd, Tensor& dx);
   Parameter* bias(int index) { return index < 0 ? nullptr : &params_[index]; }
+  // Megatron's fusions of the biases into the kernels after them (ModelEnv).
+  bool fused_bias_gelu(const ModelEnv& env) const;
+  const Parameter* unfused_bias(const ModelEnv& env, int index);
+  void residual_add(ModelEnv& env, const Tensor& y, int bias_index, const Tensor& residual,
+                    Tensor& out);
   std::int64_t head_dim() const { return dims_.hidden / dims_.heads; }
   // Grouped layout: (T, B, local groups, heads_per_group + 2, head_dim) view of the QKV.
   Shape grouped_shape() const;

@@ -382,6 +382,37 @@ void SimDevice::gelu_backward(Stream& s, const Tensor& grad_output, const Tensor
           .bytes = activation_bytes(3 * grad_output.numel())});
 }
 
+// The fused kernels read and write each element once: the input (and the residual) in, the
+// output out; the bias (C elements) stays in cache.
+void SimDevice::bias_gelu(Stream& s, const Tensor& input, const Tensor&, Tensor&) {
+  run(s, {.op = "bias_gelu",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(input),
+          .n = last_dim(input),
+          .flops = 9.0 * static_cast<double>(input.numel()),
+          .bytes = activation_bytes(2 * input.numel())});
+}
+
+void SimDevice::bias_gelu_backward(Stream& s, const Tensor& grad_output, const Tensor&,
+                                   const Tensor&, Tensor&) {
+  run(s, {.op = "bias_gelu_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(grad_output),
+          .n = last_dim(grad_output),
+          .flops = 13.0 * static_cast<double>(grad_output.numel()),
+          .bytes = activation_bytes(3 * grad_output.numel())});
+}
+
+void SimDevice::bias_residual_add(Stream& s, const Tensor& input, const Tensor&, const Tensor&,
+                                  Tensor&) {
+  run(s, {.op = "bias_residual_add",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(input),
+          .n = last_dim(input),
+          .flops = 2.0 * static_cast<double>(input.numel()),
+          .bytes = activation_bytes(3 * input.numel())});
+}
+
 void SimDevice::embedding(Stream& s, const EmbeddingArgs& a) {
   run(s, {.op = "embedding",
           .dtype = options_.compute_dtype,

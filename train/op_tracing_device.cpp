@@ -107,6 +107,20 @@ void OpTracingDevice::gelu_backward(Stream& s, const Tensor& grad_output, const 
   traced(s, rows_key("gelu_backward", grad_output),
          [&] { inner_.gelu_backward(s, grad_output, input, grad_input); });
 }
+void OpTracingDevice::bias_gelu(Stream& s, const Tensor& input, const Tensor& bias,
+                                Tensor& output) {
+  traced(s, rows_key("bias_gelu", input), [&] { inner_.bias_gelu(s, input, bias, output); });
+}
+void OpTracingDevice::bias_gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
+                                         const Tensor& bias, Tensor& grad_input) {
+  traced(s, rows_key("bias_gelu_backward", grad_output),
+         [&] { inner_.bias_gelu_backward(s, grad_output, input, bias, grad_input); });
+}
+void OpTracingDevice::bias_residual_add(Stream& s, const Tensor& input, const Tensor& bias,
+                                        const Tensor& residual, Tensor& output) {
+  traced(s, rows_key("bias_residual_add", input),
+         [&] { inner_.bias_residual_add(s, input, bias, residual, output); });
+}
 void OpTracingDevice::rms_norm(Stream& s, const RmsNormArgs& a) {
   traced(s, rows_key("rms_norm", a.input), [&] { inner_.rms_norm(s, a); });
 }

@@ -211,6 +211,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.host_sync_output_layer = t.host_sync_output_layer;
   env.gradient_accumulation_fusion = t.gradient_accumulation_fusion;
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
+  env.bias_gelu_fusion = t.bias_gelu_fusion;
+  env.bias_dropout_fusion = t.bias_dropout_fusion;
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

@@ -214,6 +214,22 @@ std::optional<OpCase> row_case(Device& device, const OpShape& s, const OpCaseOpt
     return OpCase{device, t.take(),
                   [](Device& dev, Stream& st, T& x) { dev.bias_grad(st, x[0], x[1]); }};
   }
+  if (s.op == "bias_gelu" || s.op == "bias_gelu_backward" || s.op == "bias_residual_add") {
+    t.floats({m, n}, d, -1, 1);  // grad_output (bias_gelu_backward) or the input
+    t.floats({m, n}, d, -3, 3);  // the input (bias_gelu_backward) or the residual
+    t.floats({n}, d, -1, 1);     // bias
+    t.floats({m, n}, d, 0, 0);   // output
+    if (s.op == "bias_gelu")
+      return OpCase{device, t.take(),
+                    [](Device& dev, Stream& st, T& x) { dev.bias_gelu(st, x[1], x[2], x[3]); }};
+    if (s.op == "bias_gelu_backward")
+      return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                      dev.bias_gelu_backward(st, x[0], x[1], x[2], x[3]);
+                    }};
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.bias_residual_add(st, x[0], x[2], x[1], x[3]);
+                  }};
+  }
   if (s.op == "layer_norm") {
     t.floats({m, n}, d, -1, 1);     // input
     t.floats({n}, d, 0.5f, 1.5f);   // gamma

@@ -67,6 +67,7 @@ using op_arguments::attention_shape;
 using op_arguments::ce_shape;
 using op_arguments::flash_shape;
 using op_arguments::last_dim;
+using op_arguments::row_bias;
 using op_arguments::same_numel;
 
 namespace k = kernels::cpu;
@@ -227,6 +228,28 @@ void CpuDevice::gelu(Stream&, const Tensor& in, Tensor& out) {
 void CpuDevice::gelu_backward(Stream&, const Tensor& dout, const Tensor& in, Tensor& din) {
   same_numel("gelu_backward", in, din);
   k::gelu_backward(f32(dout), f32(in), f32(din), in.numel());
+}
+
+void CpuDevice::bias_gelu(Stream&, const Tensor& in, const Tensor& bias, Tensor& out) {
+  same_numel("bias_gelu", in, out);
+  const std::int64_t C = row_bias("bias_gelu", in, bias);
+  k::bias_gelu_forward(f32(in), f32(bias), f32(out), in.numel() / C, C);
+}
+
+void CpuDevice::bias_gelu_backward(Stream&, const Tensor& dout, const Tensor& in,
+                                   const Tensor& bias, Tensor& din) {
+  same_numel("bias_gelu_backward", in, dout);
+  same_numel("bias_gelu_backward", in, din);
+  const std::int64_t C = row_bias("bias_gelu_backward", in, bias);
+  k::bias_gelu_backward(f32(dout), f32(in), f32(bias), f32(din), in.numel() / C, C);
+}
+
+void CpuDevice::bias_residual_add(Stream&, const Tensor& in, const Tensor& bias,
+                                  const Tensor& residual, Tensor& out) {
+  same_numel("bias_residual_add", in, residual);
+  same_numel("bias_residual_add", in, out);
+  const std::int64_t C = row_bias("bias_residual_add", in, bias);
+  k::bias_residual_add(f32(in), f32(bias), f32(residual), f32(out), in.numel() / C, C);
 }
 
 void CpuDevice::rms_norm(Stream&, const RmsNormArgs& a) {

@@ -26,6 +26,7 @@ using op_arguments::attention_dropout;
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
 using op_arguments::last_dim;
+using op_arguments::row_bias;
 using op_arguments::same_numel;
 
 class DeviceStorage final : public Storage {
@@ -342,6 +343,33 @@ void CudaDevice::gelu_backward(Stream& s, const Tensor& dout, const Tensor& in, 
   same_numel("gelu_backward", in, dout);
   kc::gelu_backward({cuda_stream_of(s), blas_}, floats(dout, "gelu_backward"),
                     floats(in, "gelu_backward"), floats(din, "gelu_backward"), in.numel());
+}
+
+void CudaDevice::bias_gelu(Stream& s, const Tensor& in, const Tensor& bias, Tensor& out) {
+  same_numel("bias_gelu", in, out);
+  const std::int64_t C = row_bias("bias_gelu", in, bias);
+  kc::bias_gelu_forward({cuda_stream_of(s), blas_}, floats(in, "bias_gelu"),
+                        floats(bias, "bias_gelu"), floats(out, "bias_gelu"), in.numel() / C, C);
+}
+
+void CudaDevice::bias_gelu_backward(Stream& s, const Tensor& dout, const Tensor& in,
+                                    const Tensor& bias, Tensor& din) {
+  same_numel("bias_gelu_backward", in, dout);
+  same_numel("bias_gelu_backward", in, din);
+  const std::int64_t C = row_bias("bias_gelu_backward", in, bias);
+  const char* op = "bias_gelu_backward";
+  kc::bias_gelu_backward({cuda_stream_of(s), blas_}, floats(dout, op), floats(in, op),
+                         floats(bias, op), floats(din, op), in.numel() / C, C);
+}
+
+void CudaDevice::bias_residual_add(Stream& s, const Tensor& in, const Tensor& bias,
+                                   const Tensor& residual, Tensor& out) {
+  same_numel("bias_residual_add", in, residual);
+  same_numel("bias_residual_add", in, out);
+  const std::int64_t C = row_bias("bias_residual_add", in, bias);
+  const char* op = "bias_residual_add";
+  kc::bias_residual_add({cuda_stream_of(s), blas_}, floats(in, op), floats(bias, op),
+                        floats(residual, op), floats(out, op), in.numel() / C, C);
 }
 
 void CudaDevice::embedding(Stream& s, const EmbeddingArgs& a) {

@@ -46,7 +46,51 @@ __global__ void bias_add_kernel(Floats out, ConstFloats bias, std::int64_t rows,
   TANDEM_GRID_STRIDE(i, rows * C) store(out, i, load(out, i) + load(bias, i % C));
 }
 
+// The sum in + bias is kept in float (Megatron's fused kernels do the same), where the
+// unfused bias_add rounds it to the buffer's precision first.
+__global__ void bias_gelu_forward_kernel(ConstFloats in, ConstFloats bias, Floats out,
+                                         std::int64_t rows, std::int64_t C) {
+  TANDEM_GRID_STRIDE(i, rows * C) store(out, i, math::gelu(load(in, i) + load(bias, i % C)));
+}
+
+__global__ void bias_gelu_backward_kernel(ConstFloats dout, ConstFloats in, ConstFloats bias,
+                                          Floats din, std::int64_t rows, std::int64_t C) {
+  TANDEM_GRID_STRIDE(i, rows * C) {
+    store(din, i, load(dout, i) * math::gelu_derivative(load(in, i) + load(bias, i % C)));
+  }
+}
+
+__global__ void bias_residual_add_kernel(ConstFloats in, ConstFloats bias, ConstFloats residual,
+                                         Floats out, std::int64_t rows, std::int64_t C) {
+  TANDEM_GRID_STRIDE(i, rows * C) {
+    store(out, i, load(residual, i) + (load(in, i) + load(bias, i % C)));
+  }
+}
+
 }  // namespace
+
+void bias_gelu_forward(Context c, ConstFloats in, ConstFloats bias, Floats out, std::int64_t rows,
+                       std::int64_t C) {
+  if (rows * C == 0) return;
+  bias_gelu_forward_kernel<<<grid_for(rows * C), kThreads, 0, c.stream>>>(in, bias, out, rows, C);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void bias_gelu_backward(Context c, ConstFloats dout, ConstFloats in, ConstFloats bias, Floats din,
+                        std::int64_t rows, std::int64_t C) {
+  if (rows * C == 0) return;
+  bias_gelu_backward_kernel<<<grid_for(rows * C), kThreads, 0, c.stream>>>(dout, in, bias, din,
+                                                                           rows, C);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void bias_residual_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual,
+                       Floats out, std::int64_t rows, std::int64_t C) {
+  if (rows * C == 0) return;
+  bias_residual_add_kernel<<<grid_for(rows * C), kThreads, 0, c.stream>>>(in, bias, residual, out,
+                                                                          rows, C);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void add(Context c, ConstFloats a, ConstFloats b, Floats out, std::int64_t n) {
   if (n == 0) return;

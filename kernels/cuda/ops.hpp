@@ -68,6 +68,16 @@ void gelu_forward(Context c, ConstFloats in, Floats out, std::int64_t n);  // ou
 void gelu_backward(Context c, ConstFloats dout, ConstFloats in, Floats din, std::int64_t n);
 // out(rows, C) += bias(C)
 void bias_add(Context c, Floats out, ConstFloats bias, std::int64_t rows, std::int64_t C);
+// Megatron's fused bias-GeLU: out(rows, C) = gelu(in + bias(C)); out may be in.
+void bias_gelu_forward(Context c, ConstFloats in, ConstFloats bias, Floats out, std::int64_t rows,
+                       std::int64_t C);
+// din = dout · gelu'(in + bias), written; din may be dout.
+void bias_gelu_backward(Context c, ConstFloats dout, ConstFloats in, ConstFloats bias, Floats din,
+                        std::int64_t rows, std::int64_t C);
+// Megatron's fused bias-dropout-add without dropout: out = residual + (in + bias(C)); out may
+// be in or residual.
+void bias_residual_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual,
+                       Floats out, std::int64_t rows, std::int64_t C);
 
 // ---- column sums (column_sums.cu): parameter gradients, summed in double, rows in order --
 // dbias(C) += Σ_rows dout(rows, C)

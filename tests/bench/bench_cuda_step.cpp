@@ -4,7 +4,9 @@
 // attention-score FLOPs 12 · L · B · T² · h, Narayanan et al.) and MFU against the GPU's
 // dense bf16 tensor-core peak (TANDEM_PEAK_TFLOPS overrides it; H100 SXM 989, A100 312).
 // The model computes in the dtype it allocates (fp32 today), so MFU against the bf16 peak is
-// a conservative figure. Without a GPU it prints SKIPPED and exits 0.
+// a conservative figure. The second argument turns Megatron's bias fusions (bias-GeLU,
+// bias-add into the residual) on (1, the default) or off (0). Without a GPU it prints
+// SKIPPED and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -38,6 +40,7 @@ void run_step(benchmark::State& state, const GptDims& dims) {
   Stream& s = device.default_stream();
   SelfCommunicator tp(device, "tp");
   ModelEnv env{device, s, tp};
+  env.bias_gelu_fusion = env.bias_dropout_fusion = state.range(1) != 0;
   ParameterSet params(1, 0);
   GptChunk chunk(params, dims, plan_chunk(dims.num_layers, 1, 1, 0, 0), Recompute::none);
   params.allocate(device);
@@ -93,7 +96,7 @@ void BM_Gpt2_124M(benchmark::State& state) {
                    .padded_vocab = 50304,
                    .max_positions = 1024});
 }
-BENCHMARK(BM_Gpt2_124M)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gpt2_124M)->Args({4, 1})->Args({4, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Gpt_1_3B(benchmark::State& state) {
   run_step(state, {.num_layers = 24,
@@ -105,7 +108,7 @@ void BM_Gpt_1_3B(benchmark::State& state) {
                    .padded_vocab = 50304,
                    .max_positions = 2048});
 }
-BENCHMARK(BM_Gpt_1_3B)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gpt_1_3B)->Args({1, 1})->Args({1, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace tandem

@@ -31,6 +31,8 @@ void BM_Gpt2TrainStep(benchmark::State& state) {
   Stream& s = device.default_stream();
   SelfCommunicator tp(device, "tp");
   ModelEnv env{device, s, tp};
+  // The second argument: Megatron's bias fusions on (1, the default) or off (0).
+  env.bias_gelu_fusion = env.bias_dropout_fusion = state.range(1) != 0;
   ParameterSet params(1, 0);
   GptChunk chunk(params, dims, plan_chunk(12, 1, 1, 0, 0), Recompute::none);
   params.allocate(device);
@@ -68,7 +70,13 @@ void BM_Gpt2TrainStep(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["params_M"] = n_params * 1e-6;
 }
-BENCHMARK(BM_Gpt2TrainStep)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gpt2TrainStep)
+    ->Args({64, 1})
+    ->Args({64, 0})
+    ->Args({256, 1})
+    ->Args({256, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The GEMM ceiling at the step's shapes: the MLP's fc1 and the output layer, forward.
 void BM_StepGemmCeiling(benchmark::State& state) {

@@ -231,6 +231,28 @@ TEST_P(CudaOps, GeluForwardBackward) {
   EXPECT_TRUE(d().close(din, tol()));
 }
 
+TEST_P(CudaOps, BiasGeluAndBiasResidualAdd) {
+  const std::int64_t rows = 301, C = 96;  // C·rows not a multiple of the block
+  auto in = d().random({rows, C}, dtype(), 43, -6.0f, 6.0f);
+  auto bias = d().random({C}, dtype(), 44);
+  auto out = d().poisoned({rows, C}, dtype());
+  cpu().bias_gelu(cs(), in.cpu, bias.cpu, out.cpu);
+  gpu().bias_gelu(gs(), in.gpu, bias.gpu, out.gpu);
+  EXPECT_TRUE(d().close(out, tol()));
+  auto dout = d().random({rows, C}, dtype(), 45);
+  auto din = d().poisoned({rows, C}, dtype());
+  cpu().bias_gelu_backward(cs(), dout.cpu, in.cpu, bias.cpu, din.cpu);
+  gpu().bias_gelu_backward(gs(), dout.gpu, in.gpu, bias.gpu, din.gpu);
+  EXPECT_TRUE(d().close(din, tol()));
+  auto residual = d().random({rows, C}, dtype(), 46);
+  auto sum = d().poisoned({rows, C}, dtype());
+  cpu().bias_residual_add(cs(), in.cpu, bias.cpu, residual.cpu, sum.cpu);
+  gpu().bias_residual_add(gs(), in.gpu, bias.gpu, residual.gpu, sum.gpu);
+  EXPECT_TRUE(d().close(sum, tol()));
+  auto wrong_bias = d().random({C + 1}, dtype(), 47);
+  EXPECT_THROW(gpu().bias_gelu(gs(), in.gpu, wrong_bias.gpu, out.gpu), std::invalid_argument);
+}
+
 TEST_P(CudaOps, VocabParallelEmbeddingForwardBackward) {
   const std::int64_t rows = 300, C = 48, local_vocab = 50, vocab_begin = 50;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));

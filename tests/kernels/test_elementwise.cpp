@@ -129,6 +129,47 @@ TEST(Bias, AddAndBackwardMatchDoubleReference) {
   }
 }
 
+// Megatron's fused bias kernels: the double reference of the sum they fuse, and the same
+// bits as the two unfused kernels they replace (both round in + bias to float first), so a
+// fused run trains exactly as an unfused one in fp32.
+TEST(BiasFusion, BiasGeluAndBiasResidualAddMatchReferenceAndUnfusedKernels) {
+  for (const auto& [rows, C] :
+       {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 5}, {65, 130}, {1024, 96}}) {
+    const std::size_t n = static_cast<std::size_t>(rows * C);
+    const Floats x = random_floats(n, 21, -6.0f, 6.0f), bias = random_floats(C, 22);
+    const Floats dy = random_floats(n, 23), residual = random_floats(n, 24);
+    Floats y(n), dx(n), out(n);
+    bias_gelu_forward(x.data(), bias.data(), y.data(), rows, C);
+    bias_gelu_backward(dy.data(), x.data(), bias.data(), dx.data(), rows, C);
+    bias_residual_add(x.data(), bias.data(), residual.data(), out.data(), rows, C);
+    Doubles y_ref(n), dx_ref(n), out_ref(n), y_scale(n), dx_scale(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(x[i]) + bias[i % static_cast<std::size_t>(C)];
+      y_ref[i] = gelu_ref(v);
+      dx_ref[i] = dy[i] * gelu_derivative_ref(v);
+      out_ref[i] = residual[i] + v;
+      y_scale[i] = std::fabs(v) * 0.1;
+      dx_scale[i] = std::fabs(dy[i]) * (0.1 + std::fabs(v) * 0.1);
+    }
+    EXPECT_TRUE(all_close(y, y_ref, 1e-5, y_scale)) << rows << "x" << C;
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-5, dx_scale)) << rows << "x" << C;
+    EXPECT_TRUE(all_close(out, out_ref, 1e-7, Doubles(n, 4.0))) << rows << "x" << C;
+
+    Floats biased = x;  // the unfused kernels: bias_add, then gelu / gelu_backward / add
+    bias_add(biased.data(), bias.data(), rows, C);
+    Floats y2(n), dx2(n), out2(n);
+    gelu_forward(biased.data(), y2.data(), rows * C);
+    gelu_backward(dy.data(), biased.data(), dx2.data(), rows * C);
+    add(residual.data(), biased.data(), out2.data(), rows * C);
+    EXPECT_EQ(y, y2);
+    EXPECT_EQ(dx, dx2);
+    EXPECT_EQ(out, out2);
+    Floats in_place = residual;  // output may be the residual
+    bias_residual_add(x.data(), bias.data(), in_place.data(), in_place.data(), rows, C);
+    EXPECT_EQ(in_place, out);
+  }
+}
+
 // The keys and values of a grouped QKV row (here 3 rows of 10 columns, 4 taken from column
 // 6) into a block of their own, and gradients added back; other columns are left alone.
 TEST(CopyColumns, TakesAndAddsBackTheNamedColumnsOnly) {

@@ -105,6 +105,20 @@ class RecordingDevice : public Device {
     note("gelu_backward", go);
     inner_.gelu_backward(s, go, in, gi);
   }
+  void bias_gelu(Stream& s, const Tensor& in, const Tensor& b, Tensor& out) override {
+    note("bias_gelu", in, b);
+    inner_.bias_gelu(s, in, b, out);
+  }
+  void bias_gelu_backward(Stream& s, const Tensor& go, const Tensor& in, const Tensor& b,
+                          Tensor& gi) override {
+    note("bias_gelu_backward", go);
+    inner_.bias_gelu_backward(s, go, in, b, gi);
+  }
+  void bias_residual_add(Stream& s, const Tensor& in, const Tensor& b, const Tensor& r,
+                         Tensor& out) override {
+    note("bias_residual_add", in, b);
+    inner_.bias_residual_add(s, in, b, r, out);
+  }
   void embedding(Stream& s, const EmbeddingArgs& a) override {
     note("embedding", a.tokens, a.table);
     inner_.embedding(s, a);

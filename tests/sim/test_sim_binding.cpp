@@ -222,6 +222,43 @@ TEST(SimBinding, UnfusedGradientAccumulationAddsOneKernelPerWeightAfterTheFirstM
   EXPECT_GT(unfused.at("seconds").get<double>(), fused.at("seconds").get<double>());
 }
 
+// Megatron's bias fusions: each layer's forward issues bias_gelu for fc1's bias_add and
+// GeLU, and bias_residual_add for the projection's and fc2's bias_add and residual add: 3
+// kernels fewer a layer and microbatch, and the bias adds' memory traffic (each reads and
+// writes its output: fc1's 4h columns, the projection's and fc2's h) no longer paid.
+TEST(SimBinding, BiasFusionsSaveThreeKernelsAndTheBiasAddsTrafficPerLayerForward) {
+  Scenario s = small_gpt();  // 4 layers, micro batch 2 of global 8: 4 microbatches
+  s.training.fp16 = true;
+  s.training.recompute_granularity = "none";
+  validate(s);
+  auto total_bytes = [](const nlohmann::json& j) {
+    double b = 0;
+    for (const auto& op : j.at("ops")) b += op.at("bytes").get<double>();
+    return b;
+  };
+  auto count = [](const nlohmann::json& j, const std::string& name) {
+    int n = 0;
+    for (const auto& op : j.at("ops")) n += op.at("op") == name;
+    return n;
+  };
+  const auto fused = ops_and_time(s);
+  s.training.bias_gelu_fusion = false;
+  s.training.bias_dropout_fusion = false;
+  const auto unfused = ops_and_time(s);
+  const int passes = 4 * 4;  // layers × microbatches
+  EXPECT_EQ(count(fused, "bias_gelu"), passes);
+  EXPECT_EQ(count(fused, "bias_gelu_backward"), passes);
+  EXPECT_EQ(count(fused, "bias_residual_add"), 2 * passes);
+  EXPECT_EQ(count(unfused, "bias_gelu") + count(unfused, "bias_residual_add"), 0);
+  EXPECT_EQ(count(unfused, "bias_add") - count(fused, "bias_add"), 3 * passes);
+  EXPECT_EQ(unfused.at("ops").size() - fused.at("ops").size(),
+            static_cast<std::size_t>(3 * passes));
+  const double h = static_cast<double>(s.model.hidden_size), tokens = 32.0 * 2;
+  EXPECT_DOUBLE_EQ(total_bytes(unfused) - total_bytes(fused),
+                   passes * 2.0 * (4 * h + h + h) * tokens * 2 /* fp16 */);
+  EXPECT_GT(unfused.at("seconds").get<double>(), fused.at("seconds").get<double>());
+}
+
 // One collective on a fresh platform, timed from inside an actor.
 double time_collective(const std::string& topology, int world, std::vector<int> members,
                        const std::string& kind, std::int64_t elements) {
