@@ -84,6 +84,32 @@ struct AttentionDropout {
   std::int64_t heads_total = 0;  // heads over the tensor-parallel group; 0: this rank's
 };
 
+// Megatron's hidden dropout (--hidden-dropout) on a (rows, C) activation, after the
+// embedding and on each layer's attention and MLP output. As AttentionDropout, no mask is
+// stored: element (r, c) of this rank is element (row_offset + r)·C + c of the stream of
+// (seed, microbatch, site), the same whatever the tensor or pipeline split.
+struct HiddenDropout {
+  float p = 0;  // probability of dropping; 0: none
+  std::uint64_t seed = 0;
+  std::uint64_t microbatch = 0;  // the microbatch's identity (its first sample's index)
+  std::uint64_t site = 0;        // hidden_dropout_site(): the embedding's, or a layer's output
+  std::int64_t row_offset = 0;   // this rank's first row among the sequence's (sequence parallel)
+};
+
+// The site of a hidden dropout: 0 after the embedding, 2·layer + 1 after a layer's attention,
+// 2·layer + 2 after its MLP.
+inline std::uint64_t hidden_dropout_site(int layer, bool mlp) {
+  return layer < 0 ? 0 : 2 * static_cast<std::uint64_t>(layer) + (mlp ? 2 : 1);
+}
+
+struct BiasDropoutAddArgs {
+  const Tensor& input;     // (rows, C)
+  const Tensor* bias;      // (C), or null: no bias
+  const Tensor& residual;  // (rows, C)
+  Tensor& output;          // (rows, C)
+  HiddenDropout dropout{};
+};
+
 // Causal scaled-dot-product attention over the heads this tensor-parallel rank holds.
 // Activations are sequence-first, Megatron's [s, b, h]: row t·B + b of the (T·B, C) matrix
 // holds position t of sequence b, so sequence parallelism shards contiguous rows.
@@ -368,11 +394,16 @@ class Device {
   // grad_input = grad_output · gelu'(input + bias), written (Megatron's bias_gelu_back).
   virtual void bias_gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                                   const Tensor& bias, Tensor& grad_input) = 0;
-  // Megatron's fused bias-dropout-add (--bias-dropout-fusion) without dropout (tandem has
-  // no hidden dropout): output = residual + (input + bias(C)) over (rows, C), one kernel
-  // where bias_add and add are two. output may be input or residual.
-  virtual void bias_residual_add(Stream& s, const Tensor& input, const Tensor& bias,
-                                 const Tensor& residual, Tensor& output) = 0;
+  // Megatron's fused bias-dropout-add (--bias-dropout-fusion): output = residual +
+  // dropout(input + bias(C)) over (rows, C), one kernel where bias_add, dropout and add are
+  // up to three. output may be input or residual.
+  virtual void bias_dropout_add(Stream& s, const BiasDropoutAddArgs& args) = 0;
+  // Megatron's hidden dropout alone (the embedding's, and the unfused path): output =
+  // dropout(input); grad_input = grad_output through the same mask. Outputs may alias inputs.
+  virtual void dropout(Stream& s, const Tensor& input, Tensor& output,
+                       const HiddenDropout& dropout) = 0;
+  virtual void dropout_backward(Stream& s, const Tensor& grad_output, Tensor& grad_input,
+                                const HiddenDropout& dropout) = 0;
   // Llama-style layers: RMSNorm, SwiGLU over the fused gate+up output (rows, 2F) → (rows, F),
   // RoPE and fused grouped-query attention.
   virtual void rms_norm(Stream& s, const RmsNormArgs& args) = 0;

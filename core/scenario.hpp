@@ -50,6 +50,9 @@ struct ModelConfig {
   // Megatron's --attention-dropout on the attention probabilities. Megatron's default is
   // 0.1; tandem's is 0 (none), so a scenario that wants Megatron's says so.
   double attention_dropout = 0.0;
+  // Megatron's --hidden-dropout after the embedding and on each layer's attention and MLP
+  // output (Megatron's default 0.1; tandem's 0). Not with context parallelism.
+  double hidden_dropout = 0.0;
   // Mixture of experts, under Megatron-Core's names (absent num_experts: a dense model).
   // Every moe_layer_freq-th layer (0, freq, 2·freq, …), or the layers moe_layer_pattern
   // marks 1 (Megatron's list form of moe_layer_freq), replaces its MLP by num_experts

@@ -297,6 +297,11 @@ std::vector<FieldDef> model_fields() {
                   "dropout probability on the attention probabilities (Megatron's default 0.1; "
                   "tandem's 0)",
                   Rule{.min = 0.0, .max_open = 1.0}}),
+      make_field(m, &M::hidden_dropout,
+                 {"hidden_dropout",
+                  "dropout probability after the embedding and on each layer's attention and "
+                  "MLP output (Megatron's default 0.1; tandem's 0)",
+                  Rule{.min = 0.0, .max_open = 1.0}}),
       make_field(m, &M::num_experts,
                  {"num_experts", "experts per MoE layer (absent: a dense model)", positive()}),
       make_field(m, &M::moe_router_topk,

@@ -180,6 +180,11 @@ void check_attention(const Scenario& s, Violations& out) {
         {"attention_dropout", cat(m.attention_dropout),
          cat("must be 0 with context_parallel_size = ", s.parallelism.context_parallel_size,
              " (tandem's context-parallel attention has no dropout)")});
+  if (m.hidden_dropout > 0 && s.parallelism.context_parallel_size > 1)
+    out.push_back(
+        {"hidden_dropout", cat(m.hidden_dropout),
+         cat("must be 0 with context_parallel_size = ", s.parallelism.context_parallel_size,
+             " (tandem's hidden dropout is not built for context-parallel activations)")});
   const I64 tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
   const I64 groups = m.num_query_groups;
   if (!m.group_query_attention || !all_positive({tp, heads, groups})) return;

@@ -38,6 +38,20 @@ inline std::int64_t row_bias(const char* op, const Tensor& x, const Tensor& bias
   return last_dim(x);
 }
 
+// The kernels' view of a hidden dropout on a (rows, C) tensor x, checked.
+inline kernels::math::HiddenDropoutMask hidden_dropout(const char* op, const Tensor& x,
+                                                       const HiddenDropout& d) {
+  if (!(d.p >= 0 && d.p < 1))
+    throw std::invalid_argument(std::string(op) + ": dropout probability " + std::to_string(d.p) +
+                                " is outside [0, 1)");
+  if (d.row_offset < 0)
+    throw std::invalid_argument(std::string(op) + ": row_offset " + std::to_string(d.row_offset) +
+                                " is negative");
+  return {.stream = kernels::math::hidden_dropout_stream(d.seed, d.microbatch, d.site),
+          .first = static_cast<std::uint64_t>(d.row_offset * last_dim(x)),
+          .p = d.p};
+}
+
 inline kernels::cpu::AttentionShape attention_shape(const Tensor& qkv) {
   if (qkv.shape.rank() != 5 || qkv.shape[2] != 3)
     throw std::invalid_argument("attention: qkv must be (T, B, 3, heads, head_dim), got " +

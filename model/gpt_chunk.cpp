@@ -92,11 +92,15 @@ Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
     words = reduce_scatter_to_sequence_parallel_region(env, words);
   else
     env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
-  if (position_ < 0) return words;  // rotary embeddings act inside attention
-  const Tensor positions = local_positions(env, mb.positions);
-  Tensor pos = allocate_like(env, words.shape);
-  d.embedding(env.stream, {positions, params_[position_].compute, pos, 0});
-  d.add(env.stream, words, pos, words);
+  if (position_ >= 0) {  // else rotary embeddings act inside attention
+    const Tensor positions = local_positions(env, mb.positions);
+    Tensor pos = allocate_like(env, words.shape);
+    d.embedding(env.stream, {positions, params_[position_].compute, pos, 0});
+    d.add(env.stream, words, pos, words);
+  }
+  // Megatron's embedding dropout (the hidden dropout probability), in place.
+  const HiddenDropout drop = hidden_dropout_at(env, hidden_dropout_site(-1, false), words);
+  if (drop.p > 0) d.dropout(env.stream, words, words, drop);
   return words;
 }
 
@@ -153,8 +157,10 @@ Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
   return dx;
 }
 
-void GptChunk::embed_backward(ModelEnv& env, const Tensor& grad, const MicrobatchTensors& mb) {
+void GptChunk::embed_backward(ModelEnv& env, Tensor grad, const MicrobatchTensors& mb) {
   Parameter& word = params_[word_];
+  const HiddenDropout drop = hidden_dropout_at(env, hidden_dropout_site(-1, false), grad);
+  if (drop.p > 0) env.device.dropout_backward(env.stream, grad, grad, drop);  // in place
   // The conjugate of the reduce-scatter: every token's gradient, for this rank's vocabulary.
   const Tensor all_rows =
       env.sequence_parallel ? gather_from_sequence_parallel_region(env, grad) : grad;

@@ -94,7 +94,7 @@ class GptChunk {
   Tensor embed(ModelEnv& env, const MicrobatchTensors& mb);
   void head_forward(ModelEnv& env, const Tensor& x, Saved& s);
   Tensor head_backward(ModelEnv& env, Saved& s, float loss_scale);
-  void embed_backward(ModelEnv& env, const Tensor& grad, const MicrobatchTensors& mb);
+  void embed_backward(ModelEnv& env, Tensor grad, const MicrobatchTensors& mb);
 
   ParameterSet& params_;
   GptDims dims_;

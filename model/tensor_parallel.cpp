@@ -1,5 +1,7 @@
 #include "model/tensor_parallel.hpp"
 
+#include <stdexcept>
+
 namespace tandem {
 namespace {
 
@@ -17,6 +19,19 @@ std::int64_t sequence_position(const ModelEnv& env, std::int64_t t, std::int64_t
   if (env.cp == nullptr) return t;
   const std::int64_t c = local / 2, cp = env.cp->size(), r = env.cp->rank();
   return t < c ? r * c + t : (2 * cp - 1 - r) * c + (t - c);
+}
+
+HiddenDropout hidden_dropout_at(const ModelEnv& env, std::uint64_t site, const Tensor& x) {
+  if (env.hidden_dropout <= 0) return {};
+  // Context-parallel rows are two chunks of the sequence; the scenario refuses the pair.
+  if (env.cp != nullptr)
+    throw std::logic_error("hidden dropout is not built for context-parallel activations");
+  const std::int64_t rows = x.numel() / x.shape[x.shape.rank() - 1];
+  return {.p = env.hidden_dropout,
+          .seed = env.dropout_seed,
+          .microbatch = env.dropout_microbatch,
+          .site = site,
+          .row_offset = env.sequence_parallel ? rows * env.tp.rank() : 0};
 }
 
 Tensor allocate_fp32(Device& d, const Shape& shape) {

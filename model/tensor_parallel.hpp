@@ -72,11 +72,19 @@ struct ModelEnv {
   // Megatron's bias_gelu_fusion: fc1's bias is added inside the GeLU kernel (Device::
   // bias_gelu) instead of by a bias_add before it. Off (--no-bias-gelu-fusion), two kernels.
   bool bias_gelu_fusion = true;
-  // Megatron's bias_dropout_fusion: the projection's and fc2's bias is added inside the
-  // residual add (Device::bias_residual_add; tandem has no hidden dropout). Off
-  // (--no-bias-dropout-fusion), a bias_add and an add.
+  // Megatron's bias_dropout_fusion: the projection's and fc2's bias (and the hidden dropout)
+  // is applied inside the residual add (Device::bias_dropout_add). Off
+  // (--no-bias-dropout-fusion), a bias_add, a dropout (with hidden_dropout) and an add.
   bool bias_dropout_fusion = true;
+  // Megatron's --hidden-dropout after the embedding and on each layer's attention and MLP
+  // output (0: none). The mask follows the seed, the microbatch, the site and the element's
+  // row among the whole sequence's (core/device.hpp HiddenDropout).
+  float hidden_dropout = 0;
 };
+
+// The hidden dropout at `site` (hidden_dropout_site) on this rank's activation x (rows, C):
+// its rows are the whole sequence's, or with sequence parallelism this rank's shard.
+HiddenDropout hidden_dropout_at(const ModelEnv& env, std::uint64_t site, const Tensor& x);
 
 // Where row t of this rank's part of a sequence of `local` rows sits in the whole
 // sequence: its two chunks at r·c and (2·cp − 1 − r)·c, c = local / 2 (Megatron's causal

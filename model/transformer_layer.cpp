@@ -274,14 +274,33 @@ const Parameter* TransformerLayer::unfused_bias(const ModelEnv& env, int index) 
   return env.bias_dropout_fusion ? nullptr : bias(index);
 }
 
-// out = residual + (y + bias): one fused kernel, or (no bias, or no fusion: the bias is in y
-// already) one add.
+// out = residual + dropout(y + bias), Megatron's bias-dropout-add at `site`: one fused
+// kernel, or (no fusion: the bias is in y already) a dropout and an add; without bias and
+// dropout, the add alone.
 void TransformerLayer::residual_add(ModelEnv& env, const Tensor& y, int bias_index,
-                                    const Tensor& residual, Tensor& out) {
-  if (bias_index >= 0 && env.bias_dropout_fusion)
-    env.device.bias_residual_add(env.stream, y, params_[bias_index].compute, residual, out);
-  else
+                                    const Tensor& residual, Tensor& out, std::uint64_t site) {
+  const HiddenDropout drop = hidden_dropout_at(env, site, y);
+  if (env.bias_dropout_fusion && (bias_index >= 0 || drop.p > 0)) {
+    const Tensor* b = bias_index >= 0 ? &params_[bias_index].compute : nullptr;
+    env.device.bias_dropout_add(env.stream, {y, b, residual, out, drop});
+    return;
+  }
+  if (drop.p <= 0) {
     env.device.add(env.stream, residual, y, out);
+    return;
+  }
+  Tensor dropped = allocate_like(env, y.shape);
+  env.device.dropout(env.stream, y, dropped, drop);
+  env.device.add(env.stream, residual, dropped, out);
+}
+
+// The gradient of residual_add's y: grad_out through the site's dropout mask.
+Tensor TransformerLayer::dropout_grad(ModelEnv& env, const Tensor& grad_out, std::uint64_t site) {
+  const HiddenDropout drop = hidden_dropout_at(env, site, grad_out);
+  if (drop.p <= 0) return grad_out;
+  Tensor g = allocate_like(env, grad_out.shape);
+  env.device.dropout_backward(env.stream, grad_out, g, drop);
+  return g;
 }
 
 Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a,
@@ -298,13 +317,13 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   a.residual = allocate_like(env, x.shape);
   residual_add(env,
                row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_)),
-               proj_b_, x, a.residual);
+               proj_b_, x, a.residual, hidden_dropout_site(index_, false));
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   if (moe_) {
-    Tensor mlp = moe_->forward(env, a.ln2_out, a.moe);
     Tensor out = allocate_like(env, x.shape);
-    d.add(s, a.residual, mlp, out);
+    residual_add(env, moe_->forward(env, a.ln2_out, a.moe), -1, a.residual, out,
+                 hidden_dropout_site(index_, true));
     return out;
   }
   // With the fusion fc1_out is kept without its bias, as Megatron's bias_gelu keeps it.
@@ -324,7 +343,7 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   Tensor out = allocate_like(env, x.shape);
   residual_add(env,
                row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_)),
-               fc2_b_, a.residual, out);
+               fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
   return out;
 }
 
@@ -352,9 +371,12 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'.
   Tensor d_ln2;
   if (moe_) {
-    d_ln2 = moe_->backward(env, grad_out, a.moe, loss_scale);
+    d_ln2 = moe_->backward(env, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
+                           a.moe, loss_scale);
   } else {
-    Tensor d_gelu = row_parallel_backward(env, a.gelu_out, grad_out, params_[fc2_w_], bias(fc2_b_));
+    Tensor d_gelu = row_parallel_backward(
+        env, a.gelu_out, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
+        params_[fc2_w_], bias(fc2_b_));
     a.gelu_out = Tensor{};
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
@@ -373,8 +395,9 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   d_ln2 = Tensor{};
   a.ln2_out = a.ln2_mean = a.ln2_rstd = a.residual = Tensor{};
   // Attention half: residual = x + proj(attention(qkv(norm1(x)))).
-  Tensor d_attn =
-      row_parallel_backward(env, a.attn_out, d_residual, params_[proj_w_], bias(proj_b_));
+  Tensor d_attn = row_parallel_backward(
+      env, a.attn_out, dropout_grad(env, d_residual, hidden_dropout_site(index_, false)),
+      params_[proj_w_], bias(proj_b_));
   Tensor d_qkv = attention_backward(env, d_attn, a);
   d_attn = Tensor{};
   Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_));

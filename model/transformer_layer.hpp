@@ -106,7 +106,8 @@ class TransformerLayer {
   bool fused_bias_gelu(const ModelEnv& env) const;
   const Parameter* unfused_bias(const ModelEnv& env, int index);
   void residual_add(ModelEnv& env, const Tensor& y, int bias_index, const Tensor& residual,
-                    Tensor& out);
+                    Tensor& out, std::uint64_t site);
+  Tensor dropout_grad(ModelEnv& env, const Tensor& grad_out, std::uint64_t site);
   std::int64_t head_dim() const { return dims_.hidden / dims_.heads; }
   // Grouped layout: (T, B, local groups, heads_per_group + 2, head_dim) view of the QKV.
   Shape grouped_shape() const;

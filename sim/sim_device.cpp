@@ -403,14 +403,36 @@ void SimDevice::bias_gelu_backward(Stream& s, const Tensor& grad_output, const T
           .bytes = activation_bytes(3 * grad_output.numel())});
 }
 
-void SimDevice::bias_residual_add(Stream& s, const Tensor& input, const Tensor&, const Tensor&,
-                                  Tensor&) {
-  run(s, {.op = "bias_residual_add",
+// Megatron's hidden dropout kernels store a bool mask (torch's dropout, and the jit-fused
+// bias-dropout-add): 1 byte an element more, written forward and read backward.
+void SimDevice::bias_dropout_add(Stream& s, const BiasDropoutAddArgs& a) {
+  const double n = static_cast<double>(a.input.numel());
+  run(s, {.op = "bias_dropout_add",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(a.input),
+          .n = last_dim(a.input),
+          .flops = 3.0 * n,
+          .bytes = activation_bytes(3 * a.input.numel()) + (a.dropout.p > 0 ? n : 0.0)});
+}
+
+void SimDevice::dropout(Stream& s, const Tensor& input, Tensor&, const HiddenDropout&) {
+  run(s, {.op = "dropout",
           .dtype = options_.compute_dtype,
           .m = rows_of(input),
           .n = last_dim(input),
-          .flops = 2.0 * static_cast<double>(input.numel()),
-          .bytes = activation_bytes(3 * input.numel())});
+          .flops = static_cast<double>(input.numel()),
+          .bytes = activation_bytes(2 * input.numel()) + static_cast<double>(input.numel())});
+}
+
+void SimDevice::dropout_backward(Stream& s, const Tensor& grad_output, Tensor&,
+                                 const HiddenDropout&) {
+  run(s, {.op = "dropout_backward",
+          .dtype = options_.compute_dtype,
+          .m = rows_of(grad_output),
+          .n = last_dim(grad_output),
+          .flops = static_cast<double>(grad_output.numel()),
+          .bytes = activation_bytes(2 * grad_output.numel()) +
+                   static_cast<double>(grad_output.numel())});
 }
 
 void SimDevice::embedding(Stream& s, const EmbeddingArgs& a) {

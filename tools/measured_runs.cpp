@@ -200,8 +200,11 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     // not hide behind the layers' issue, so the host waits for the GPU around it.
     s.training.host_layer_timestamps = true;
     s.training.host_sync_output_layer = true;
-    // vTrain's GPT (src/model/gpt_model.py) keeps Megatron's attention dropout of 0.1.
+    // vTrain's GPT (src/model/gpt_model.py) keeps Megatron's dropouts of 0.1: on the
+    // attention probabilities, after the embedding and on each layer's outputs (its
+    // output_dropout_prob, in a jit-fused bias-dropout-add).
     s.model.attention_dropout = 0.1;
+    s.model.hidden_dropout = 0.1;
     s.training.recompute_granularity = recompute;
     s.training.recompute_method = "uniform";
     s.training.recompute_num_layers = 1;

@@ -116,10 +116,17 @@ void OpTracingDevice::bias_gelu_backward(Stream& s, const Tensor& grad_output, c
   traced(s, rows_key("bias_gelu_backward", grad_output),
          [&] { inner_.bias_gelu_backward(s, grad_output, input, bias, grad_input); });
 }
-void OpTracingDevice::bias_residual_add(Stream& s, const Tensor& input, const Tensor& bias,
-                                        const Tensor& residual, Tensor& output) {
-  traced(s, rows_key("bias_residual_add", input),
-         [&] { inner_.bias_residual_add(s, input, bias, residual, output); });
+void OpTracingDevice::bias_dropout_add(Stream& s, const BiasDropoutAddArgs& a) {
+  traced(s, rows_key("bias_dropout_add", a.input), [&] { inner_.bias_dropout_add(s, a); });
+}
+void OpTracingDevice::dropout(Stream& s, const Tensor& input, Tensor& output,
+                              const HiddenDropout& d) {
+  traced(s, rows_key("dropout", input), [&] { inner_.dropout(s, input, output, d); });
+}
+void OpTracingDevice::dropout_backward(Stream& s, const Tensor& grad_output, Tensor& grad_input,
+                                       const HiddenDropout& d) {
+  traced(s, rows_key("dropout_backward", grad_output),
+         [&] { inner_.dropout_backward(s, grad_output, grad_input, d); });
 }
 void OpTracingDevice::rms_norm(Stream& s, const RmsNormArgs& a) {
   traced(s, rows_key("rms_norm", a.input), [&] { inner_.rms_norm(s, a); });

@@ -206,6 +206,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
                groups_.tp_ep,
                scenario.training.host_sync_per_layer};
   env.attention_dropout = static_cast<float>(scenario.model.attention_dropout);
+  env.hidden_dropout = static_cast<float>(scenario.model.hidden_dropout);
   env.dropout_seed = static_cast<std::uint64_t>(t.seed);
   env.host_layer_timestamps = t.host_layer_timestamps;
   env.host_sync_output_layer = t.host_sync_output_layer;

@@ -214,7 +214,7 @@ std::optional<OpCase> row_case(Device& device, const OpShape& s, const OpCaseOpt
     return OpCase{device, t.take(),
                   [](Device& dev, Stream& st, T& x) { dev.bias_grad(st, x[0], x[1]); }};
   }
-  if (s.op == "bias_gelu" || s.op == "bias_gelu_backward" || s.op == "bias_residual_add") {
+  if (s.op == "bias_gelu" || s.op == "bias_gelu_backward" || s.op == "bias_dropout_add") {
     t.floats({m, n}, d, -1, 1);  // grad_output (bias_gelu_backward) or the input
     t.floats({m, n}, d, -3, 3);  // the input (bias_gelu_backward) or the residual
     t.floats({n}, d, -1, 1);     // bias
@@ -226,9 +226,21 @@ std::optional<OpCase> row_case(Device& device, const OpShape& s, const OpCaseOpt
       return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
                       dev.bias_gelu_backward(st, x[0], x[1], x[2], x[3]);
                     }};
+    // Measured without dropout (tandem's default; dropout's own ops are measured at 0.1).
     return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
-                    dev.bias_residual_add(st, x[0], x[2], x[1], x[3]);
+                    dev.bias_dropout_add(st, {x[0], &x[2], x[1], x[3]});
                   }};
+  }
+  if (s.op == "dropout" || s.op == "dropout_backward") {
+    t.floats({m, n}, d, -1, 1);
+    t.floats({m, n}, d, 0, 0);
+    // Megatron's default hidden dropout.
+    const HiddenDropout p{.p = 0.1f, .seed = 1234, .microbatch = 0, .site = 1};
+    if (s.op == "dropout")
+      return OpCase{device, t.take(),
+                    [p](Device& dev, Stream& st, T& x) { dev.dropout(st, x[0], x[1], p); }};
+    return OpCase{device, t.take(),
+                  [p](Device& dev, Stream& st, T& x) { dev.dropout_backward(st, x[0], x[1], p); }};
   }
   if (s.op == "layer_norm") {
     t.floats({m, n}, d, -1, 1);     // input

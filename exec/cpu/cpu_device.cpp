@@ -12,6 +12,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/flash_attention.hpp"
@@ -66,6 +67,7 @@ using op_arguments::attention_dropout;
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
 using op_arguments::flash_shape;
+using op_arguments::hidden_dropout;
 using op_arguments::last_dim;
 using op_arguments::row_bias;
 using op_arguments::same_numel;
@@ -244,12 +246,25 @@ void CpuDevice::bias_gelu_backward(Stream&, const Tensor& dout, const Tensor& in
   k::bias_gelu_backward(f32(dout), f32(in), f32(bias), f32(din), in.numel() / C, C);
 }
 
-void CpuDevice::bias_residual_add(Stream&, const Tensor& in, const Tensor& bias,
-                                  const Tensor& residual, Tensor& out) {
-  same_numel("bias_residual_add", in, residual);
-  same_numel("bias_residual_add", in, out);
-  const std::int64_t C = row_bias("bias_residual_add", in, bias);
-  k::bias_residual_add(f32(in), f32(bias), f32(residual), f32(out), in.numel() / C, C);
+void CpuDevice::bias_dropout_add(Stream&, const BiasDropoutAddArgs& a) {
+  same_numel("bias_dropout_add", a.input, a.residual);
+  same_numel("bias_dropout_add", a.input, a.output);
+  const std::int64_t C =
+      a.bias ? row_bias("bias_dropout_add", a.input, *a.bias) : last_dim(a.input);
+  k::bias_dropout_add(f32(a.input), a.bias ? f32(*a.bias) : nullptr, f32(a.residual), f32(a.output),
+                      a.input.numel() / C, C,
+                      hidden_dropout("bias_dropout_add", a.input, a.dropout));
+}
+
+void CpuDevice::dropout(Stream&, const Tensor& in, Tensor& out, const HiddenDropout& d) {
+  same_numel("dropout", in, out);
+  k::dropout_forward(f32(in), f32(out), in.numel(), hidden_dropout("dropout", in, d));
+}
+
+void CpuDevice::dropout_backward(Stream&, const Tensor& dout, Tensor& din, const HiddenDropout& d) {
+  same_numel("dropout_backward", dout, din);
+  k::dropout_backward(f32(dout), f32(din), dout.numel(),
+                      hidden_dropout("dropout_backward", dout, d));
 }
 
 void CpuDevice::rms_norm(Stream&, const RmsNormArgs& a) {

@@ -46,8 +46,10 @@ class CpuDevice : public Device {
   void bias_gelu(Stream& s, const Tensor& input, const Tensor& bias, Tensor& output) override;
   void bias_gelu_backward(Stream& s, const Tensor& grad_output, const Tensor& input,
                           const Tensor& bias, Tensor& grad_input) override;
-  void bias_residual_add(Stream& s, const Tensor& input, const Tensor& bias, const Tensor& residual,
-                         Tensor& output) override;
+  void bias_dropout_add(Stream& s, const BiasDropoutAddArgs& a) override;
+  void dropout(Stream& s, const Tensor& input, Tensor& output, const HiddenDropout& d) override;
+  void dropout_backward(Stream& s, const Tensor& grad_output, Tensor& grad_input,
+                        const HiddenDropout& d) override;
   void rms_norm(Stream& s, const RmsNormArgs& a) override;
   void rms_norm_backward(Stream& s, const RmsNormBackwardArgs& a) override;
   void swiglu(Stream& s, const Tensor& input, Tensor& output) override;

@@ -25,6 +25,7 @@ namespace {
 using op_arguments::attention_dropout;
 using op_arguments::attention_shape;
 using op_arguments::ce_shape;
+using op_arguments::hidden_dropout;
 using op_arguments::last_dim;
 using op_arguments::row_bias;
 using op_arguments::same_numel;
@@ -362,14 +363,29 @@ void CudaDevice::bias_gelu_backward(Stream& s, const Tensor& dout, const Tensor&
                          floats(bias, op), floats(din, op), in.numel() / C, C);
 }
 
-void CudaDevice::bias_residual_add(Stream& s, const Tensor& in, const Tensor& bias,
-                                   const Tensor& residual, Tensor& out) {
-  same_numel("bias_residual_add", in, residual);
-  same_numel("bias_residual_add", in, out);
-  const std::int64_t C = row_bias("bias_residual_add", in, bias);
-  const char* op = "bias_residual_add";
-  kc::bias_residual_add({cuda_stream_of(s), blas_}, floats(in, op), floats(bias, op),
-                        floats(residual, op), floats(out, op), in.numel() / C, C);
+void CudaDevice::bias_dropout_add(Stream& s, const BiasDropoutAddArgs& a) {
+  const char* op = "bias_dropout_add";
+  same_numel(op, a.input, a.residual);
+  same_numel(op, a.input, a.output);
+  const std::int64_t C = a.bias ? row_bias(op, a.input, *a.bias) : last_dim(a.input);
+  kc::bias_dropout_add({cuda_stream_of(s), blas_}, floats(a.input, op),
+                       a.bias ? kc::ConstFloats(floats(*a.bias, op)) : kc::ConstFloats{},
+                       floats(a.residual, op), floats(a.output, op), a.input.numel() / C, C,
+                       hidden_dropout(op, a.input, a.dropout));
+}
+
+void CudaDevice::dropout(Stream& s, const Tensor& in, Tensor& out, const HiddenDropout& d) {
+  same_numel("dropout", in, out);
+  kc::dropout({cuda_stream_of(s), blas_}, floats(in, "dropout"), floats(out, "dropout"), in.numel(),
+              hidden_dropout("dropout", in, d));
+}
+
+void CudaDevice::dropout_backward(Stream& s, const Tensor& dout, Tensor& din,
+                                  const HiddenDropout& d) {
+  const char* op = "dropout_backward";
+  same_numel(op, dout, din);
+  kc::dropout({cuda_stream_of(s), blas_}, floats(dout, op), floats(din, op), dout.numel(),
+              hidden_dropout(op, dout, d));
 }
 
 void CudaDevice::embedding(Stream& s, const EmbeddingArgs& a) {

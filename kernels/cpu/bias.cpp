@@ -16,18 +16,6 @@ void bias_add(float* out, const float* bias, std::int64_t rows, std::int64_t C) 
   }
 }
 
-void bias_residual_add(const float* in, const float* bias, const float* residual, float* out,
-                       std::int64_t rows, std::int64_t C) {
-#pragma omp parallel for schedule(static) if (rows * C >= kMinParallelElements)
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* x = in + r * C;
-    const float* h = residual + r * C;
-    float* y = out + r * C;
-#pragma omp simd
-    for (std::int64_t c = 0; c < C; ++c) y[c] = h[c] + (x[c] + bias[c]);
-  }
-}
-
 void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C) {
   const std::int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (rows * C >= kMinParallelElements)

@@ -10,11 +10,6 @@ namespace tandem::kernels::cpu {
 // out(rows, C) += bias(C)
 void bias_add(float* out, const float* bias, std::int64_t rows, std::int64_t C);
 
-// Megatron's fused bias-dropout-add without dropout: out(rows, C) = residual + (in + bias),
-// rounded as bias_add then add round it; out may be in or residual.
-void bias_residual_add(const float* in, const float* bias, const float* residual, float* out,
-                       std::int64_t rows, std::int64_t C);
-
 // dbias(C) += Σ_rows dout(rows, C); summed in double, rows in order, so the result does
 // not depend on the thread count.
 void bias_backward(float* dbias, const float* dout, std::int64_t rows, std::int64_t C);

@@ -2,6 +2,7 @@
 // kernels/math/ (GeLU) and the precision of each buffer (device_util.cuh).
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/math/dropout.hpp"
 #include "kernels/math/gelu.hpp"
 
 namespace tandem::kernels::cuda {
@@ -60,10 +61,23 @@ __global__ void bias_gelu_backward_kernel(ConstFloats dout, ConstFloats in, Cons
   }
 }
 
-__global__ void bias_residual_add_kernel(ConstFloats in, ConstFloats bias, ConstFloats residual,
-                                         Floats out, std::int64_t rows, std::int64_t C) {
+__global__ void dropout_kernel(ConstFloats in, Floats out, std::int64_t n,
+                               math::HiddenDropoutMask m) {
+  TANDEM_GRID_STRIDE(i, n) {
+    store(out, i,
+          math::dropout_apply(load(in, i), m.stream, m.first + static_cast<std::uint64_t>(i), m.p));
+  }
+}
+
+__global__ void bias_dropout_add_kernel(ConstFloats in, ConstFloats bias, ConstFloats residual,
+                                        Floats out, std::int64_t rows, std::int64_t C,
+                                        math::HiddenDropoutMask m) {
   TANDEM_GRID_STRIDE(i, rows * C) {
-    store(out, i, load(residual, i) + (load(in, i) + load(bias, i % C)));
+    const float v = bias.data ? load(in, i) + load(bias, i % C) : load(in, i);
+    const float kept =
+        m.p > 0 ? math::dropout_apply(v, m.stream, m.first + static_cast<std::uint64_t>(i), m.p)
+                : v;
+    store(out, i, load(residual, i) + kept);
   }
 }
 
@@ -84,11 +98,17 @@ void bias_gelu_backward(Context c, ConstFloats dout, ConstFloats in, ConstFloats
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void bias_residual_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual,
-                       Floats out, std::int64_t rows, std::int64_t C) {
+void dropout(Context c, ConstFloats in, Floats out, std::int64_t n, math::HiddenDropoutMask m) {
+  if (n == 0) return;
+  dropout_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(in, out, n, m);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void bias_dropout_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual, Floats out,
+                      std::int64_t rows, std::int64_t C, math::HiddenDropoutMask m) {
   if (rows * C == 0) return;
-  bias_residual_add_kernel<<<grid_for(rows * C), kThreads, 0, c.stream>>>(in, bias, residual, out,
-                                                                          rows, C);
+  bias_dropout_add_kernel<<<grid_for(rows * C), kThreads, 0, c.stream>>>(in, bias, residual, out,
+                                                                         rows, C, m);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,7 @@
 #include "kernels/cpu/router.hpp"
 #include "kernels/math/adam.hpp"
 #include "kernels/math/copy_columns.hpp"
+#include "kernels/math/dropout.hpp"
 #include "kernels/math/host_device.hpp"
 
 namespace tandem::kernels::cuda {
@@ -74,10 +75,13 @@ void bias_gelu_forward(Context c, ConstFloats in, ConstFloats bias, Floats out, 
 // din = dout · gelu'(in + bias), written; din may be dout.
 void bias_gelu_backward(Context c, ConstFloats dout, ConstFloats in, ConstFloats bias, Floats din,
                         std::int64_t rows, std::int64_t C);
-// Megatron's fused bias-dropout-add without dropout: out = residual + (in + bias(C)); out may
-// be in or residual.
-void bias_residual_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual,
-                       Floats out, std::int64_t rows, std::int64_t C);
+// Megatron's hidden dropout (kernels/math/dropout.hpp): out = dropout(in); out may be in.
+// Backward is the same call on the gradient.
+void dropout(Context c, ConstFloats in, Floats out, std::int64_t n, math::HiddenDropoutMask m);
+// Megatron's bias-dropout-add: out(rows, C) = residual + dropout(in + bias(C)); bias may be
+// null (its data pointer); out may be in or residual.
+void bias_dropout_add(Context c, ConstFloats in, ConstFloats bias, ConstFloats residual, Floats out,
+                      std::int64_t rows, std::int64_t C, math::HiddenDropoutMask m);
 
 // ---- column sums (column_sums.cu): parameter gradients, summed in double, rows in order --
 // dbias(C) += Σ_rows dout(rows, C)

@@ -46,6 +46,22 @@ TANDEM_HOST_DEVICE inline std::uint64_t dropout_element(std::int64_t bh, std::in
   return static_cast<std::uint64_t>((global * T + i) * T + j);
 }
 
+// The stream of one hidden dropout (core/device.hpp HiddenDropout: a site per embedding
+// and layer output), salted apart from the attention dropout streams.
+TANDEM_HOST_DEVICE inline std::uint64_t hidden_dropout_stream(std::uint64_t seed,
+                                                              std::uint64_t microbatch,
+                                                              std::uint64_t site) {
+  return dropout_stream(seed ^ 0x68696464656e2d64ULL, microbatch, site);
+}
+
+// A hidden dropout as the kernels take it: element i of a call is element first + i of
+// the stream (first = row_offset · C).
+struct HiddenDropoutMask {
+  std::uint64_t stream = 0;
+  std::uint64_t first = 0;
+  float p = 0;
+};
+
 // x after dropout: 0 when dropped, x / (1 − p) when kept.
 TANDEM_HOST_DEVICE inline float dropout_apply(float x, std::uint64_t stream, std::uint64_t index,
                                               float p) {

@@ -82,7 +82,8 @@ TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
       {"--num-layers", "96", "--hidden-size=12288", "--fp16", "--disable-bias-linear",
        "--recompute-activations", "--rampup-batch-size", "16", "16", "5859375",
        "--num-virtual-stages-per-pipeline-rank", "2", "--norm-epsilon", "1e-5",
-       "--no-gradient-accumulation-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"});
+       "--no-gradient-accumulation-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
+       "--hidden-dropout", "0.1"});
   EXPECT_EQ(value_of(cl, "num_layers"), "96");
   EXPECT_EQ(value_of(cl, "hidden_size"), "12288");
   EXPECT_EQ(value_of(cl, "fp16"), "true");
@@ -99,6 +100,8 @@ TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
   EXPECT_EQ(s.training.rampup_batch_size, (std::vector<std::int64_t>{16, 16, 5859375}));
   EXPECT_FALSE(s.training.gradient_accumulation_fusion);
   EXPECT_TRUE(Scenario{}.training.gradient_accumulation_fusion);  // Megatron's default
+  EXPECT_DOUBLE_EQ(s.model.hidden_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(Scenario{}.model.hidden_dropout, 0.0);  // tandem's default; Megatron's 0.1
   EXPECT_FALSE(s.training.bias_gelu_fusion);
   EXPECT_FALSE(s.training.bias_dropout_fusion);
   EXPECT_TRUE(Scenario{}.training.bias_gelu_fusion);  // Megatron's defaults

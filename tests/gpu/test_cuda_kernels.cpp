@@ -246,9 +246,24 @@ TEST_P(CudaOps, BiasGeluAndBiasResidualAdd) {
   EXPECT_TRUE(d().close(din, tol()));
   auto residual = d().random({rows, C}, dtype(), 46);
   auto sum = d().poisoned({rows, C}, dtype());
-  cpu().bias_residual_add(cs(), in.cpu, bias.cpu, residual.cpu, sum.cpu);
-  gpu().bias_residual_add(gs(), in.gpu, bias.gpu, residual.gpu, sum.gpu);
+  cpu().bias_dropout_add(cs(), {in.cpu, &bias.cpu, residual.cpu, sum.cpu});
+  gpu().bias_dropout_add(gs(), {in.gpu, &bias.gpu, residual.gpu, sum.gpu});
   EXPECT_TRUE(d().close(sum, tol()));
+  // With hidden dropout (rows from 40 on, as a sequence-parallel shard): the same mask.
+  const HiddenDropout drop{.p = 0.2f, .seed = 9, .microbatch = 4, .site = 3, .row_offset = 40};
+  cpu().bias_dropout_add(cs(), {in.cpu, &bias.cpu, residual.cpu, sum.cpu, drop});
+  gpu().bias_dropout_add(gs(), {in.gpu, &bias.gpu, residual.gpu, sum.gpu, drop});
+  EXPECT_TRUE(d().close(sum, tol()));
+  cpu().bias_dropout_add(cs(), {in.cpu, nullptr, residual.cpu, sum.cpu, drop});
+  gpu().bias_dropout_add(gs(), {in.gpu, nullptr, residual.gpu, sum.gpu, drop});
+  EXPECT_TRUE(d().close(sum, tol()));
+  auto dropped = d().poisoned({rows, C}, dtype());
+  cpu().dropout(cs(), in.cpu, dropped.cpu, drop);
+  gpu().dropout(gs(), in.gpu, dropped.gpu, drop);
+  EXPECT_TRUE(d().close(dropped, tol()));
+  cpu().dropout_backward(cs(), dout.cpu, dropped.cpu, drop);
+  gpu().dropout_backward(gs(), dout.gpu, dropped.gpu, drop);
+  EXPECT_TRUE(d().close(dropped, tol()));
   auto wrong_bias = d().random({C + 1}, dtype(), 47);
   EXPECT_THROW(gpu().bias_gelu(gs(), in.gpu, wrong_bias.gpu, out.gpu), std::invalid_argument);
 }

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gelu.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
@@ -141,7 +142,7 @@ TEST(BiasFusion, BiasGeluAndBiasResidualAddMatchReferenceAndUnfusedKernels) {
     Floats y(n), dx(n), out(n);
     bias_gelu_forward(x.data(), bias.data(), y.data(), rows, C);
     bias_gelu_backward(dy.data(), x.data(), bias.data(), dx.data(), rows, C);
-    bias_residual_add(x.data(), bias.data(), residual.data(), out.data(), rows, C);
+    bias_dropout_add(x.data(), bias.data(), residual.data(), out.data(), rows, C, {});
     Doubles y_ref(n), dx_ref(n), out_ref(n), y_scale(n), dx_scale(n);
     for (std::size_t i = 0; i < n; ++i) {
       const double v = static_cast<double>(x[i]) + bias[i % static_cast<std::size_t>(C)];
@@ -165,9 +166,55 @@ TEST(BiasFusion, BiasGeluAndBiasResidualAddMatchReferenceAndUnfusedKernels) {
     EXPECT_EQ(dx, dx2);
     EXPECT_EQ(out, out2);
     Floats in_place = residual;  // output may be the residual
-    bias_residual_add(x.data(), bias.data(), in_place.data(), in_place.data(), rows, C);
+    bias_dropout_add(x.data(), bias.data(), in_place.data(), in_place.data(), rows, C, {});
     EXPECT_EQ(in_place, out);
   }
+}
+
+// Hidden dropout: about p of the elements dropped, the kept ones scaled by 1 / (1 − p);
+// backward passes the gradient through the same mask; a shard of rows (sequence
+// parallelism: first = row_offset · C) draws the whole's mask for its rows; the fused
+// bias-dropout-add gives the unfused kernels' bits.
+TEST(HiddenDropout, MaskIsDrawnPerElementOfTheWholeAndFusedMatchesUnfused) {
+  const std::int64_t rows = 512, C = 96, n = rows * C;
+  const std::size_t un = static_cast<std::size_t>(n);
+  const float p = 0.25f;
+  const math::HiddenDropoutMask m{
+      .stream = math::hidden_dropout_stream(7, 3, 5), .first = 0, .p = p};
+  const Floats x = random_floats(un, 31), dy = random_floats(un, 32);
+  Floats y(un), dx(un);
+  dropout_forward(x.data(), y.data(), n, m);
+  dropout_backward(dy.data(), dx.data(), n, m);
+  std::int64_t dropped = 0;
+  for (std::size_t i = 0; i < un; ++i) {
+    const bool kept = y[i] != 0.0f;
+    dropped += !kept;
+    EXPECT_EQ(y[i], kept ? x[i] / (1.0f - p) : 0.0f) << i;
+    EXPECT_EQ(dx[i], kept ? dy[i] / (1.0f - p) : 0.0f) << i;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(n), p, 0.01);
+  // Rows 256.. as a shard of their own.
+  const std::int64_t half = rows / 2;
+  Floats shard(static_cast<std::size_t>(half * C));
+  dropout_forward(x.data() + half * C, shard.data(), half * C,
+                  {.stream = m.stream, .first = static_cast<std::uint64_t>(half * C), .p = p});
+  EXPECT_TRUE(std::equal(shard.begin(), shard.end(), y.begin() + half * C));
+  // Another stream draws another mask.
+  Floats other(un);
+  dropout_forward(x.data(), other.data(), n,
+                  {.stream = math::hidden_dropout_stream(7, 3, 6), .first = 0, .p = p});
+  EXPECT_NE(other, y);
+  // Fused residual + dropout(x + bias) against bias_add, dropout, add; and without a bias.
+  const Floats bias = random_floats(C, 33), residual = random_floats(un, 34);
+  Floats fused(un), biased = x, dropped_b(un), unfused(un);
+  bias_dropout_add(x.data(), bias.data(), residual.data(), fused.data(), rows, C, m);
+  bias_add(biased.data(), bias.data(), rows, C);
+  dropout_forward(biased.data(), dropped_b.data(), n, m);
+  add(residual.data(), dropped_b.data(), unfused.data(), n);
+  EXPECT_EQ(fused, unfused);
+  bias_dropout_add(x.data(), nullptr, residual.data(), fused.data(), rows, C, m);
+  add(residual.data(), y.data(), unfused.data(), n);
+  EXPECT_EQ(fused, unfused);
 }
 
 // The keys and values of a grouped QKV row (here 3 rows of 10 columns, 4 taken from column

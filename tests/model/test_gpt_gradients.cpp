@@ -321,6 +321,32 @@ TEST(GptGradients, WithAttentionDropoutMatchFiniteDifferences) {
   expect_finite_difference_gradients(m);
 }
 
+// Hidden dropout (after the embedding and on each layer's attention and MLP output), alone
+// and with attention dropout: central differences see the backward's masks, recomputation
+// redraws the forward's, and another microbatch draws others.
+TEST(GptGradients, WithHiddenDropoutMatchFiniteDifferencesAndRecomputation) {
+  TinyGpt m(Recompute::none);
+  const double plain = m.loss();
+  m.env.hidden_dropout = 0.2f;
+  m.env.dropout_seed = 17;
+  m.env.dropout_microbatch = 2;
+  EXPECT_NE(m.loss(), plain);
+  expect_finite_difference_gradients(m);
+  TinyGpt none(Recompute::none), selective(Recompute::selective), full(Recompute::full);
+  for (TinyGpt* t : {&none, &selective, &full}) {
+    with_dropout(*t);
+    t->env.hidden_dropout = 0.2f;
+  }
+  const auto g0 = none.gradients(), g1 = selective.gradients(), g2 = full.gradients();
+  ASSERT_EQ(g0.size(), g1.size());
+  for (std::size_t i = 0; i < g0.size(); ++i) {
+    ASSERT_EQ(g0[i], g1[i]) << i;
+    ASSERT_EQ(g0[i], g2[i]) << i;
+  }
+  none.env.dropout_microbatch = 3;
+  EXPECT_NE(none.gradients(), g0);
+}
+
 TEST(GptGradients, WithAttentionDropoutRecomputationGivesTheSameGradients) {
   TinyGpt none(Recompute::none), selective(Recompute::selective), full(Recompute::full);
   const auto g0 = with_dropout(none).gradients(), g1 = with_dropout(selective).gradients(),
@@ -375,8 +401,10 @@ TEST(GptGradients, UnfusedAccumulationSumsTheMicrobatchesAsTheFusedGemmDoes) {
 // from their zero init so that a bias added twice or not at all would show. The fused path
 // is the default, which MatchFiniteDifferences checks against central differences.
 TEST(GptGradients, BiasFusionsGiveTheUnfusedLossAndGradients) {
-  auto run = [](bool gelu_fusion, bool dropout_fusion) {
+  auto run = [](bool gelu_fusion, bool dropout_fusion, float hidden_dropout = 0) {
     TinyGpt m(Recompute::full);
+    m.env.hidden_dropout = hidden_dropout;
+    m.env.dropout_seed = 23;
     std::mt19937 gen(5);
     std::uniform_real_distribution<float> u(-0.5f, 0.5f);
     int biases = 0;
@@ -396,6 +424,10 @@ TEST(GptGradients, BiasFusionsGiveTheUnfusedLossAndGradients) {
   EXPECT_EQ(fused, run(false, false));
   EXPECT_EQ(fused, run(true, false));
   EXPECT_EQ(fused, run(false, true));
+  // With hidden dropout: bias_dropout_add against bias_add, dropout and add.
+  const auto fused_dropout = run(true, true, 0.2f);
+  EXPECT_NE(fused_dropout, fused);
+  EXPECT_EQ(fused_dropout, run(false, false, 0.2f));
   // The biases matter: the same model with them at zero gives another loss.
   TinyGpt zero(Recompute::full);
   EXPECT_NE(static_cast<float>(zero.loss()), fused.back());

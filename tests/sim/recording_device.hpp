@@ -114,10 +114,17 @@ class RecordingDevice : public Device {
     note("bias_gelu_backward", go);
     inner_.bias_gelu_backward(s, go, in, b, gi);
   }
-  void bias_residual_add(Stream& s, const Tensor& in, const Tensor& b, const Tensor& r,
-                         Tensor& out) override {
-    note("bias_residual_add", in, b);
-    inner_.bias_residual_add(s, in, b, r, out);
+  void bias_dropout_add(Stream& s, const BiasDropoutAddArgs& a) override {
+    note("bias_dropout_add", a.input);
+    inner_.bias_dropout_add(s, a);
+  }
+  void dropout(Stream& s, const Tensor& in, Tensor& out, const HiddenDropout& d) override {
+    note("dropout", in);
+    inner_.dropout(s, in, out, d);
+  }
+  void dropout_backward(Stream& s, const Tensor& go, Tensor& gi, const HiddenDropout& d) override {
+    note("dropout_backward", go);
+    inner_.dropout_backward(s, go, gi, d);
   }
   void embedding(Stream& s, const EmbeddingArgs& a) override {
     note("embedding", a.tokens, a.table);

@@ -20,6 +20,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <string>
 
+#include "core/error.hpp"
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
 #include "schedules/layout.hpp"
@@ -223,7 +224,7 @@ TEST(SimBinding, UnfusedGradientAccumulationAddsOneKernelPerWeightAfterTheFirstM
 }
 
 // Megatron's bias fusions: each layer's forward issues bias_gelu for fc1's bias_add and
-// GeLU, and bias_residual_add for the projection's and fc2's bias_add and residual add: 3
+// GeLU, and bias_dropout_add for the projection's and fc2's bias_add and residual add: 3
 // kernels fewer a layer and microbatch, and the bias adds' memory traffic (each reads and
 // writes its output: fc1's 4h columns, the projection's and fc2's h) no longer paid.
 TEST(SimBinding, BiasFusionsSaveThreeKernelsAndTheBiasAddsTrafficPerLayerForward) {
@@ -248,8 +249,8 @@ TEST(SimBinding, BiasFusionsSaveThreeKernelsAndTheBiasAddsTrafficPerLayerForward
   const int passes = 4 * 4;  // layers × microbatches
   EXPECT_EQ(count(fused, "bias_gelu"), passes);
   EXPECT_EQ(count(fused, "bias_gelu_backward"), passes);
-  EXPECT_EQ(count(fused, "bias_residual_add"), 2 * passes);
-  EXPECT_EQ(count(unfused, "bias_gelu") + count(unfused, "bias_residual_add"), 0);
+  EXPECT_EQ(count(fused, "bias_dropout_add"), 2 * passes);
+  EXPECT_EQ(count(unfused, "bias_gelu") + count(unfused, "bias_dropout_add"), 0);
   EXPECT_EQ(count(unfused, "bias_add") - count(fused, "bias_add"), 3 * passes);
   EXPECT_EQ(unfused.at("ops").size() - fused.at("ops").size(),
             static_cast<std::size_t>(3 * passes));
@@ -257,6 +258,39 @@ TEST(SimBinding, BiasFusionsSaveThreeKernelsAndTheBiasAddsTrafficPerLayerForward
   EXPECT_DOUBLE_EQ(total_bytes(unfused) - total_bytes(fused),
                    passes * 2.0 * (4 * h + h + h) * tokens * 2 /* fp16 */);
   EXPECT_GT(unfused.at("seconds").get<double>(), fused.at("seconds").get<double>());
+}
+
+// Hidden dropout: Megatron's kernels write a bool mask forward (1 byte an element) and run
+// one more kernel per site backward; fused, the forward adds no kernel, unfused a dropout
+// per site; the embedding has its own dropout each way.
+TEST(SimBinding, HiddenDropoutAddsItsMaskBytesAndABackwardKernelPerSite) {
+  Scenario s = small_gpt();  // 4 layers, 4 microbatches
+  s.training.fp16 = true;
+  s.training.recompute_granularity = "none";
+  validate(s);
+  auto count = [](const nlohmann::json& j, const std::string& name) {
+    int n = 0;
+    for (const auto& op : j.at("ops")) n += op.at("op") == name;
+    return n;
+  };
+  const auto plain = ops_and_time(s);
+  s.model.hidden_dropout = 0.1;
+  const auto fused = ops_and_time(s);
+  s.training.bias_dropout_fusion = false;
+  const auto unfused = ops_and_time(s);
+  const int passes = 4 * 4, microbatches = 4;
+  EXPECT_EQ(count(fused, "dropout_backward"), 2 * passes + microbatches);
+  EXPECT_EQ(count(fused, "dropout"), microbatches);  // the embedding's
+  EXPECT_EQ(count(unfused, "dropout"), 2 * passes + microbatches);
+  EXPECT_EQ(fused.at("ops").size() - plain.at("ops").size(),
+            static_cast<std::size_t>(2 * passes + 2 * microbatches));
+  EXPECT_GT(fused.at("seconds").get<double>(), plain.at("seconds").get<double>());
+  EXPECT_GT(unfused.at("seconds").get<double>(), fused.at("seconds").get<double>());
+  // Context parallelism with hidden dropout is refused by the scenario.
+  Scenario cp = s;
+  cp.parallelism.context_parallel_size = 2;
+  cp.cluster.world_size = 2;
+  EXPECT_THROW(validate(cp), ConfigError);
 }
 
 // One collective on a fresh platform, timed from inside an actor.

@@ -74,7 +74,7 @@ std::string scenario_json(const Row& r) {
     << R"(, "num_attention_heads": )" << r.heads << R"(, "seq_length": )" << r.seq
     << R"(, "vocab_size": )" << r.tp * (50257 / r.tp)
     << R"(, "make_vocab_size_divisible_by": 1, "untie_embeddings_and_output_weights": true,
-              "attention_dropout": 0.1},
+              "attention_dropout": 0.1, "hidden_dropout": 0.1},
     "parallelism": {"tensor_model_parallel_size": )"
     << r.tp << R"(, "pipeline_model_parallel_size": )" << r.pp << R"(, "pipeline_schedule": ")"
     << (r.pp > 1 ? "1f1b" : "auto") << R"("},

@@ -17,8 +17,9 @@
 # Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp); and
 # with context parallelism under both dispatchers (the ep group is then the cp group).
 # With attention dropout the mask follows the microbatch's first sample, the layer and the
-# head among all tp ranks, so tensor, pipeline and data parallelism with full
-# recomputation reproduce the single-process run too. Without gradient-accumulation fusion
+# head among all tp ranks, and with hidden dropout the site and the row among the whole
+# sequence's, so tensor (with and without sequence parallelism), pipeline and data
+# parallelism with full recomputation reproduce the single-process run too. Without gradient-accumulation fusion
 # (a separate add per weight gradient) every run reproduces the fused one.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
@@ -127,14 +128,16 @@ moe_layouts=(
   "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --context-parallel-size 2"
 )
 family moe moe moe_layouts
-# Attention dropout: the same mask whatever the layout, recomputed or not.
-dropout=(--attention-dropout 0.1)
+# Attention and hidden dropout: the same masks whatever the layout, recomputed or not,
+# sequence-parallel or not, bias-dropout-add fused or not.
+dropout=(--attention-dropout 0.1 --hidden-dropout 0.1)
 dropout_layouts=(
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --recompute-granularity full"
+  "2|--tensor-model-parallel-size 2 --sequence-parallel --bias-dropout-fusion false"
   "2|--tensor-model-parallel-size 1"
 )
 family dropout dropout dropout_layouts
-[ "$family_reference" != "$reference" ] || { echo "attention dropout did not change the losses"; failed=1; }
+[ "$family_reference" != "$reference" ] || { echo "dropout did not change the losses"; failed=1; }
 # Without gradient-accumulation fusion (a fresh weight gradient per microbatch, added to the
 # buffer after each chunk's first backward of the step): the fused run's losses and
 # parameters, alone, over dp with overlapped buckets, and interleaved (two chunks a rank).
