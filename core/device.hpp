@@ -92,15 +92,9 @@ struct HiddenDropout {
   float p = 0;  // probability of dropping; 0: none
   std::uint64_t seed = 0;
   std::uint64_t microbatch = 0;  // the microbatch's identity (its first sample's index)
-  std::uint64_t site = 0;        // hidden_dropout_site(): the embedding's, or a layer's output
+  std::uint64_t site = 0;        // which dropout: the model's numbering (model/tensor_parallel.hpp)
   std::int64_t row_offset = 0;   // this rank's first row among the sequence's (sequence parallel)
 };
-
-// The site of a hidden dropout: 0 after the embedding, 2·layer + 1 after a layer's attention,
-// 2·layer + 2 after its MLP.
-inline std::uint64_t hidden_dropout_site(int layer, bool mlp) {
-  return layer < 0 ? 0 : 2 * static_cast<std::uint64_t>(layer) + (mlp ? 2 : 1);
-}
 
 struct BiasDropoutAddArgs {
   const Tensor& input;     // (rows, C)

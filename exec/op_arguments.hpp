@@ -30,7 +30,7 @@ inline std::int64_t last_dim(const Tensor& t) {
   return t.shape[t.shape.rank() - 1];
 }
 
-// A bias over the last dimension of x: its C, checked (bias_gelu, bias_residual_add).
+// A bias over the last dimension of x: its C, checked (bias_gelu, bias_dropout_add).
 inline std::int64_t row_bias(const char* op, const Tensor& x, const Tensor& bias) {
   if (x.shape.rank() < 1 || bias.numel() != last_dim(x))
     throw std::invalid_argument(std::string(op) + ": bias " + bias.shape.to_string() +

@@ -82,6 +82,12 @@ struct ModelEnv {
   float hidden_dropout = 0;
 };
 
+// The site of a hidden dropout: 0 after the embedding, 2·layer + 1 after a layer's attention,
+// 2·layer + 2 after its MLP.
+inline std::uint64_t hidden_dropout_site(int layer, bool mlp) {
+  return layer < 0 ? 0 : 2 * static_cast<std::uint64_t>(layer) + (mlp ? 2 : 1);
+}
+
 // The hidden dropout at `site` (hidden_dropout_site) on this rank's activation x (rows, C):
 // its rows are the whole sequence's, or with sequence parallelism this rank's shard.
 HiddenDropout hidden_dropout_at(const ModelEnv& env, std::uint64_t site, const Tensor& x);

@@ -183,6 +183,13 @@ TEST(SimBinding, Fp16GradientsAreReducedIn16BitsUnlessAccumulatedInFp32) {
 }
 
 // Rank 0's ops (name and bytes) in one iteration of `s`, and the iteration time.
+// How many of the ops that ops_and_time recorded are `name`.
+int count_ops(const nlohmann::json& j, const std::string& name) {
+  int n = 0;
+  for (const auto& op : j.at("ops")) n += op.at("op") == name;
+  return n;
+}
+
 nlohmann::json ops_and_time(const Scenario& s) {
   return recorded_run(s, [](const SimReport& r) {
     nlohmann::json ops = nlohmann::json::array();
@@ -237,21 +244,16 @@ TEST(SimBinding, BiasFusionsSaveThreeKernelsAndTheBiasAddsTrafficPerLayerForward
     for (const auto& op : j.at("ops")) b += op.at("bytes").get<double>();
     return b;
   };
-  auto count = [](const nlohmann::json& j, const std::string& name) {
-    int n = 0;
-    for (const auto& op : j.at("ops")) n += op.at("op") == name;
-    return n;
-  };
   const auto fused = ops_and_time(s);
   s.training.bias_gelu_fusion = false;
   s.training.bias_dropout_fusion = false;
   const auto unfused = ops_and_time(s);
   const int passes = 4 * 4;  // layers × microbatches
-  EXPECT_EQ(count(fused, "bias_gelu"), passes);
-  EXPECT_EQ(count(fused, "bias_gelu_backward"), passes);
-  EXPECT_EQ(count(fused, "bias_dropout_add"), 2 * passes);
-  EXPECT_EQ(count(unfused, "bias_gelu") + count(unfused, "bias_dropout_add"), 0);
-  EXPECT_EQ(count(unfused, "bias_add") - count(fused, "bias_add"), 3 * passes);
+  EXPECT_EQ(count_ops(fused, "bias_gelu"), passes);
+  EXPECT_EQ(count_ops(fused, "bias_gelu_backward"), passes);
+  EXPECT_EQ(count_ops(fused, "bias_dropout_add"), 2 * passes);
+  EXPECT_EQ(count_ops(unfused, "bias_gelu") + count_ops(unfused, "bias_dropout_add"), 0);
+  EXPECT_EQ(count_ops(unfused, "bias_add") - count_ops(fused, "bias_add"), 3 * passes);
   EXPECT_EQ(unfused.at("ops").size() - fused.at("ops").size(),
             static_cast<std::size_t>(3 * passes));
   const double h = static_cast<double>(s.model.hidden_size), tokens = 32.0 * 2;
@@ -268,20 +270,15 @@ TEST(SimBinding, HiddenDropoutAddsItsMaskBytesAndABackwardKernelPerSite) {
   s.training.fp16 = true;
   s.training.recompute_granularity = "none";
   validate(s);
-  auto count = [](const nlohmann::json& j, const std::string& name) {
-    int n = 0;
-    for (const auto& op : j.at("ops")) n += op.at("op") == name;
-    return n;
-  };
   const auto plain = ops_and_time(s);
   s.model.hidden_dropout = 0.1;
   const auto fused = ops_and_time(s);
   s.training.bias_dropout_fusion = false;
   const auto unfused = ops_and_time(s);
   const int passes = 4 * 4, microbatches = 4;
-  EXPECT_EQ(count(fused, "dropout_backward"), 2 * passes + microbatches);
-  EXPECT_EQ(count(fused, "dropout"), microbatches);  // the embedding's
-  EXPECT_EQ(count(unfused, "dropout"), 2 * passes + microbatches);
+  EXPECT_EQ(count_ops(fused, "dropout_backward"), 2 * passes + microbatches);
+  EXPECT_EQ(count_ops(fused, "dropout"), microbatches);  // the embedding's
+  EXPECT_EQ(count_ops(unfused, "dropout"), 2 * passes + microbatches);
   EXPECT_EQ(fused.at("ops").size() - plain.at("ops").size(),
             static_cast<std::size_t>(2 * passes + 2 * microbatches));
   EXPECT_GT(fused.at("seconds").get<double>(), plain.at("seconds").get<double>());
