@@ -1,5 +1,6 @@
 // The cost model's GEMM prices against GEMMs measured on real GPUs (topology/
-// gemm_reference.csv: cuBLAS bf16 on one H100 SXM, timed by tandem calibrate --device cuda).
+// gemm_reference.csv: cuBLAS bf16 on one H100 SXM, timed by tandem calibrate --device cuda:
+// GPT-3 175B's tp 8 shapes, a 25K-row output layer's, and vTrain's small layers').
 // The preset's gemm_peak_fraction, tile and L2 bandwidth must price them within 25 % each
 // and within 10 % on the geometric mean; rule 2b (split-K) off, the 1024 x 1024 x 25216
 // row alone is priced 3.9 times too slow.
