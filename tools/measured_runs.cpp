@@ -257,6 +257,10 @@ HalfSummary summarize(const std::vector<double>& abs_errors) {
     h.max_abs_error_percent = std::max(h.max_abs_error_percent, e);
   }
   h.mean_abs_error_percent = sum / static_cast<double>(abs_errors.size());
+  std::vector<double> sorted = abs_errors;
+  std::sort(sorted.begin(), sorted.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(0.95 * static_cast<double>(sorted.size())));
+  h.p95_abs_error_percent = sorted[std::max<std::size_t>(rank, 1) - 1];
   return h;
 }
 
@@ -311,9 +315,10 @@ std::string format_measured(const MeasuredValidation& v) {
   }
   for (const auto& [half, s] : v.halves) {
     std::snprintf(line, sizeof line,
-                  "%s half: %d row(s), |error| median %.1f %%, mean %.1f %%, max %.1f %%\n",
+                  "%s half: %d row(s), |error| median %.1f %%, mean %.1f %%, p95 %.1f %%, "
+                  "max %.1f %%\n",
                   half.c_str(), s.rows, s.median_abs_error_percent, s.mean_abs_error_percent,
-                  s.max_abs_error_percent);
+                  s.p95_abs_error_percent, s.max_abs_error_percent);
     out << line;
   }
   std::snprintf(line, sizeof line,
@@ -341,6 +346,7 @@ nlohmann::json to_json(const MeasuredValidation& v) {
     halves[half] = {{"rows", s.rows},
                     {"median_abs_error_percent", s.median_abs_error_percent},
                     {"mean_abs_error_percent", s.mean_abs_error_percent},
+                    {"p95_abs_error_percent", s.p95_abs_error_percent},
                     {"max_abs_error_percent", s.max_abs_error_percent}};
   return {{"rows", rows},
           {"halves", halves},

@@ -142,6 +142,14 @@ TEST(ValidateMeasured, RowsMatchSimulateAndSplitByHash) {
     EXPECT_NEAR(s["median_abs_error_percent"].get<double>(), median(e), 1e-6);
     EXPECT_NEAR(s["max_abs_error_percent"].get<double>(), *std::max_element(e.begin(), e.end()),
                 1e-6);
+    // Nearest rank: the ⌈0.95·n⌉-th smallest, counted here by how many errors lie below it.
+    const double p95 = s["p95_abs_error_percent"].get<double>();
+    const auto below = std::count_if(e.begin(), e.end(), [&](double x) { return x < p95 - 1e-9; });
+    const auto at_most =
+        std::count_if(e.begin(), e.end(), [&](double x) { return x <= p95 + 1e-9; });
+    const auto rank = static_cast<long>(std::ceil(0.95 * static_cast<double>(e.size())));
+    EXPECT_LT(below, rank) << half;
+    EXPECT_GE(at_most, rank) << half;
     double sum = 0;
     for (double x : e) sum += x;
     EXPECT_NEAR(s["mean_abs_error_percent"].get<double>(), sum / static_cast<double>(e.size()),
