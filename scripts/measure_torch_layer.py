@@ -18,6 +18,9 @@ Reported per cell: the GPU span of one step (CUDA events), the wall time, and ev
 GPU time from torch.profiler, grouped (gemm, softmax, dropout, layer_norm, elementwise,
 copy, other). `--tiny` adds a host-bound cell (HIDDEN:TP:MICRO_BATCH:SEQUENCE) whose wall
 time per kernel is the eager host's issue cost. Writes JSON to --out and prints a summary.
+
+Needs PyTorch with a CUDA GPU (not a dependency of tandem: run it on a GPU machine). The
+figures in topology/README.md come from three runs of the default cells on one H200.
 """
 import argparse
 import json
