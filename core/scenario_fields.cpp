@@ -470,9 +470,9 @@ std::vector<FieldDef> training_fields_rest() {
                   "bias kernel then a GeLU kernel"}),
       make_field(t, &T::bias_dropout_fusion,
                  {"bias_dropout_fusion",
-                  "the attention projection's and fc2's bias is added inside the residual add "
-                  "(Megatron's bias-dropout-add, default on; tandem has no hidden dropout); off, "
-                  "a bias kernel then an add kernel"}),
+                  "the attention projection's and fc2's bias, the hidden dropout and the "
+                  "residual add run as one kernel (Megatron's bias-dropout-add, default on); "
+                  "off, a bias kernel, a dropout kernel (with hidden_dropout) and an add kernel"}),
       make_field(t, &T::deepspeed,
                  {"deepspeed",
                   "Megatron-DeepSpeed's DeepSpeed engine (fused fp16 optimizer over flattened "
