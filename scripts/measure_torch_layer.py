@@ -157,9 +157,19 @@ def main():
     dtype = torch.float16 if a.dtype == "fp16" else torch.bfloat16
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "cuda": torch.version.cuda, "cells": []}
-    specs = [tuple(map(int, c.split(":"))) + (1024,) for c in a.cells.split(",") if c]
+    def spec(text, flag, parts):
+        fields = text.split(":")
+        if len(fields) != parts or not all(f.isdigit() and int(f) > 0 for f in fields):
+            raise SystemExit(f"{flag} {text!r}: must be {parts} positive integers joined by ':'")
+        hidden, tp = int(fields[0]), int(fields[1])
+        if hidden % 16 or 16 % tp:
+            raise SystemExit(f"{flag} {text!r}: hidden must be a multiple of the 16 heads, "
+                             f"and tp must divide them")
+        return tuple(map(int, fields))
+
+    specs = [spec(c, "--cells", 3) + (1024,) for c in a.cells.split(",") if c]
     if a.tiny:
-        specs.append(tuple(map(int, a.tiny.split(":"))))
+        specs.append(spec(a.tiny, "--tiny", 4))
     for hidden, tp, mb, seq in specs:
         r = measure(hidden, tp, mb, seq, a.layers, dtype, a.reps)
         results["cells"].append(r)
