@@ -155,8 +155,6 @@ def main():
     ap.add_argument("--tiny", default="256:1:1:128")
     a = ap.parse_args()
     dtype = torch.float16 if a.dtype == "fp16" else torch.bfloat16
-    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "cuda": torch.version.cuda, "cells": []}
     def spec(text, flag, parts):
         fields = text.split(":")
         if len(fields) != parts or not all(f.isdigit() and int(f) > 0 for f in fields):
@@ -170,6 +168,8 @@ def main():
     specs = [spec(c, "--cells", 3) + (1024,) for c in a.cells.split(",") if c]
     if a.tiny:
         specs.append(spec(a.tiny, "--tiny", 4))
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "cuda": torch.version.cuda, "cells": []}
     for hidden, tp, mb, seq in specs:
         r = measure(hidden, tp, mb, seq, a.layers, dtype, a.reps)
         results["cells"].append(r)
