@@ -89,10 +89,14 @@ class AllReduceTable:
     def seconds(self, ranks, size):
         key = (ranks, size)
         if key not in self.cache:
-            out = subprocess.run(
+            done = subprocess.run(
                 [self.tandem, "nccl-tests", "--collective", "all_reduce", "--group-size",
                  str(ranks), "--bytes", f"{size}:{size}", "--topology", self.topology],
-                capture_output=True, text=True, check=True).stdout
+                capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"{self.tandem} nccl-tests (group {ranks}, {size} bytes, "
+                                 f"topology {self.topology}) failed: {done.stderr.strip()}")
+            out = done.stdout
             times = [float(f[3]) for f in (line.split() for line in out.splitlines())
                      if len(f) > 3 and f[0] == str(size)]
             if not times:
@@ -144,8 +148,12 @@ def main():
                     help="drop the output layer's alignment rule")
     ap.add_argument("--top", type=int, default=10)
     args = ap.parse_args()
+    for name in ("vocab", "heads_rule", "top"):
+        if getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be > 0")
     rows = [r for r in read_rows(args.csv) if args.half == "both" or r["half"] == args.half]
     table = AllReduceTable(args.tandem, args.topology)
+    table.seconds(2, 1 << 20)  # a bad binary or topology fails here, before any pair
     pairs, reversed_pairs = 0, []
     for a in rows:
         for b in rows:
