@@ -96,7 +96,13 @@ struct ParallelismConfig {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
-  std::int64_t ddp_bucket_size = 40000000;  // elements per dp gradient bucket
+  // Elements per dp gradient bucket (with overlap_grad_reduce). Unset: Megatron-Core's
+  // max(40M, 1M · dp·cp), or this rank's parameters / ddp_num_buckets.
+  std::optional<std::int64_t> ddp_bucket_size;
+  std::optional<int> ddp_num_buckets;  // Megatron's alternative to ddp_bucket_size
+  // With the distributed optimizer every bucket is padded to lcm(dp·cp, 128); with this, to
+  // lcm(dp·cp, 128, 2^16), so NCCL's per-rank message is a large power of two.
+  bool ddp_pad_buckets_for_high_nccl_busbw = false;
   // Megatron's variable_seq_lengths: every pipeline send is preceded by its shape, and the
   // receiver allocates from it (microbatches whose activations differ in shape).
   bool variable_seq_lengths = false;
@@ -134,8 +140,13 @@ struct TrainingConfig {
   bool bf16 = false;
   bool fp16 = false;
   // Megatron's: gradients accumulated and data-parallel reduced in fp32. Off, fp16 runs
-  // reduce 16-bit gradients; bf16 runs always reduce in fp32 (Megatron forces it on).
+  // reduce 16-bit gradients; bf16 runs reduce in fp32 (Megatron forces it on) unless
+  // grad_reduce_in_bf16.
   bool accumulate_allreduce_grads_in_fp32 = false;
+  // Megatron's --grad-reduce-in-bf16: with bf16, gradients are reduced over dp in bf16 (half
+  // the bytes) instead of fp32; the optimizer still steps on fp32 gradients. Without bf16
+  // it changes nothing (Megatron reads it only under --bf16).
+  bool grad_reduce_in_bf16 = false;
   // Megatron's: the weight-gradient GEMMs accumulate into the gradient buffer (beta = 1).
   // Off (--no-gradient-accumulation-fusion; Megatron-LM before February 2022 and
   // Megatron-DeepSpeed always), each GEMM writes a fresh gradient that a separate kernel adds.

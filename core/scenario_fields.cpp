@@ -385,7 +385,19 @@ std::vector<FieldDef> parallelism_fields() {
       make_field(p, &P::overlap_param_gather,
                  {"overlap_param_gather", "overlap parameter all-gather with forward"}),
       make_field(p, &P::ddp_bucket_size,
-                 {"ddp_bucket_size", "elements per dp gradient bucket", positive()}),
+                 {"ddp_bucket_size",
+                  "elements per dp gradient bucket with overlap_grad_reduce (default "
+                  "max(40M, 1M · dp·cp), Megatron-Core's)",
+                  positive()}),
+      make_field(p, &P::ddp_num_buckets,
+                 {"ddp_num_buckets",
+                  "dp gradient buckets: bucket size = this rank's parameters / this (instead "
+                  "of ddp_bucket_size)",
+                  positive()}),
+      make_field(p, &P::ddp_pad_buckets_for_high_nccl_busbw,
+                 {"ddp_pad_buckets_for_high_nccl_busbw",
+                  "distributed optimizer: pad every bucket to lcm(dp·cp, 128, 2^16) elements "
+                  "instead of lcm(dp·cp, 128)"}),
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),
@@ -452,8 +464,12 @@ std::vector<FieldDef> training_fields_rest() {
       make_field(t, &T::fp16, {"fp16", "fp16 mixed precision"}),
       make_field(t, &T::accumulate_allreduce_grads_in_fp32,
                  {"accumulate_allreduce_grads_in_fp32",
-                  "reduce gradients over dp in fp32 (always so with bf16; fp16 reduces 16-bit "
-                  "gradients without it)"}),
+                  "reduce gradients over dp in fp32 (so with bf16 unless grad_reduce_in_bf16; "
+                  "fp16 reduces 16-bit gradients without it)"}),
+      make_field(t, &T::grad_reduce_in_bf16,
+                 {"grad_reduce_in_bf16",
+                  "with bf16, reduce gradients over dp in bf16 instead of fp32 (the optimizer "
+                  "still steps on fp32 gradients)"}),
       make_field(t, &T::gradient_accumulation_fusion,
                  {"gradient_accumulation_fusion",
                   "weight-gradient GEMMs accumulate into the gradient buffer; off, each writes a "

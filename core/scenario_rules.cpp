@@ -397,6 +397,9 @@ void check_optimizer(const Scenario& s, Violations& out) {
                    "requires use_distributed_optimizer (it gathers the optimizer's shards)"});
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     out.push_back({"overlap_param_gather", "true", "requires overlap_grad_reduce"});
+  if (p.ddp_bucket_size && p.ddp_num_buckets)
+    out.push_back({"ddp_num_buckets", std::to_string(*p.ddp_num_buckets),
+                   "give ddp_bucket_size or ddp_num_buckets, not both (as Megatron)"});
   if (t.min_lr > t.lr) out.push_back({"min_lr", cat(t.min_lr), cat("must be ≤ lr = ", t.lr)});
   const I64 decay = t.lr_decay_iters.value_or(t.train_iters);
   if (t.lr_warmup_iters > decay)

@@ -135,43 +135,52 @@ int ParameterSet::add(ParameterSpec spec) {
   return static_cast<int>(params_.size()) - 1;
 }
 
+namespace {
+
+std::int64_t round_up(std::int64_t n, std::int64_t to) {
+  return (n + to - 1) / to * to;
+}
+
+}  // namespace
+
+// Megatron-Core's DistributedOptimizer._compute_per_buffer_param_layout: parameters in
+// reverse order, each start aligned, a bucket closed once its parameters span
+// bucket_elements (or around a parameter of its own), its end padded.
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel) {
-  if (layout.pad_to < 1 || layout.expert_pad_to < 1)
-    throw std::invalid_argument("BufferLayout: pad_to and expert_pad_to must be ≥ 1");
+  if (layout.pad_to < 1 || layout.expert_pad_to < 1 || layout.param_align < 1)
+    throw std::invalid_argument("BufferLayout: pad_to, expert_pad_to and param_align must be ≥ 1");
   std::vector<BufferBucket> buckets;
-  std::int64_t offset = 0;
+  std::int64_t offset = 0;        // where the next parameter goes (before its alignment)
+  std::int64_t bucket_start = 0;  // where the next bucket begins
   bool open = false;
-  auto close = [&] {
-    if (!open) return;
+  // Ends the open bucket at `end` (padded); the next bucket begins there.
+  auto close = [&](std::int64_t end) {
     BufferBucket& b = buckets.back();
-    const std::int64_t size = offset - b.begin;
-    const std::int64_t pad = b.expert ? layout.expert_pad_to : layout.pad_to;
-    b.end = b.begin + (size + pad - 1) / pad * pad;
-    offset = b.end;
+    b.end = round_up(end, b.expert ? layout.expert_pad_to : layout.pad_to);
+    offset = bucket_start = b.end;
     open = false;
   };
-  auto start = [&](bool expert) {
-    close();
-    buckets.push_back({offset, offset, {}, expert});
-    open = true;
-  };
   for (const bool experts : {false, true}) {
-    close();
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       Parameter& p = params[static_cast<std::size_t>(i)];
       if (p.spec.expert != experts) continue;
       const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
-      if (alone || !open ||
-          (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
-        start(experts);
+      offset = round_up(offset, layout.param_align);
+      if (alone && open) close(offset);
+      if (!open) {
+        buckets.push_back({bucket_start, bucket_start, {}, experts});
+        open = true;
+      }
       p.value_offset = p.grad_offset = offset;
       offset += p.local_shape.numel();
       buckets.back().params.push_back(i);
-      if (alone) close();
+      if (alone ||
+          (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
+        close(offset);
     }
+    if (open) close(offset);  // the experts' buffer starts after the others' last bucket
   }
-  close();
   numel = offset;
   return buckets;
 }

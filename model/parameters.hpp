@@ -4,8 +4,9 @@
 // distributed optimizer slice). Both buffers share one index map: parameters in reverse
 // registration order, so that backward — which visits the model in reverse — fills the
 // gradient buffer from the front and buckets become ready in order. The buffers are cut
-// into buckets, each padded to a multiple of `pad_to` elements (the data-parallel size
-// with the distributed optimizer, so every dp rank owns an equal slice of every bucket).
+// into buckets, each padded to a multiple of `pad_to` elements (with the distributed
+// optimizer a multiple of the data-parallel size, so every dp rank owns an equal slice of
+// every bucket), each parameter starting at a multiple of `param_align`.
 #pragma once
 
 #include <cstdint>
@@ -58,18 +59,23 @@ struct Parameter {
                    // precision (Megatron's bf16/fp16 model params), else value itself
 };
 
-// How the buffers are cut into buckets (Megatron's bucket_size and its padding).
+// How the buffers are cut into buckets: Megatron-Core's bucket_size and padding
+// (DistributedOptimizer._compute_per_buffer_param_layout with the distributed optimizer,
+// _compute_default_per_buffer_param_layout without: no padding, no own bucket).
 struct BufferLayout {
-  std::int64_t bucket_elements = 0;  // a bucket closes once it holds this many; 0: one bucket
-  int pad_to = 1;                    // every bucket's size is a multiple of this
-  int expert_pad_to = 1;             // … of this for the experts' buckets (expert-dp size)
+  // A bucket closes once the parameters in it span this many elements (alignment gaps
+  // included); 0: one bucket (Megatron's bucket_size None).
+  std::int64_t bucket_elements = 0;
+  int pad_to = 1;         // every bucket's end is padded to a multiple of this (elements)
+  int expert_pad_to = 1;  // … of this for the experts' buckets
+  int param_align = 1;    // every parameter starts at a multiple of this (elements)
   // Parameters that get a bucket of their own: Megatron's shared embedding with the
   // distributed optimizer, so the first and last stage shard it alike.
   std::function<bool(const ParameterSpec&)> own_bucket;
 };
 
 // A contiguous range [begin, end) of both buffers; end − begin is a multiple of pad_to, the
-// tail past the last parameter is padding (zero).
+// tail past the last parameter and the gaps before aligned parameters are padding (zero).
 struct BufferBucket {
   std::int64_t begin = 0, end = 0;
   std::vector<int> params;  // indices, in buffer order
@@ -133,8 +139,11 @@ void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vect
 // Lays out `params` (their local shapes, registration order) as allocate() does and returns
 // the buckets; sets every parameter's offsets. The experts' weights come after all the
 // others, in buckets of their own (Megatron's separate expert buffer). Pure arithmetic.
-// (Below: the old summary.)
-// the buckets; sets every parameter's offsets. Pure arithmetic.
+//
+// Example (Megatron's rules with the distributed optimizer, dp 3: param_align 64, pad_to
+// lcm(3, 128) = 384, bucket_elements 500): parameters registered a (100), b (200), c (300)
+// lie c [0, 300), b [320, 520) — closing the first bucket, 520 − 0 ≥ 500, padded to
+// [0, 768) — then a [768, 868) in the bucket [768, 1152).
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel);
 

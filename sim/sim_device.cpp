@@ -92,7 +92,11 @@ void SimStream::wait_until(double time) {
 }
 
 bool megatron_grad_copy_kernels(const TrainingConfig& t) {
-  return t.fp16 && !t.accumulate_allreduce_grads_in_fp32 && !t.deepspeed;
+  // Megatron's main_grad is 16-bit when it reduces in 16 bits: fp16 without
+  // accumulate_allreduce_grads_in_fp32, or bf16 with grad_reduce_in_bf16.
+  const bool half_grads =
+      (t.fp16 && !t.accumulate_allreduce_grads_in_fp32) || (t.bf16 && t.grad_reduce_in_bf16);
+  return half_grads && !t.deepspeed;
 }
 
 HostCosts host_costs(const GpuSpec& gpu, bool grad_copy_kernels) {

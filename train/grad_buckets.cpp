@@ -1,10 +1,61 @@
 #include "train/grad_buckets.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <tuple>
 
 namespace tandem {
+
+std::int64_t default_ddp_bucket_size(int dp_cp) {
+  return std::max<std::int64_t>(40'000'000, 1'000'000 * static_cast<std::int64_t>(dp_cp));
+}
+
+std::int64_t bucket_end_divisor(int dp, bool pad_for_high_nccl_busbw) {
+  const std::int64_t divisor = std::lcm<std::int64_t>(dp, 128);
+  return pad_for_high_nccl_busbw ? std::lcm<std::int64_t>(divisor, 1 << 16) : divisor;
+}
+
+namespace {
+
+constexpr const char* kSharedEmbeddingName = "embedding.word_embeddings.weight";
+constexpr int kParamStartAlignment = 64;  // elements (param_layout.pad_param_start)
+
+int as_int(std::int64_t n, const char* what) {
+  if (n > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string("grad_buffer_layout: ") + what + " " +
+                                std::to_string(n) + " does not fit an int");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
+                                std::int64_t num_parameters) {
+  const auto& p = s.parallelism;
+  const int dp_cp = ctx.sizes.dp * ctx.sizes.cp;
+  std::int64_t bucket = 0;  // Megatron's bucket_size None: one bucket
+  if (p.overlap_grad_reduce)
+    bucket = p.ddp_num_buckets ? num_parameters / *p.ddp_num_buckets
+                               : p.ddp_bucket_size.value_or(default_ddp_bucket_size(dp_cp));
+  BufferLayout layout{.bucket_elements = bucket};
+  if (!p.use_distributed_optimizer) return layout;
+  const bool busbw = p.ddp_pad_buckets_for_high_nccl_busbw;
+  layout.pad_to = as_int(bucket_end_divisor(dp_cp, busbw), "bucket end divisor");
+  layout.expert_pad_to =
+      as_int(bucket_end_divisor(dp_cp / ctx.sizes.ep, busbw), "expert bucket end divisor");
+  layout.param_align = kParamStartAlignment;
+  if (ctx.sizes.pp > 1 && !s.model.untie_embeddings_and_output_weights)
+    layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kSharedEmbeddingName; };
+  return layout;
+}
+
+DType grad_reduce_dtype(const TrainingConfig& t) {
+  if (t.fp16 && !t.accumulate_allreduce_grads_in_fp32) return DType::fp16;
+  if (t.bf16 && t.grad_reduce_in_bf16) return DType::bf16;
+  return DType::fp32;
+}
 
 GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
                          Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp,

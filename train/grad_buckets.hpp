@@ -10,16 +10,48 @@
 // hooks); finish() launches the rest and waits for all (finish_grad_sync). Without it, the
 // buffer is one bucket reduced in finish(). With overlap_param_gather the all-gathers are
 // launched after the optimizer step and waited for before the parameters are next used.
+//
+// The buffer's layout is Megatron-Core's (grad_buffer_layout below); its sizes are what every
+// binding reduces and allocates, so the simulator's bytes and memory follow it too.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "core/parallel_context.hpp"
+#include "core/scenario.hpp"
 #include "model/gpt_chunk.hpp"
 #include "model/optimizer_shard.hpp"
 
 namespace tandem {
+
+// Megatron-Core's default bucket size (resolve_ddp_bucket_size): max(40M, 1M · dp·cp)
+// elements, larger buckets for larger dp so that each rank's ring chunk stays
+// bandwidth-bound. dp 1 → 40,000,000; dp 64 → 64,000,000.
+std::int64_t default_ddp_bucket_size(int dp_cp);
+
+// The elements a bucket's end is padded to with the distributed optimizer
+// (param_layout.bucket_end_divisor): lcm(dp, 128), or lcm(dp, 128, 2^16) with
+// pad_buckets_for_high_nccl_busbw. dp 3 → 384 (or 196,608); dp 64 → 128 (or 65,536).
+std::int64_t bucket_end_divisor(int dp, bool pad_for_high_nccl_busbw);
+
+// Megatron-Core's gradient-buffer layout for this rank (`num_parameters`: the elements of all
+// its model chunks, for ddp_num_buckets). Buckets of ddp_bucket_size (default above) with
+// overlap_grad_reduce, else one. With the distributed optimizer every parameter starts at a
+// multiple of 64 elements, every bucket ends at a multiple of bucket_end_divisor(dp·cp)
+// (the experts' of the expert-dp size), and the word embedding tied across pipeline stages
+// (pp > 1, not untied: Megatron's shared_embedding) gets a bucket of its own, so the first
+// and last stage shard it alike and the embedding-group all-reduce adds matching slices.
+// Without it there is no padding and no bucket of its own (_compute_default_per_buffer_
+// param_layout).
+BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
+                                std::int64_t num_parameters);
+
+// The dtype the dp reduction runs in: fp16 for fp16 runs without
+// accumulate_allreduce_grads_in_fp32, bf16 for bf16 runs with grad_reduce_in_bf16
+// (Megatron's grad_dtype = param dtype unless grad_reduce_in_fp32), else fp32.
+DType grad_reduce_dtype(const TrainingConfig& t);
 
 enum class GradReduction { all_reduce, reduce_scatter };
 
@@ -28,8 +60,9 @@ class GradBuckets : public GradReadyHook {
   // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
   // writes and what the parameter all-gather sends).
   // The experts' buckets reduce over `expert_dp` (needed when there are any). With a
-  // 16-bit `reduce_dtype` (Megatron's fp16 without accumulate_allreduce_grads_in_fp32)
-  // each bucket's gradients are converted to it, reduced, and converted back.
+  // 16-bit `reduce_dtype` (grad_reduce_dtype: Megatron's fp16 without
+  // accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) each bucket's
+  // gradients are converted to it, reduced, and converted back.
   GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
               Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr,
               DType reduce_dtype = DType::fp32);

@@ -74,22 +74,6 @@ GptDims dims_of(const Scenario& s, const ParallelContext& ctx) {
 
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
 
-// Megatron's ParamAndGradBuffer layout: buckets of ddp_bucket_size with overlap_grad_reduce
-// (else one), padded to dp with the distributed optimizer; the word embedding tied across
-// pipeline stages gets a bucket of its own then, so the first and last stage shard it alike
-// and the embedding-group all-reduce adds matching slices.
-BufferLayout buffer_layout_of(const Scenario& s, const ParallelContext& ctx) {
-  const auto& p = s.parallelism;
-  const bool distributed = p.use_distributed_optimizer;
-  BufferLayout layout{.bucket_elements = p.overlap_grad_reduce ? p.ddp_bucket_size : 0,
-                      .pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp : 1,
-                      .expert_pad_to = distributed ? ctx.sizes.dp * ctx.sizes.cp / ctx.sizes.ep : 1,
-                      .own_bucket = nullptr};
-  if (distributed && ctx.sizes.pp > 1)
-    layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kWordEmbedding; };
-  return layout;
-}
-
 std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
   const auto& r = s.training.rampup_batch_size;
   if (r.empty()) return std::nullopt;
@@ -182,7 +166,9 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
     need(groups_.expert_dp, "expert-dp");
     if (scenario.model.moe_token_dispatcher_type == "allgather") need(groups_.tp_ep, "tp-ep");
   }
-  params_.allocate(device_, buffer_layout_of(scenario, ctx), dims_.compute);
+  std::int64_t num_parameters = 0;
+  for (const auto& p : params_.all()) num_parameters += p.local_shape.numel();
+  params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   optimizer_ = std::make_unique<AdamW>(
       device_, params_,
@@ -226,7 +212,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
       need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp,
-      t.fp16 && !t.accumulate_allreduce_grads_in_fp32 ? DType::fp16 : DType::fp32);
+      grad_reduce_dtype(t));
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
 }

@@ -288,6 +288,17 @@ TEST(LaunchScript, Llama3_8bExampleSplitsItsFlagValueStrings) {
   EXPECT_EQ(value_of(cl, "overlap_param_gather"), "true");  // appended with +=
   EXPECT_TRUE(not_modelled(cl, "--fp8-format"));
   EXPECT_TRUE(not_modelled(cl, "--mock-data"));
+  EXPECT_EQ(value_of(cl, "grad_reduce_in_bf16"), "true");  // the script's --grad-reduce-in-bf16
+}
+
+// Megatron-Core's gradient-buffer flags set the scenario's fields (they were "not modelled").
+TEST(MegatronArgs, GradientBufferFlagsAreModelled) {
+  const auto cl = parse_megatron_args(
+      {"--grad-reduce-in-bf16", "--ddp-num-buckets", "4", "--ddp-pad-buckets-for-high-nccl-busbw"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  EXPECT_EQ(value_of(cl, "grad_reduce_in_bf16"), "true");
+  EXPECT_EQ(value_of(cl, "ddp_num_buckets"), "4");
+  EXPECT_EQ(value_of(cl, "ddp_pad_buckets_for_high_nccl_busbw"), "true");
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// The simulator's data-parallel bytes and memory follow Megatron-Core's gradient buffer:
+// with the distributed optimizer the reduce-scatter moves the buffer padded to
+// lcm(dp, 128) (or lcm(dp, 128, 2^16) with pad_buckets_for_high_nccl_busbw), without it
+// the all-reduce moves the parameters unpadded; grad_reduce_in_bf16 halves the bytes of a
+// bf16 run; the padding is memory the rank holds. The sizes are worked out by hand from
+// the model below, not taken from the layout code.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sim/cost_model.hpp"
+#include "sim/sim_runner.hpp"
+#include "tests/tools/in_child.hpp"
+#include "topology/topology_io.hpp"
+
+namespace tandem::sim {
+namespace {
+
+// GPT-2-style, 4 layers, hidden 64, vocab 500 (padded to 512), 32 positions, dp 3.
+// Per layer: layer norms 2 · 2 · 64 = 256, qkv 192 · 64 + 192 = 12,480, projection
+// 64 · 64 + 64 = 4,160, fc1 256 · 64 + 256 = 16,640, fc2 64 · 256 + 64 = 16,448:
+// 49,984. With the embeddings (512 · 64 + 32 · 64 = 34,816) and the final layer norm
+// (128): 4 · 49,984 + 34,816 + 128 = 234,880 elements, every parameter a multiple of 64
+// (no alignment gaps). One bucket (no overlap) padded to lcm(3, 128) = 384: 612 · 384 =
+// 235,008; to lcm(3, 128, 2^16) = 196,608: 393,216.
+constexpr std::int64_t kParameters = 234'880;
+constexpr std::int64_t kPadded = 235'008;
+constexpr std::int64_t kPaddedBusbw = 393'216;
+
+Scenario dp3_gpt() {
+  Scenario s;
+  s.model.num_layers = 4;
+  s.model.hidden_size = 64;
+  s.model.num_attention_heads = 4;
+  s.model.seq_length = 32;
+  s.model.vocab_size = 500;
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 12;
+  s.cluster.world_size = 3;
+  s.cluster.gpus_per_node = 8;
+  return s;
+}
+
+struct DpTraffic {
+  std::int64_t reduce_scatter = 0, all_reduce = 0;  // bytes rank 0 reduces over dp
+  std::int64_t peak = 0;                            // rank 0's memory high-water mark
+};
+
+// One iteration of `s` on the A100 preset (in a child: one SimGrid engine per process).
+DpTraffic simulate_dp(const Scenario& s) {
+  const auto j = testing::in_child([&] {
+    const Topology t = load_topology("dgx-a100-80g");
+    auto cost = std::make_shared<CostModel>(t.gpu);
+    SimulateOptions o;
+    o.mode = SimMode::full;
+    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+    o.record_ops = true;
+    const SimReport r = simulate(s, t, o);
+    std::int64_t rs = 0, ar = 0;
+    for (const auto& c : r.ranks.at(0).collectives) {
+      const std::int64_t bytes = std::stoll(c.substr(c.rfind(' ') + 1));
+      if (c.rfind("reduce_scatter dp ", 0) == 0) rs += bytes;
+      // The gradients, not the one-number reductions (loss, found-inf) beside them.
+      if (c.rfind("all_reduce dp ", 0) == 0 && bytes > 16) ar += bytes;
+    }
+    return nlohmann::json{{"rs", rs}, {"ar", ar}, {"peak", r.ranks.at(0).peak_memory_bytes}};
+  });
+  if (j.contains("error")) throw std::runtime_error(j.dump());
+  return {j.at("rs").get<std::int64_t>(), j.at("ar").get<std::int64_t>(),
+          j.at("peak").get<std::int64_t>()};
+}
+
+TEST(SimGradBuffer, ReduceScatterMovesTheBucketPaddedToLcmOfDpAnd128) {
+  Scenario s = dp3_gpt();
+  s.parallelism.use_distributed_optimizer = true;
+  validate(s);
+  const DpTraffic d = simulate_dp(s);
+  EXPECT_EQ(d.reduce_scatter, 4 * kPadded);  // fp32 gradients
+  EXPECT_EQ(d.all_reduce, 0);
+}
+
+TEST(SimGradBuffer, AllReduceWithoutTheDistributedOptimizerIsUnpadded) {
+  Scenario s = dp3_gpt();
+  validate(s);
+  const DpTraffic d = simulate_dp(s);
+  EXPECT_EQ(d.all_reduce, 4 * kParameters);
+  EXPECT_EQ(d.reduce_scatter, 0);
+}
+
+// The padding is memory: values and gradients, fp32 each (8 bytes an element), grow by the
+// extra padding of the high-bus-bandwidth rule, and the reduce-scatter moves it. Rank 0's
+// third of the bucket grows too, from 235,008 / 3 = 78,336 to 393,216 / 3 = 131,072
+// elements, all of them parameters (the buffer's first 234,880): its Adam moments (two fp32
+// states) grow by 8 bytes for each of the 52,736 more.
+TEST(SimGradBuffer, HighBusBandwidthPaddingIsMovedAndHeld) {
+  Scenario s = dp3_gpt();
+  s.parallelism.use_distributed_optimizer = true;
+  validate(s);
+  const DpTraffic plain = simulate_dp(s);
+  s.parallelism.ddp_pad_buckets_for_high_nccl_busbw = true;
+  const DpTraffic busbw = simulate_dp(s);
+  EXPECT_EQ(busbw.reduce_scatter, 4 * kPaddedBusbw);
+  EXPECT_EQ(busbw.peak - plain.peak, 8 * (kPaddedBusbw - kPadded) + 8 * (131'072 - 78'336));
+}
+
+// bf16 runs reduce fp32 gradients (Megatron forces accumulate_allreduce_grads_in_fp32)
+// unless grad_reduce_in_bf16: then every dp collective's bytes halve, with the distributed
+// optimizer and without.
+TEST(SimGradBuffer, GradReduceInBf16HalvesTheDpBytes) {
+  for (const bool distributed : {true, false}) {
+    Scenario s = dp3_gpt();
+    s.training.bf16 = true;
+    s.parallelism.use_distributed_optimizer = distributed;
+    validate(s);
+    const DpTraffic fp32 = simulate_dp(s);
+    s.training.grad_reduce_in_bf16 = true;
+    const DpTraffic bf16 = simulate_dp(s);
+    const std::int64_t fp32_bytes = distributed ? fp32.reduce_scatter : fp32.all_reduce;
+    const std::int64_t bf16_bytes = distributed ? bf16.reduce_scatter : bf16.all_reduce;
+    EXPECT_EQ(fp32_bytes, 4 * (distributed ? kPadded : kParameters)) << distributed;
+    EXPECT_EQ(2 * bf16_bytes, fp32_bytes) << distributed;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::sim
