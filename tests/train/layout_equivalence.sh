@@ -20,7 +20,8 @@
 # head among all tp ranks, and with hidden dropout the site and the row among the whole
 # sequence's, so tensor (with and without sequence parallelism), pipeline and data
 # parallelism with full recomputation reproduce the single-process run too. Without gradient-accumulation fusion
-# (a separate add per weight gradient) every run reproduces the fused one.
+# (a separate add per weight gradient) every run reproduces the fused one. At dp 3 (hidden
+# 48) the distributed optimizer's padded, aligned buffer (Megatron-Core's) does too.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -138,6 +139,20 @@ dropout_layouts=(
 )
 family dropout dropout dropout_layouts
 [ "$family_reference" != "$reference" ] || { echo "dropout did not change the losses"; failed=1; }
+# Megatron-Core's gradient buffer at dp 3: a hidden size of 48 puts alignment gaps before
+# parameters (each starts at a multiple of 64 elements with the distributed optimizer) and
+# buckets end at multiples of lcm(3, 128) = 384 (2^16 · 3 for high NCCL bus bandwidth); the
+# tied embedding has a bucket of its own across pipeline stages. Every rank's slice of the
+# padded buckets still gives the single-process losses and parameters.
+dp3=(--hidden-size 48 --global-batch-size 12)
+dp3_layouts=(
+  "3|--tensor-model-parallel-size 1"
+  "3|--use-distributed-optimizer"
+  "3|--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "3|--use-distributed-optimizer --ddp-pad-buckets-for-high-nccl-busbw"
+  "6|--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+)
+family dp3 dp3 dp3_layouts
 # Without gradient-accumulation fusion (a fresh weight gradient per microbatch, added to the
 # buffer after each chunk's first backward of the step): the fused run's losses and
 # parameters, alone, over dp with overlapped buckets, and interleaved (two chunks a rank).
