@@ -305,10 +305,11 @@ py::object schedule(py::handle scenario, std::optional<int> pp, std::optional<in
 // `tandem validate DIR --json`: every scenario of DIR/published.csv simulated (symmetric
 // mode, one child each, `jobs` at a time) and compared with the published figures.
 py::object validate_published(const std::string& dir, int jobs,
-                              std::optional<std::string> calibration) {
+                              std::optional<std::string> calibration,
+                              const std::vector<std::string>& sets) {
   if (!std::filesystem::is_directory(dir))
     throw ConfigError("dir", dir, "must be a folder holding published.csv and its scenarios");
-  const cli::PublishedTable table = cli::read_published_table(dir);
+  const cli::PublishedTable table = cli::select_sets(cli::read_published_table(dir), sets);
   std::vector<std::string> names;
   std::vector<std::function<json()>> work;
   std::set<std::string> listed;
@@ -329,7 +330,7 @@ py::object validate_published(const std::string& dir, int jobs,
     else
       failures[names[i]] = out[i].kind + ": " + out[i].message;
   }
-  json j = cli::to_json(cli::compare_with_reports(table, reports));
+  json j = cli::to_json(cli::compare_with_reports(table, reports), cli::fitted_parameters(table));
   j["published_csv"] = table.csv.string();
   j["mode"] = "symmetric";
   j["calibration"] = calibration ? json(*calibration) : json(nullptr);
@@ -377,14 +378,17 @@ py::object validate_measured(const std::string& csv, int jobs,
 
 // `tandem validate PATH`: a folder of published runs or a CSV file of measured runs.
 py::object validate_path(py::handle path_like, int jobs, std::optional<std::string> calibration,
-                         const std::string& half, int limit, std::optional<std::string> topology) {
+                         const std::string& half, int limit, std::optional<std::string> topology,
+                         std::optional<std::vector<std::string>> sets) {
   if (!is_path_like(path_like))
     throw ConfigError("path", py::repr(path_like).cast<std::string>(),
                       "must be a path (str or pathlib.Path)");
   const std::string path = path_text(path_like);
   if (jobs < 1) throw ConfigError("jobs", std::to_string(jobs), "must be ≥ 1");
-  if (std::filesystem::is_regular_file(path))
+  if (std::filesystem::is_regular_file(path)) {
+    if (sets) throw ConfigError("sets", "", "applies to published runs (a folder)");
     return validate_measured(path, jobs, calibration, half, limit, topology);
+  }
   if (half != "both" || limit != 0 || topology)
     throw ConfigError(half != "both" ? "half"
                       : limit != 0   ? "limit"
@@ -394,7 +398,7 @@ py::object validate_path(py::handle path_like, int jobs, std::optional<std::stri
                                      : *topology,
                       "applies to measured runs (a CSV file); the scenarios of a folder name "
                       "their own");
-  return validate_published(path, jobs, calibration);
+  return validate_published(path, jobs, calibration, sets.value_or(std::vector<std::string>{}));
 }
 
 // The `tandem` binary built with this module: the environment's TANDEM_BINARY, else the
@@ -607,9 +611,11 @@ PYBIND11_MODULE(tandem, m) {
         "`tandem schedule --json` as a dict: each stage's ops and the idealised timeline.");
   m.def("validate", &validate_path, py::arg("path"), py::kw_only(), py::arg("jobs") = 2,
         py::arg("calibration") = py::none(), py::arg("half") = "both", py::arg("limit") = 0,
-        py::arg("topology") = py::none(),
+        py::arg("topology") = py::none(), py::arg("sets") = py::none(),
         "`tandem validate PATH --json` as a dict. A folder: published vs predicted for every "
-        "row of PATH/published.csv, the summary per metric, and each scenario's report. A CSV "
+        "row of PATH/published.csv (or of the named `sets` only, as --set), the summaries per "
+        "metric, per set and over all, the presets' parameters fitted on each set, and each "
+        "scenario's report. A CSV "
         "file of measured runs (vTrain's columns): each row's predicted time and error with "
         "its breakdown, and each half's median / mean / max |error| (`half`, `limit` and "
         "`topology` as the command line's --half, --limit, --topology).");

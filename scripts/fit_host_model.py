@@ -52,7 +52,8 @@ def objective(h, kind):
     raise ValueError(f"unknown --score {kind}")
 
 
-def score(tandem, csv, preset, values, limit, jobs, half="calibration", kind="mean"):
+def score(tandem, csv, preset, values, limit, jobs, half="calibration", kind="mean",
+          calibration_hidden=0):
     trial = json.loads(json.dumps(preset))
     trial["name"] = "fit-trial"
     trial["gpu"].update(values)
@@ -65,6 +66,8 @@ def score(tandem, csv, preset, values, limit, jobs, half="calibration", kind="me
                "--jobs", str(jobs)]
         if limit:
             cmd += ["--limit", str(limit)]
+        if calibration_hidden:
+            cmd += ["--calibration-hidden", str(calibration_hidden)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(out) as f:
             h = json.load(f)["halves"][half]
@@ -85,13 +88,17 @@ def main():
     p.add_argument("--score", default="mean",
                    help="what the search minimises over the calibration half: mean (mean |error|),"
                         " max (max |error|) or mean+max/N (mean |error| + max |error| / N)")
+    p.add_argument("--calibration-hidden", type=int, default=0,
+                   help="fit on the rows of this hidden size only (tandem validate "
+                        "--calibration-hidden); 0: the hash split's calibration half")
     p.add_argument("--write", action="store_true", help="store the best values into --preset")
     a = p.parse_args()
     with open(a.preset) as f:
         preset = json.load(f)
     params = a.params.split(",")
     best = {k: float(preset["gpu"].get(k, 0.0)) for k in params}
-    best_score, h = score(a.tandem, a.csv, preset, best, a.limit, a.jobs, kind=a.score)
+    best_score, h = score(a.tandem, a.csv, preset, best, a.limit, a.jobs, kind=a.score,
+                          calibration_hidden=a.calibration_hidden)
     print(f"start {best} -> score {best_score:.2f} mean {h['mean_abs_error_percent']:.2f} % median {h['median_abs_error_percent']:.2f} "
           f"max {h['max_abs_error_percent']:.2f}", flush=True)
     factors = [float(f) for f in a.factors.split(",")]
@@ -102,7 +109,8 @@ def main():
                 trial[k] = trial_value(k, best[k], fac)
                 if trial[k] == best[k]:
                     continue
-                s, h = score(a.tandem, a.csv, preset, trial, a.limit, a.jobs, kind=a.score)
+                s, h = score(a.tandem, a.csv, preset, trial, a.limit, a.jobs, kind=a.score,
+                             calibration_hidden=a.calibration_hidden)
                 print(f"round {rnd} {k}={trial[k]} -> score {s:.2f} mean "
                       f"{h['mean_abs_error_percent']:.2f} % median "
                       f"{h['median_abs_error_percent']:.2f} max {h['max_abs_error_percent']:.2f}",
@@ -111,6 +119,12 @@ def main():
                     best, best_score = trial, s
         factors = [f ** 0.5 for f in factors]
     print("best", json.dumps(best), f"score ({a.score}) {best_score:.2f} on the calibration half")
+    if a.calibration_hidden:  # judged on the sizes it never saw
+        _, v = score(a.tandem, a.csv, preset, best, a.limit, a.jobs, half="validation",
+                     kind=a.score, calibration_hidden=a.calibration_hidden)
+        print(f"held out (every hidden size but {a.calibration_hidden}): median "
+              f"{v['median_abs_error_percent']:.2f} % mean {v['mean_abs_error_percent']:.2f} % "
+              f"max {v['max_abs_error_percent']:.2f} %", flush=True)
     if a.write:
         preset["gpu"].update(best)
         with open(a.preset, "w") as f:

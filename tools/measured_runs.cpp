@@ -72,7 +72,13 @@ Half half_of(std::string_view csv_line) {
   return fnv1a64(csv_line) % 2 == 0 ? Half::calibration : Half::validation;
 }
 
-MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::string& topology) {
+std::string hidden_split_rule(int calibration_hidden) {
+  return "calibration: hidden size " + std::to_string(calibration_hidden) +
+         "; validation: every other hidden size";
+}
+
+MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::string& topology,
+                                 std::optional<int> calibration_hidden) {
   MeasuredTable table;
   table.csv = csv;
   const std::string source = csv.string();
@@ -227,6 +233,20 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     table.rows.push_back(std::move(run));
   }
   if (!problems.empty()) throw ConfigError(std::move(problems), source);
+  if (calibration_hidden) {
+    int calibration = 0;
+    for (auto& run : table.rows) {
+      run.half = run.scenario.model.hidden_size == *calibration_hidden ? Half::calibration
+                                                                       : Half::validation;
+      calibration += run.half == Half::calibration ? 1 : 0;
+    }
+    if (calibration == 0 || calibration == static_cast<int>(table.rows.size()))
+      throw ConfigError(
+          "--calibration-hidden", std::to_string(*calibration_hidden),
+          calibration == 0
+              ? "no row of " + source + " has this hidden size"
+              : "every row of " + source + " has this hidden size: nothing is left to judge on");
+  }
   return table;
 }
 

@@ -11,7 +11,10 @@
 //
 // The halves: a row is in the calibration half when the FNV-1a 64-bit hash of its raw CSV
 // line (without the line end) is even, in the validation half when it is odd. Parameters
-// are fitted on the calibration half only (scripts/fit_host_model.py).
+// are fitted on the calibration half only (scripts/fit_host_model.py). vTrain's rows are
+// composed from one profile per (hidden size, TP, micro batch) cell, so the hash split puts
+// every cell in both halves; split by hidden size instead (calibration_hidden) to hold a
+// cell out: the calibration half is that hidden size, the validation half the others.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +54,14 @@ struct MeasuredTable {
 inline constexpr const char* kSplitRule =
     "calibration: FNV-1a 64 of the raw CSV line is even; validation: odd";
 
-// `topology` overrides every row's topology when not empty.
-MeasuredTable read_measured_runs(const std::filesystem::path& csv,
-                                 const std::string& topology = "");
+// How the split reads in the JSON reports for a split by hidden size.
+std::string hidden_split_rule(int calibration_hidden);
+
+// `topology` overrides every row's topology when not empty. With `calibration_hidden` the
+// rows of that hidden size form the calibration half and all others the validation half
+// (ConfigError naming --calibration-hidden when no row, or every row, has that size).
+MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::string& topology = "",
+                                 std::optional<int> calibration_hidden = std::nullopt);
 
 // The rows of `half` ("both", "calibration" or "validation"; else ConfigError), at most
 // `limit` of each half (0: all), in file order.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -17,7 +18,9 @@
 namespace tandem::cli {
 namespace {
 
-const std::vector<std::string> kColumns = {"scenario", "metric", "value", "unit", "source"};
+// A table of several sets names each row's set; a table of one set may leave it out.
+const std::vector<std::string> kColumns = {"scenario", "metric", "value", "unit", "set", "source"};
+const std::vector<std::string> kColumnsOneSet = {"scenario", "metric", "value", "unit", "source"};
 
 std::string where(int line, const std::string& column) {
   return "line " + std::to_string(line) + ", " + column;
@@ -49,13 +52,14 @@ std::string metric_names() {
   return out;
 }
 
-// Loads and validates a scenario file and its topology; returns the problem, or "".
-std::string check_scenario_file(const std::filesystem::path& file) {
+// Loads and validates a scenario file and its topology; returns the problem, or "", and
+// the topology's name in `topology`.
+std::string check_scenario_file(const std::filesystem::path& file, std::string& topology) {
   try {
     const Scenario s = load_scenario(file);
     validate(s);
-    const Topology t =
-        load_topology(s.cluster.topology.empty() ? "dgx-a100-80g" : s.cluster.topology);
+    topology = s.cluster.topology.empty() ? "dgx-a100-80g" : s.cluster.topology;
+    const Topology t = load_topology(topology);
     if (t.node.gpus_per_node != s.cluster.gpus_per_node)
       return "cluster.gpus_per_node = " + std::to_string(s.cluster.gpus_per_node) +
              " but the topology " + t.name + " has " + std::to_string(t.node.gpus_per_node);
@@ -81,12 +85,13 @@ std::string readable(double v) {
 
 const std::vector<MetricSpec>& published_metrics() {
   static const std::vector<MetricSpec> metrics = {
-      {"iteration_time", "s", "iteration_seconds", 1.0, false},
-      {"hardware_tflops_per_gpu", "TFLOP/s", "hardware_tflops_per_gpu", 1.0, false},
-      {"model_tflops_per_gpu", "TFLOP/s", "model_tflops_per_gpu", 1.0, false},
-      {"mfu", "%", "mfu", 100.0, false},
-      {"tokens_per_second", "tokens/s", "tokens_per_second", 1.0, false},
-      {"memory_per_gpu", "GiB", "max_peak_memory_bytes", 1.0 / (1024.0 * 1024.0 * 1024.0), true},
+      {"iteration_time", "s", "iteration_seconds", 1.0, false, false},
+      {"hardware_tflops_per_gpu", "TFLOP/s", "hardware_tflops_per_gpu", 1.0, false, true},
+      {"model_tflops_per_gpu", "TFLOP/s", "model_tflops_per_gpu", 1.0, false, true},
+      {"mfu", "%", "mfu", 100.0, false, true},
+      {"tokens_per_second", "tokens/s", "tokens_per_second", 1.0, false, true},
+      {"memory_per_gpu", "GiB", "max_peak_memory_bytes", 1.0 / (1024.0 * 1024.0 * 1024.0), true,
+       false},
   };
   return metrics;
 }
@@ -152,35 +157,50 @@ PublishedTable read_published_table(const std::filesystem::path& dir) {
   std::vector<int> lines;
   const auto records = parse_csv(buf.str(), &lines);
   std::vector<Violation> problems;
-  if (records.empty() || records[0] != kColumns) {
+  if (records.empty() || (records[0] != kColumns && records[0] != kColumnsOneSet)) {
     std::string header;
     if (!records.empty())
       for (const auto& f : records[0]) header += (header.empty() ? "" : ",") + f;
     throw ConfigError({{"line 1, header", header,
-                        "the header must be exactly scenario,metric,value,unit,source"}},
+                        "the header must be exactly scenario,metric,value,unit,set,source "
+                        "(or scenario,metric,value,unit,source for a table of one set)"}},
                       source);
   }
+  const bool with_set = records[0] == kColumns;
+  const std::size_t columns = records[0].size();
   std::set<std::pair<std::string, std::string>> seen;
   std::map<std::string, std::string> checked;  // scenario → problem ("" = fine)
   for (std::size_t r = 1; r < records.size(); ++r) {
     const auto& f = records[r];
     const int line = lines[r];
-    if (f.size() != kColumns.size()) {
+    if (f.size() != columns) {
       problems.push_back({where(line, "row"), std::to_string(f.size()) + " fields",
-                          "a row needs 5 fields (quote a source that holds commas)"});
+                          "a row needs " + std::to_string(columns) +
+                              " fields (quote a source that holds commas)"});
       continue;
     }
-    PublishedRow row{line, f[0], f[1], f[3], f[4], 0};
+    PublishedRow row{line, f[0], f[1], f[3], f[columns - 1], 0};
     bool ok = true;
+    if (with_set) {
+      row.set = f[4];
+      if (!is_plain_name(row.set)) {
+        problems.push_back(
+            {where(line, "set"), row.set,
+             "must name the paper or table the row is from (letters, digits, - _ .)"});
+        ok = false;
+      }
+    }
     if (!is_plain_name(row.scenario)) {
       problems.push_back({where(line, "scenario"), row.scenario,
                           "must name a scenario file in the folder (letters, digits, - _ .)"});
       ok = false;
     } else if (!checked.count(row.scenario)) {
       const auto file = dir / (row.scenario + ".json");
+      std::string topology;
       checked[row.scenario] = std::filesystem::is_regular_file(file)
-                                  ? check_scenario_file(file)
+                                  ? check_scenario_file(file, topology)
                                   : "no such scenario: " + file.string() + " does not exist";
+      table.scenario_topology[row.scenario] = topology;
       table.scenario_files[row.scenario] = file;
     }
     if (ok && !checked[row.scenario].empty()) {
@@ -216,6 +236,45 @@ PublishedTable read_published_table(const std::filesystem::path& dir) {
   return table;
 }
 
+PublishedTable select_sets(const PublishedTable& table, const std::vector<std::string>& sets) {
+  if (sets.empty()) return table;
+  std::set<std::string> known;
+  for (const auto& row : table.rows) known.insert(row.set);
+  std::vector<Violation> problems;
+  for (const auto& name : sets)
+    if (!known.count(name)) {
+      std::string names;
+      for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+      problems.push_back(
+          {"--set", name, "is not a set of " + table.csv.string() + " (" + names + ")"});
+    }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  PublishedTable out = table;
+  out.rows.clear();
+  out.scenario_files.clear();
+  for (const auto& row : table.rows)
+    if (std::find(sets.begin(), sets.end(), row.set) != sets.end()) {
+      out.rows.push_back(row);
+      out.scenario_files[row.scenario] = table.scenario_files.at(row.scenario);
+    }
+  return out;
+}
+
+std::map<std::string, std::vector<FittedOnSet>> fitted_parameters(const PublishedTable& table) {
+  std::set<std::string> topologies;
+  for (const auto& row : table.rows) {
+    const auto it = table.scenario_topology.find(row.scenario);
+    if (it != table.scenario_topology.end() && !it->second.empty()) topologies.insert(it->second);
+  }
+  std::map<std::string, std::vector<FittedOnSet>> out;
+  for (const auto& name : topologies) {
+    const Topology t = load_topology(name);
+    for (const auto& [parameter, fitted] : t.fitted_on)
+      out[fitted.set].push_back({t.name, parameter, fitted.rows});
+  }
+  return out;
+}
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -223,46 +282,72 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+double nearest_rank_p95(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(0.95 * static_cast<double>(values.size())));
+  return values[std::max<std::size_t>(rank, 1) - 1];
+}
+
+namespace {
+
+MetricSummary summarise(const std::vector<double>& abs_errors) {
+  if (abs_errors.empty()) return {};
+  return {static_cast<int>(abs_errors.size()), median(abs_errors), nearest_rank_p95(abs_errors),
+          *std::max_element(abs_errors.begin(), abs_errors.end())};
+}
+
+}  // namespace
+
 ValidationResult compare_with_reports(const PublishedTable& table,
                                       const std::map<std::string, nlohmann::json>& reports,
                                       const ValidationTarget& target) {
   ValidationResult result;
   result.target = target;
-  std::map<std::string, std::vector<double>> errors;
+  std::map<std::string, std::vector<double>> errors, set_errors;
+  std::vector<double> all;
   bool target_complete = true;
   for (const auto& p : table.rows) {
     const MetricSpec& spec = *find_metric(p.metric);
-    ValidationRow row{p, std::nullopt, std::nullopt, spec.informational};
+    ValidationRow row{p, std::nullopt, std::nullopt, std::nullopt, spec.informational};
     const auto it = reports.find(p.scenario);
     if (it != reports.end() && it->second.contains(spec.report_key)) {
       row.predicted = it->second.at(spec.report_key).get<double>() * spec.scale;
       row.error_percent = (*row.predicted - p.value) / p.value * 100.0;
       errors[p.metric].push_back(std::abs(*row.error_percent));
-    } else if (p.metric == result.target.metric) {
+      if (!spec.informational) {
+        row.time_error_percent =
+            spec.throughput ? (*row.predicted > 0 ? (p.value / *row.predicted - 1) * 100.0
+                                                  : std::numeric_limits<double>::infinity())
+                            : *row.error_percent;
+        set_errors[p.set].push_back(std::abs(*row.time_error_percent));
+        all.push_back(std::abs(*row.time_error_percent));
+      }
+    } else if (!spec.informational) {
       target_complete = false;
     }
     result.rows.push_back(row);
   }
-  for (const auto& [metric, abs_errors] : errors)
-    result.summary[metric] = {static_cast<int>(abs_errors.size()), median(abs_errors),
-                              *std::max_element(abs_errors.begin(), abs_errors.end())};
-  const auto t = result.summary.find(result.target.metric);
-  result.target_met =
-      target_complete && t != result.summary.end() &&
-      t->second.median_abs_error_percent <= result.target.median_abs_error_percent &&
-      t->second.max_abs_error_percent <= result.target.max_abs_error_percent;
+  for (const auto& [metric, abs_errors] : errors) result.summary[metric] = summarise(abs_errors);
+  bool sets_met = true;
+  for (const auto& [set, abs_errors] : set_errors) {
+    result.sets[set] = summarise(abs_errors);
+    sets_met = sets_met &&
+               result.sets[set].median_abs_error_percent <= target.set_median_abs_error_percent;
+  }
+  result.overall = summarise(all);
+  result.target_met = target_complete && !all.empty() && sets_met &&
+                      result.overall.median_abs_error_percent <= target.median_abs_error_percent &&
+                      result.overall.max_abs_error_percent <= target.max_abs_error_percent;
   return result;
 }
 
-std::string format_validation(const ValidationResult& r) {
-  std::vector<std::vector<std::string>> cells{
-      {"scenario", "metric", "unit", "published", "predicted", "error %", ""}};
-  for (const auto& row : r.rows)
-    cells.push_back({row.published.scenario, row.published.metric, row.published.unit,
-                     readable(row.published.value),
-                     row.predicted ? readable(*row.predicted) : "failed",
-                     row.error_percent ? fixed(*row.error_percent, 1) : "-",
-                     row.informational ? "(informational)" : ""});
+namespace {
+
+// Columns padded to their widest cell; the first `left` columns (and the last when
+// `last_left`) left-aligned, the rest right-aligned.
+std::string aligned(const std::vector<std::vector<std::string>>& cells, std::size_t left,
+                    bool last_left) {
   std::vector<std::size_t> width(cells.front().size(), 0);
   for (const auto& row : cells)
     for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
@@ -271,56 +356,120 @@ std::string format_validation(const ValidationResult& r) {
     std::string line;
     for (std::size_t c = 0; c < row.size(); ++c) {
       const std::string pad(width[c] - row[c].size(), ' ');
-      const bool left = c < 3 || c == 6;  // names left-aligned, numbers right-aligned
-      line += (c ? "  " : "") + (left ? row[c] + pad : pad + row[c]);
+      const bool l = c < left || (last_left && c + 1 == row.size());
+      line += (c ? "  " : "") + (l ? row[c] + pad : pad + row[c]);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
   }
-  out << "\n";
-  for (const auto& [metric, s] : r.summary) {
-    const bool target = metric == r.target.metric;
-    out << metric << ": " << s.rows << " row(s), median |error| "
-        << fixed(s.median_abs_error_percent, 1) << " %, max |error| "
-        << fixed(s.max_abs_error_percent, 1) << " %";
-    if (target)
-      out << " — target median ≤ " << fixed(r.target.median_abs_error_percent, 0) << " %, max ≤ "
-          << fixed(r.target.max_abs_error_percent, 0)
-          << " %: " << (r.target_met ? "met" : "MISSED");
-    else
-      out << " (no target)";
-    out << "\n";
-  }
-  if (!r.summary.count(r.target.metric))
-    out << r.target.metric << ": no prediction — target MISSED\n";
   return out.str();
 }
 
-nlohmann::json to_json(const ValidationResult& r) {
+std::vector<std::string> summary_cells(const std::string& name, const MetricSummary& s) {
+  return {name, std::to_string(s.rows), fixed(s.median_abs_error_percent, 1),
+          fixed(s.p95_abs_error_percent, 1), fixed(s.max_abs_error_percent, 1)};
+}
+
+}  // namespace
+
+std::string format_validation(const ValidationResult& r,
+                              const std::map<std::string, std::vector<FittedOnSet>>& fitted) {
+  const bool several_sets = r.sets.size() > 1;
+  std::vector<std::vector<std::string>> cells{
+      {"scenario", "metric", "unit", "published", "predicted", "error %", "time error %", ""}};
+  if (several_sets) cells[0].insert(cells[0].begin(), "set");
+  for (const auto& row : r.rows) {
+    std::vector<std::string> line{row.published.scenario,
+                                  row.published.metric,
+                                  row.published.unit,
+                                  readable(row.published.value),
+                                  row.predicted ? readable(*row.predicted) : "failed",
+                                  row.error_percent ? fixed(*row.error_percent, 1) : "-",
+                                  row.time_error_percent ? fixed(*row.time_error_percent, 1) : "-",
+                                  row.informational ? "(informational)" : ""};
+    if (several_sets) line.insert(line.begin(), row.published.set);
+    cells.push_back(line);
+  }
+  std::ostringstream out;
+  out << aligned(cells, several_sets ? 4 : 3, true) << "\n";
+  for (const auto& [metric, s] : r.summary)
+    out << metric << ": " << s.rows << " row(s), median |error| "
+        << fixed(s.median_abs_error_percent, 1) << " %, max |error| "
+        << fixed(s.max_abs_error_percent, 1) << " %\n";
+  out << "\nIteration time (throughputs as the time they imply), |error| %:\n";
+  std::vector<std::vector<std::string>> sets{
+      {"set", "rows", "median", "p95", "max", "preset parameters fitted on it"}};
+  for (const auto& [set, s] : r.sets) {
+    auto line = summary_cells(set, s);
+    std::string names;
+    if (const auto it = fitted.find(set); it != fitted.end())
+      for (const auto& f : it->second)
+        names += (names.empty() ? "" : ", ") + f.topology + " " + f.parameter;
+    line.push_back(names.empty() ? "none" : names);
+    sets.push_back(line);
+  }
+  auto all = summary_cells("all sets", r.overall);
+  all.push_back("");
+  sets.push_back(all);
+  out << aligned(sets, 1, true);
+  for (const auto& [set, list] : fitted)
+    if (!r.sets.count(set))
+      for (const auto& f : list)
+        out << "(" << f.topology << " " << f.parameter << " was fitted on " << set
+            << ", not in this table)\n";
+  auto bound = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  out << "target: median ≤ " << bound(r.target.median_abs_error_percent) << " %, max ≤ "
+      << bound(r.target.max_abs_error_percent) << " % over all sets, each set's median ≤ "
+      << bound(r.target.set_median_abs_error_percent) << " %: " << (r.target_met ? "met" : "MISSED")
+      << "\n";
+  return out.str();
+}
+
+nlohmann::json to_json(const ValidationResult& r,
+                       const std::map<std::string, std::vector<FittedOnSet>>& fitted) {
   auto optional = [](const std::optional<double>& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  };
+  auto summary_json = [](const MetricSummary& s) {
+    return nlohmann::json{{"rows", s.rows},
+                          {"median_abs_error_percent", s.median_abs_error_percent},
+                          {"p95_abs_error_percent", s.p95_abs_error_percent},
+                          {"max_abs_error_percent", s.max_abs_error_percent}};
   };
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : r.rows)
     rows.push_back({{"scenario", row.published.scenario},
+                    {"set", row.published.set},
                     {"metric", row.published.metric},
                     {"unit", row.published.unit},
                     {"published", row.published.value},
                     {"predicted", optional(row.predicted)},
                     {"error_percent", optional(row.error_percent)},
+                    {"time_error_percent", optional(row.time_error_percent)},
                     {"informational", row.informational},
                     {"source", row.published.source}});
   nlohmann::json summary = nlohmann::json::object();
-  for (const auto& [metric, s] : r.summary)
-    summary[metric] = {{"rows", s.rows},
-                       {"median_abs_error_percent", s.median_abs_error_percent},
-                       {"max_abs_error_percent", s.max_abs_error_percent}};
+  for (const auto& [metric, s] : r.summary) summary[metric] = summary_json(s);
+  nlohmann::json sets = nlohmann::json::object();
+  for (const auto& [set, s] : r.sets) sets[set] = summary_json(s);
+  nlohmann::json fitted_json = nlohmann::json::object();
+  for (const auto& [set, list] : fitted)
+    for (const auto& f : list)
+      fitted_json[set].push_back(
+          {{"topology", f.topology}, {"parameter", f.parameter}, {"rows", f.rows}});
   return {{"rows", rows},
           {"summary", summary},
+          {"sets", sets},
+          {"overall", summary_json(r.overall)},
+          {"fitted_on", fitted_json},
           {"target",
-           {{"metric", r.target.metric},
-            {"median_abs_error_percent", r.target.median_abs_error_percent},
-            {"max_abs_error_percent", r.target.max_abs_error_percent}}},
+           {{"median_abs_error_percent", r.target.median_abs_error_percent},
+            {"max_abs_error_percent", r.target.max_abs_error_percent},
+            {"set_median_abs_error_percent", r.target.set_median_abs_error_percent}}},
           {"target_met", r.target_met}};
 }
 

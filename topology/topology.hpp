@@ -172,6 +172,14 @@ struct NcclSpec {
   bool operator==(const NcclSpec&) const = default;
 };
 
+// A preset parameter that was fitted on end-to-end runs rather than measured or read from a
+// datasheet: which published or measured set it saw, and which rows of it.
+struct FittedParameter {
+  std::string set;   // the set of runs it was fitted on, as tandem validate names sets
+  std::string rows;  // which rows of that set, in words
+  bool operator==(const FittedParameter&) const = default;
+};
+
 struct Topology {
   std::string name;  // "dgx-a100-80g"
   std::string description;
@@ -179,6 +187,9 @@ struct Topology {
   NodeSpec node;
   FabricSpec fabric;
   NcclSpec nccl;
+  // "section.key" (e.g. "gpu.gemm_peak_fraction") → where it was fitted. Every other
+  // number is measured or from a datasheet, as its section's "source" says.
+  std::map<std::string, FittedParameter> fitted_on;
 
   bool operator==(const Topology&) const = default;
 };

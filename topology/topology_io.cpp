@@ -177,31 +177,70 @@ class Section {
   Violations& out_;
 };
 
+// The keys each section of a preset may hold.
+const std::vector<std::string>& gpu_keys() {
+  static const std::vector<std::string> keys = {"name",
+                                                "peak_tflops",
+                                                "hbm_bandwidth_gbs",
+                                                "memory_gib",
+                                                "sm_count",
+                                                "kernel_launch_us",
+                                                "gemm_peak_fraction",
+                                                "gemm_unaligned_peak_fraction",
+                                                "memory_peak_fraction",
+                                                "gemm_tile",
+                                                "pcie_gbs",
+                                                "pcie_latency_us",
+                                                "l2_bandwidth_gbs",
+                                                "host_kernel_issue_us",
+                                                "host_collective_issue_us",
+                                                "host_microbatch_us",
+                                                "host_iteration_us",
+                                                "host_optimizer_tensor_us",
+                                                "host_unfused_softmax_us",
+                                                "host_layer_timestamp_us",
+                                                "host_waits_for_collectives",
+                                                "source"};
+  return keys;
+}
+
+const std::vector<std::string>& node_keys() {
+  static const std::vector<std::string> keys = {"gpus_per_node", "interconnect", "gpu_link_gbs",
+                                                "gpu_link_latency_us", "source"};
+  return keys;
+}
+
+const std::vector<std::string>& fabric_keys() {
+  static const std::vector<std::string> keys = {"kind",           "nics_per_node",    "nic_gbs",
+                                                "nic_latency_us", "oversubscription", "source"};
+  return keys;
+}
+
+const std::vector<std::string>& nccl_keys() {
+  static const std::vector<std::string> keys = {"nvlink_bus_gbs",
+                                                "channels",
+                                                "nic_bus_gbs",
+                                                "nvls_bus_gbs",
+                                                "nvls_latency_us",
+                                                "ll_max_bus_gbs",
+                                                "ll128_max_channel_gbs",
+                                                "tree_max_channel_gbs",
+                                                "tree_ll128_max_channel_gbs",
+                                                "ring_base_latency_us",
+                                                "tree_base_latency_us",
+                                                "ring_nvlink_latency_us",
+                                                "tree_nvlink_latency_us",
+                                                "ring_net_latency_us",
+                                                "tree_net_latency_us",
+                                                "net_overhead_us",
+                                                "ring_plateau",
+                                                "measured_all_reduce_busbw_gbs",
+                                                "source"};
+  return keys;
+}
+
 GpuSpec read_gpu(const json& body, Violations& out) {
-  Section s(body, "gpu",
-            {"name",
-             "peak_tflops",
-             "hbm_bandwidth_gbs",
-             "memory_gib",
-             "sm_count",
-             "kernel_launch_us",
-             "gemm_peak_fraction",
-             "gemm_unaligned_peak_fraction",
-             "memory_peak_fraction",
-             "gemm_tile",
-             "pcie_gbs",
-             "pcie_latency_us",
-             "l2_bandwidth_gbs",
-             "host_kernel_issue_us",
-             "host_collective_issue_us",
-             "host_microbatch_us",
-             "host_iteration_us",
-             "host_optimizer_tensor_us",
-             "host_unfused_softmax_us",
-             "host_layer_timestamp_us",
-             "host_waits_for_collectives",
-             "source"},
-            out);
+  Section s(body, "gpu", gpu_keys(), out);
   GpuSpec g;
   if (!s.ok()) return g;
   g.name = s.text("name");
@@ -262,9 +301,7 @@ GpuSpec read_gpu(const json& body, Violations& out) {
 }
 
 NodeSpec read_node(const json& body, Violations& out) {
-  Section s(body, "node",
-            {"gpus_per_node", "interconnect", "gpu_link_gbs", "gpu_link_latency_us", "source"},
-            out);
+  Section s(body, "node", node_keys(), out);
   NodeSpec n;
   if (!s.ok()) return n;
   n.gpus_per_node = s.integer("gpus_per_node", Range::at_least_one);
@@ -276,9 +313,7 @@ NodeSpec read_node(const json& body, Violations& out) {
 }
 
 FabricSpec read_fabric(const json& body, Violations& out) {
-  Section s(body, "fabric",
-            {"kind", "nics_per_node", "nic_gbs", "nic_latency_us", "oversubscription", "source"},
-            out);
+  Section s(body, "fabric", fabric_keys(), out);
   FabricSpec f;
   if (!s.ok()) return f;
   f.kind = s.text("kind", {"fat-tree", "rail-optimized"}) == "rail-optimized"
@@ -372,14 +407,7 @@ std::map<int, std::vector<std::pair<double, double>>> read_measured_busbw(const 
 }
 
 NcclSpec read_nccl(const json& body, Violations& out) {
-  Section s(body, "nccl",
-            {"nvlink_bus_gbs", "channels", "nic_bus_gbs", "nvls_bus_gbs", "nvls_latency_us",
-             "ll_max_bus_gbs", "ll128_max_channel_gbs", "tree_max_channel_gbs",
-             "tree_ll128_max_channel_gbs", "ring_base_latency_us", "tree_base_latency_us",
-             "ring_nvlink_latency_us", "tree_nvlink_latency_us", "ring_net_latency_us",
-             "tree_net_latency_us", "net_overhead_us", "ring_plateau",
-             "measured_all_reduce_busbw_gbs", "source"},
-            out);
+  Section s(body, "nccl", nccl_keys(), out);
   NcclSpec n;
   if (!s.ok()) return n;
   n.enabled = true;
@@ -456,12 +484,52 @@ json sources_json(const Sources& sources) {
   return j;
 }
 
+// "fitted_on": {"gpu.host_kernel_issue_us": {"set": "vtrain_single_node", "rows": "…"}}: each
+// key names a number the preset holds (section.key), each value the set and rows it saw.
+std::map<std::string, FittedParameter> read_fitted_on(const json& top, Violations& out) {
+  std::map<std::string, FittedParameter> fitted;
+  const json& body = top.at("fitted_on");
+  if (!body.is_object()) {
+    out.push_back({"fitted_on", shown(body),
+                   "must be a JSON object: \"section.key\" → "
+                   "{\"set\": …, \"rows\": …}"});
+    return fitted;
+  }
+  for (const auto& [key, value] : body.items()) {
+    const std::string field = "fitted_on." + key;
+    const auto dot = key.find('.');
+    const std::string section = key.substr(0, dot);
+    const std::string name = dot == std::string::npos ? "" : key.substr(dot + 1);
+    const std::map<std::string, const std::vector<std::string>*> sections = {
+        {"gpu", &gpu_keys()},
+        {"node", &node_keys()},
+        {"fabric", &fabric_keys()},
+        {"nccl", &nccl_keys()}};
+    const auto known = sections.find(section);
+    if (dot == std::string::npos || known == sections.end() || name == "source" || name == "name" ||
+        std::find(known->second->begin(), known->second->end(), name) == known->second->end()) {
+      out.push_back({field, key,
+                     "must name a number of this preset as section.key, e.g. "
+                     "gpu.gemm_peak_fraction"});
+      continue;
+    }
+    Section entry(value, field, {"set", "rows"}, out);
+    if (!entry.ok()) continue;
+    FittedParameter p{entry.text("set"), entry.text("rows")};
+    if ((value.contains("set") && p.set.empty()) || (value.contains("rows") && p.rows.empty()))
+      out.push_back({field, shown(value), "set and rows must not be empty"});
+    if (p.set.empty() || p.rows.empty()) continue;
+    fitted.emplace(key, std::move(p));
+  }
+  return fitted;
+}
+
 }  // namespace
 
 Topology parse_topology(const nlohmann::json& j, std::string_view source) {
   Violations out;
   Topology t;
-  Section top(j, "", {"name", "description", "gpu", "node", "fabric", "nccl"}, out);
+  Section top(j, "", {"name", "description", "gpu", "node", "fabric", "nccl", "fitted_on"}, out);
   if (top.ok()) {
     t.name = top.text("name");
     if (j.contains("description")) t.description = top.text("description");
@@ -469,6 +537,7 @@ Topology parse_topology(const nlohmann::json& j, std::string_view source) {
     if (const json* n = top.find("node")) t.node = read_node(*n, out);
     if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
     if (j.contains("nccl")) t.nccl = read_nccl(j.at("nccl"), out);  // optional
+    if (j.contains("fitted_on")) t.fitted_on = read_fitted_on(j, out);
     for (const auto& [ranks, rows] : t.nccl.measured_all_reduce_busbw)
       if (t.node.gpus_per_node > 0 && ranks > t.node.gpus_per_node)
         out.push_back(
@@ -571,6 +640,11 @@ nlohmann::json to_json(const Topology& t) {
                  {"source", sources_json(t.fabric.sources)}};
   json j = {{"name", t.name}, {"gpu", gpu}, {"node", node}, {"fabric", fabric}};
   if (!t.description.empty()) j["description"] = t.description;
+  if (!t.fitted_on.empty()) {
+    json fitted = json::object();
+    for (const auto& [key, p] : t.fitted_on) fitted[key] = {{"set", p.set}, {"rows", p.rows}};
+    j["fitted_on"] = fitted;
+  }
   if (t.nccl.enabled) {
     j["nccl"] = nccl_json(t.nccl);
     if (!t.nccl.measured_all_reduce_busbw.empty())

@@ -216,4 +216,36 @@ TEST(ValidateMeasured, VtrainSetIsValidAndSplitByHash) {
   EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
 }
 
+// Split by hidden size: the calibration half is every row of that size, the validation
+// half every other row, counted here from the CSV's hidden-size column; a size no row has,
+// or one every row has, is refused before any simulation.
+TEST(ValidateMeasured, VtrainSetSplitsByHiddenSize) {
+  const fs::path csv = fs::path(TANDEM_SOURCE_DIR) / "scenarios/measured/vtrain_single_node.csv";
+  std::ifstream in(csv);
+  ASSERT_TRUE(in) << csv;
+  std::string line;
+  std::getline(in, line);  // header; hidden size is the 4th column
+  std::map<int, int> per_size;
+  while (std::getline(in, line)) {
+    if (line.empty() || line == "\r") continue;
+    std::stringstream fields(line);
+    std::string f;
+    for (int c = 0; c < 4; ++c) std::getline(fields, f, ',');
+    ++per_size[std::stoi(f)];
+  }
+  ASSERT_EQ(per_size.size(), 2U);  // vTrain's 1024 and 2048
+  for (const auto& [size, count] : per_size) {
+    const auto r =
+        run("validate " + csv.string() + " --dry-run --calibration-hidden " + std::to_string(size));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string expected = "(calibration " + std::to_string(count) + ", validation " +
+                                 std::to_string(1440 - count) + ")";
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+  }
+  const auto none = run("validate " + csv.string() + " --dry-run --calibration-hidden 4096");
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("--calibration-hidden = 4096: no row of"), std::string::npos)
+      << none.output;
+}
+
 }  // namespace

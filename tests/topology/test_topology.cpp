@@ -345,6 +345,33 @@ TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked
   EXPECT_EQ(count, 5U);
 }
 
+// Which preset numbers were fitted, and on which set of runs: each key names a number the
+// preset holds, each entry a set and its rows; the DGX presets say so for their fitted ones.
+TEST(TopologyValidation, FittedParametersNameANumberASetAndRows) {
+  const Topology a100 = load_topology("dgx-a100-80g");
+  EXPECT_EQ(a100.fitted_on.at("gpu.gemm_peak_fraction").set, "korthikanti2022");
+  EXPECT_EQ(a100.fitted_on.at("gpu.host_kernel_issue_us").set, "vtrain_single_node");
+  EXPECT_FALSE(a100.fitted_on.contains("gpu.hbm_bandwidth_gbs"));  // a datasheet figure
+  json j = to_json(a100);
+  EXPECT_EQ(parse_topology(j).fitted_on, a100.fitted_on);  // round trip
+  j["fitted_on"]["gpu.gemm_peak_fractoin"] = {{"set", "x"}, {"rows", "all"}};
+  j["fitted_on"]["gpu.source"] = {{"set", "x"}, {"rows", "all"}};
+  j["fitted_on"]["host_kernel_issue_us"] = {{"set", "x"}, {"rows", "all"}};
+  j["fitted_on"]["gpu.sm_count"] = {{"set", "x"}};
+  j["fitted_on"]["gpu.memory_gib"] = {{"set", "x"}, {"rows", "all"}, {"when", "2026"}};
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("fitted_on.gpu.gemm_peak_fractoin").rule,
+            "must name a number of this preset as section.key, e.g. gpu.gemm_peak_fraction");
+  EXPECT_TRUE(v.contains("fitted_on.gpu.source"));
+  EXPECT_TRUE(v.contains("fitted_on.host_kernel_issue_us"));
+  EXPECT_EQ(v.at("fitted_on.gpu.sm_count.rows").rule, "is required");
+  EXPECT_EQ(v.at("fitted_on.gpu.memory_gib.when").rule.find("unknown key"), 0U);
+  j["fitted_on"]["gpu.sm_count"] = {{"set", ""}, {"rows", "all"}};
+  EXPECT_EQ(rejected(j).by_field.at("fitted_on.gpu.sm_count").rule,
+            "set and rows must not be empty");
+  EXPECT_EQ(count, 5U);
+}
+
 TEST(TopologyValidation, NicsNeedBandwidth) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["fabric"]["nic_gbs"] = 0;
