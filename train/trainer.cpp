@@ -87,20 +87,37 @@ Communicator& need(Communicator* c, const char* what) {
 
 }  // namespace
 
-void check_step_supports(const Scenario& s) {
-  const int cp = s.parallelism.context_parallel_size;
-  if (cp > 1 && !s.model.use_flash_attn)
-    throw ConfigError("context_parallel_size", std::to_string(cp),
-                      "context parallelism runs its attention on the fused attention op, as "
-                      "Megatron's runs on Transformer Engine's: set use_flash_attn, or use 1");
-  const std::string& comm = s.parallelism.cp_comm_type;
-  if (cp > 1 && comm != "p2p" && comm != "all_gather")
-    throw ConfigError("cp_comm_type", comm,
-                      "the training step exchanges keys and values by p2p (a ring) or "
-                      "all_gather; a2a (Ulysses) is not in it yet");
-  if (!s.model.num_experts) return;
+namespace {
+
+// The attention the layers build (model/transformer_layer.cpp): head_dim = hidden_size /
+// num_attention_heads; grouped-query attention on the fused op only, whose grouped QKV
+// gives each tp rank whole query groups.
+void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
   const auto& m = s.model;
-  std::vector<Violation> v;
+  const int tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
+  if (m.kv_channels && heads > 0 &&
+      (m.hidden_size % heads != 0 || *m.kv_channels != m.hidden_size / heads))
+    v.push_back({"kv_channels", std::to_string(*m.kv_channels),
+                 "the training step's heads are hidden_size / num_attention_heads = " +
+                     std::to_string(m.hidden_size) + " / " + std::to_string(heads) +
+                     " wide: leave kv_channels out or set it to that"});
+  const int groups = num_query_groups(s);
+  if (groups == heads || groups < 1 || tp < 1) return;
+  if (!m.use_flash_attn)
+    v.push_back({"num_query_groups", std::to_string(groups),
+                 "grouped-query attention (fewer key/value heads than num_attention_heads = " +
+                     std::to_string(heads) +
+                     ") runs on the fused attention op in the training step: set "
+                     "use_flash_attn, or leave group_query_attention out"});
+  else if (groups % tp != 0)
+    v.push_back({"num_query_groups", std::to_string(groups),
+                 "must be a multiple of tensor_model_parallel_size = " + std::to_string(tp) +
+                     " (Megatron-Core's TransformerConfig rule: each tp rank holds whole query "
+                     "groups; the training step does not replicate key/value heads over tp)"});
+}
+
+void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
+  const auto& m = s.model;
   if (m.moe_token_dispatcher_type == "flex")
     v.push_back({"moe_token_dispatcher_type", m.moe_token_dispatcher_type,
                  "the training step dispatches tokens with Megatron's alltoall or allgather "
@@ -122,6 +139,24 @@ void check_step_supports(const Scenario& s) {
     v.push_back({"disable_bias_linear", "false",
                  "the experts have no biases (as Megatron's grouped experts): set "
                  "disable_bias_linear with num_experts"});
+}
+
+}  // namespace
+
+void check_step_supports(const Scenario& s) {
+  const int cp = s.parallelism.context_parallel_size;
+  if (cp > 1 && !s.model.use_flash_attn)
+    throw ConfigError("context_parallel_size", std::to_string(cp),
+                      "context parallelism runs its attention on the fused attention op, as "
+                      "Megatron's runs on Transformer Engine's: set use_flash_attn, or use 1");
+  const std::string& comm = s.parallelism.cp_comm_type;
+  if (cp > 1 && comm != "p2p" && comm != "all_gather")
+    throw ConfigError("cp_comm_type", comm,
+                      "the training step exchanges keys and values by p2p (a ring) or "
+                      "all_gather; a2a (Ulysses) is not in it yet");
+  std::vector<Violation> v;
+  check_attention_step(s, v);
+  if (s.model.num_experts) check_experts_step(s, v);
   if (!v.empty()) throw ConfigError(v);
 }
 

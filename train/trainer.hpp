@@ -27,10 +27,13 @@ namespace tandem {
 // Layouts the scenario validator accepts (Megatron runs them) that this training step
 // cannot run yet, refused before any work as a ConfigError naming the field: context
 // parallelism without the fused attention op (context_parallel_size > 1 needs
-// use_flash_attn), Ulysses (a2a) context parallelism, and the mixture-of-experts options
-// beyond Megatron-Core's alltoall and allgather dispatchers, dropless, with aux_loss
-// balancing (the flex dispatcher, capacity factors, expert tensor parallelism other than
-// tp, other balancing losses, experts with biases). Every binding's entry point calls it.
+// use_flash_attn), Ulysses (a2a) context parallelism, grouped-query attention without the
+// fused attention op or with fewer query groups than tp ranks (key/value heads replicated
+// over tp), kv_channels other than hidden_size / num_attention_heads, and the
+// mixture-of-experts options beyond Megatron-Core's alltoall and allgather dispatchers,
+// dropless, with aux_loss balancing (the flex dispatcher, capacity factors, expert tensor
+// parallelism other than tp, other balancing losses, experts with biases). Every
+// binding's entry point calls it.
 void check_step_supports(const Scenario& s);
 
 // This rank's communicators, one per group kind it uses (not owned).
