@@ -39,15 +39,22 @@ Clock::time_point at(double seconds) {
 
 class SimWork : public Work {
  public:
-  SimWork(std::shared_ptr<SimCommunicator::WorkState> state, SimStream& stream, RankStats& stats,
-          std::string kind)
-      : state_(std::move(state)), stream_(stream), stats_(stats), kind_(std::move(kind)) {}
+  SimWork(std::shared_ptr<SimCommunicator::WorkState> state, SimStream& stream,
+          const SimWorld& world, RankStats& stats, std::string kind)
+      : state_(std::move(state)),
+        stream_(stream),
+        world_(world),
+        stats_(stats),
+        kind_(std::move(kind)) {}
 
   void wait() override {
     const double from = std::max(sim_now(), stream_.ready());
     {
       std::unique_lock lock(*state_->mutex);
-      while (!state_->done) state_->cv->wait(lock);
+      while (!state_->done) {
+        world_.throw_if_aborted();
+        state_->cv->wait(lock);
+      }
     }
     // A closed-form collective is done from the start but ends in the future.
     if (state_->finished > sim_now()) simgrid::s4u::this_actor::sleep_until(state_->finished);
@@ -68,6 +75,7 @@ class SimWork : public Work {
  private:
   std::shared_ptr<SimCommunicator::WorkState> state_;
   SimStream& stream_;
+  const SimWorld& world_;  // aborted: the wait ends (RunAborted)
   RankStats& stats_;
   std::string kind_;
   bool waited_ = false;
@@ -75,7 +83,7 @@ class SimWork : public Work {
 
 // Waits at `rv` until done; the last of the expected actors to arrive runs `launch`
 // (which returns the start time) and records the end.
-void meet(Rendezvous& rv, const std::function<double()>& launch) {
+void meet(const SimWorld& world, Rendezvous& rv, const std::function<double()>& launch) {
   std::unique_lock lock(*rv.mutex);
   ++rv.arrived;
   if (rv.arrived == rv.expected) {
@@ -88,7 +96,10 @@ void meet(Rendezvous& rv, const std::function<double()>& launch) {
     rv.cv->notify_all();
     return;
   }
-  while (!rv.done) rv.cv->wait(lock);
+  while (!rv.done) {
+    world.throw_if_aborted();
+    rv.cv->wait(lock);
+  }
 }
 
 std::vector<Flow> ring(const std::vector<int>& members, double fraction) {
@@ -176,6 +187,7 @@ SimCommunicator::SimCommunicator(SimWorld& world, std::vector<int> members, int 
       id_(std::move(id)),
       mutex_(simgrid::s4u::Mutex::create()),
       cv_(simgrid::s4u::ConditionVariable::create()) {
+  world_.watch(cv_);  // an aborted run wakes the communication actor
   auto it = std::find(members_.begin(), members_.end(), me_);
   if (it == members_.end())
     throw std::invalid_argument("SimCommunicator " + id_ + ": rank " + std::to_string(me_) +
@@ -233,17 +245,42 @@ std::vector<Flow> SimCommunicator::nccl_ring(double fraction) const {
 SimCommunicator::~SimCommunicator() = default;
 
 void SimCommunicator::serve() {
+  // Once the run is aborted, the works issued here are woken (their waits then throw
+  // RunAborted) and the actor ends; an error of its own aborts the run first.
+  auto wake = [](WorkState& state) {
+    std::unique_lock lock(*state.mutex);
+    state.cv->notify_all();
+  };
+  auto end_on_abort = [&] {
+    std::deque<Task> left;
+    {
+      std::unique_lock lock(*mutex_);
+      left.swap(queue_);
+    }
+    for (auto& t : left) wake(*t.state);
+  };
   for (;;) {
     Task task;
     {
       std::unique_lock lock(*mutex_);
-      while (queue_.empty()) cv_->wait(lock);
+      while (queue_.empty() && !world_.aborted()) cv_->wait(lock);
+      if (world_.aborted()) break;
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (task.not_before > sim_now()) simgrid::s4u::this_actor::sleep_until(task.not_before);
-    task.run(*task.state);
+    try {
+      if (task.not_before > sim_now()) simgrid::s4u::this_actor::sleep_until(task.not_before);
+      task.run(*task.state);
+    } catch (const RunAborted&) {
+      wake(*task.state);
+      break;
+    } catch (const std::exception&) {
+      world_.fail(me_, std::current_exception());
+      wake(*task.state);
+      break;
+    }
   }
+  end_on_abort();
 }
 
 std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkState&)> run) {
@@ -252,6 +289,7 @@ std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkS
     actor_ = simgrid::s4u::Actor::create(name_ + " comm of rank " + std::to_string(me_),
                                          world_.host(me_), [this] { serve(); });
     actor_->daemonize();
+    world_.add_comm_actor(me_, actor_);
   }
   auto state = std::make_shared<WorkState>();
   state->issued = sim_now();
@@ -260,7 +298,7 @@ std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkS
     queue_.push_back({state, std::max(stream.ready(), sim_now()), std::move(run)});
     cv_->notify_one();
   }
-  return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+  return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
 }
 
 // In symmetric mode the images of a group under the shifts that map it onto itself (the dp
@@ -343,12 +381,12 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       const double start = std::max({stream.ready(), sim_now(), clock_});
       clock_ = start + seconds;
       state->finish(start, clock_, start);
-      return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+      return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
     }
     const std::string key = id_ + "#" + std::to_string(sequence);
     return issue(s, [this, key, expected, seconds](WorkState& w) {
       auto rv = world_.rendezvous(key, expected);
-      meet(*rv, [&] {
+      meet(world_, *rv, [&] {
         const double start = sim_now();
         if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
         return start;
@@ -370,7 +408,7 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
   }
   return issue(s, [this, key, expected, &p, flow_bytes, extra_latency](WorkState& w) {
     auto rv = world_.rendezvous(key, expected);
-    meet(*rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
+    meet(world_, *rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
     if (++rv->left == rv->expected) world_.forget(key);
     w.finish(rv->started, rv->finished, rv->started);
   });
@@ -489,12 +527,12 @@ std::unique_ptr<Work> SimCommunicator::all_to_all_v(Stream& s, const Tensor& inp
       const double start = std::max({stream.ready(), sim_now(), clock_});
       clock_ = start + seconds;
       state->finish(start, clock_, start);
-      return std::make_unique<SimWork>(state, stream, world_.stats(me_), name_);
+      return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
     }
     return issue(s, [this, key, expected, row](WorkState& w) {
       world_.send_bytes_posts(key)[me_] = row;
       auto rv = world_.rendezvous(key, expected);
-      meet(*rv, [&] {
+      meet(world_, *rv, [&] {
         const double start = sim_now();
         const double seconds = closed_form_v_seconds(send_matrix(world_.send_bytes_posts(key)));
         if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
@@ -511,7 +549,7 @@ std::unique_ptr<Work> SimCommunicator::all_to_all_v(Stream& s, const Tensor& inp
   return issue(s, [this, key, expected, row](WorkState& w) {
     world_.send_bytes_posts(key)[me_] = row;
     auto rv = world_.rendezvous(key, expected);
-    meet(*rv, [&] {
+    meet(world_, *rv, [&] {
       const auto m = send_matrix(world_.send_bytes_posts(key));
       // The uniform all-to-all's plan, scaling and latency for the largest input (see
       // collective()), so that uniform splits price exactly as all_to_all does.
@@ -625,7 +663,10 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
       auto& rv = *rvs[i];
       {
         std::unique_lock lock(*rv.mutex);
-        while (!rv.done) rv.cv->wait(lock);
+        while (!rv.done) {
+          world_.throw_if_aborted();
+          rv.cv->wait(lock);
+        }
       }
       started = std::min(started, rv.started);
       arrived = std::max(arrived, rv.started);
@@ -639,7 +680,7 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
 void SimCommunicator::barrier() {
   const std::string key = id_ + "#barrier" + std::to_string(sequence_++);
   auto rv = world_.rendezvous(key, world_.count_present(members_));
-  meet(*rv, [] { return sim_now(); });
+  meet(world_, *rv, [] { return sim_now(); });
   if (++rv->left == rv->expected) world_.forget(key);
 }
 
@@ -653,7 +694,7 @@ std::unique_ptr<Communicator> SimCommunicator::split(int color, int key, std::st
   auto rv = world_.rendezvous(rv_key, size());
   auto& posted = world_.split_posts(rv_key);
   posted[me_] = {color, key};
-  meet(*rv, [] { return sim_now(); });
+  meet(world_, *rv, [] { return sim_now(); });
   std::vector<std::tuple<int, int, int>> mine;  // (key, old index, global rank)
   for (std::size_t i = 0; i < members_.size(); ++i) {
     const auto [c, k] = posted.at(members_[i]);

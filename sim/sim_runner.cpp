@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <sstream>
 #include <stdexcept>
 
+#include "core/error.hpp"
 #include "core/trace.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
@@ -164,6 +166,19 @@ IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double ite
   return b;
 }
 
+// The first error raised inside a simulated rank (SimWorld::fail), once every actor has
+// ended: a ConfigError stays one (bad input: the CLI exits 2), anything else names the rank.
+[[noreturn]] void rethrow_rank_failure(const SimWorld& world) {
+  try {
+    std::rethrow_exception(world.failure());
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("simulated rank " + std::to_string(world.failed_rank()) + ": " +
+                             e.what());
+  }
+}
+
 }  // namespace
 
 std::string topology_of(const Scenario& s) {
@@ -294,26 +309,35 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
       }
     });
     simgrid::s4u::Actor::create(
-        "rank " + std::to_string(rank), world.host(rank), [&rr, &s, &samples, groups, &o] {
-          rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr);
-          rr.trainer->set_trace(&rr.trace);
-          rr.device->default_stream().synchronize();
-          rr.world->barrier();
-          rr.start = std::max(sim_now(), rr.device->host_now());
-          for (int i = 0; i < o.iterations; ++i) {
-            rr.ops_before = rr.device->op_seconds();
-            rr.host_before = rr.device->host_seconds();
-            rr.host_bound_before = rr.device->host_bound();
-            rr.device->host_work(rr.device->host().iteration, "iteration");
-            rr.trainer->train_step();
-            // The step ends when the host returns from it: after the actor's last wait if
-            // the host was still issuing then (Megatron times train_step on the host).
-            rr.iteration_ends.push_back(std::max(sim_now(), rr.device->host_now()));
+        "rank " + std::to_string(rank), world.host(rank),
+        [&rr, &s, &samples, groups, &o, &world, rank] {
+          try {
+            rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr);
+            rr.trainer->set_trace(&rr.trace);
+            rr.device->default_stream().synchronize();
+            rr.world->barrier();
+            rr.start = std::max(sim_now(), rr.device->host_now());
+            for (int i = 0; i < o.iterations; ++i) {
+              rr.ops_before = rr.device->op_seconds();
+              rr.host_before = rr.device->host_seconds();
+              rr.host_bound_before = rr.device->host_bound();
+              rr.device->host_work(rr.device->host().iteration, "iteration");
+              rr.trainer->train_step();
+              // The step ends when the host returns from it: after the actor's last wait if
+              // the host was still issuing then (Megatron times train_step on the host).
+              rr.iteration_ends.push_back(std::max(sim_now(), rr.device->host_now()));
+            }
+          } catch (const std::exception&) {
+            // An exception escaping an actor would abort the engine: end the run instead
+            // (the others' waits throw RunAborted, which lands here too and is ignored).
+            world.fail(rank, std::current_exception());
+            world.join_comm_actors(rank);
           }
         });
     runs.push_back(std::move(run));
   }
   engine.run();
+  if (world.aborted()) rethrow_rank_failure(world);
 
   SimReport r;
   r.scenario = s.name;

@@ -104,4 +104,21 @@ void SimWorld::forget(const std::string& key) {
   rendezvous_.erase(key);
 }
 
+void SimWorld::fail(int rank, std::exception_ptr error) {
+  if (aborted()) return;  // the first error is the one reported
+  failure_ = std::move(error);
+  failed_rank_ = rank;
+  // Notifying is a simcall during which other actors may run and add rendezvous: copy.
+  std::vector<std::shared_ptr<Rendezvous>> open;
+  for (const auto& [key, rv] : rendezvous_) open.push_back(rv);
+  for (const auto& rv : open) rv->cv->notify_all();
+  for (const auto& cv : watched_) cv->notify_all();
+}
+
+void SimWorld::join_comm_actors(int rank) {
+  // Copied: joining is a simcall, during which other ranks' actors may be added.
+  const auto actors = comm_actors_[rank];
+  for (const auto& actor : actors) actor->join();
+}
+
 }  // namespace tandem::sim

@@ -7,14 +7,17 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/Mutex.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,14 @@ struct RankStats {
   // With record_ops: "<collective> <group kind> <bytes>" per collective, "p2p <group kind>
   // <ops> <bytes>" per batch, in issue order.
   std::vector<std::string> collectives;
+};
+
+// Thrown by every wait of every actor once the run is aborted (SimWorld::fail): it unwinds
+// the actor's stack as any exception does, by a live actor, so the destructors of its
+// locks may still call SimGrid (a killed actor may not: SimGrid ends the process then).
+class RunAborted : public std::runtime_error {
+ public:
+  RunAborted() : std::runtime_error("the simulated run was aborted by an error in a rank") {}
 };
 
 class SimWorld {
@@ -116,6 +127,28 @@ class SimWorld {
   RankStats& stats(int rank) { return stats_[rank]; }
   const std::map<int, RankStats>& all_stats() const { return stats_; }
 
+  // An error inside a simulated rank: the first is kept (with the rank), and the run is
+  // aborted: every rendezvous and every watched condition variable (the communicators'
+  // queues) is woken, and each wait then throws RunAborted, so every actor ends and the
+  // engine returns. An exception left to escape an actor would abort the whole engine.
+  void fail(int rank, std::exception_ptr error);
+  bool aborted() const { return failure_ != nullptr; }
+  int failed_rank() const { return failed_rank_; }
+  std::exception_ptr failure() const { return failure_; }
+  // Woken on abort: a condition variable an actor waits on outside a rendezvous.
+  void watch(simgrid::s4u::ConditionVariablePtr cv) { watched_.push_back(std::move(cv)); }
+  // A rank's communication actors (daemons). An aborted rank joins them before it ends:
+  // SimGrid kills the daemons left when the last rank ends, and a daemon killed inside a
+  // transfer ends the process.
+  void add_comm_actor(int rank, simgrid::s4u::ActorPtr actor) {
+    comm_actors_[rank].push_back(std::move(actor));
+  }
+  void join_comm_actors(int rank);
+  // Throws RunAborted once the run is aborted; called before each wait.
+  void throw_if_aborted() const {
+    if (aborted()) throw RunAborted();
+  }
+
  private:
   struct Route {
     std::vector<simgrid::s4u::Link*> links;
@@ -135,6 +168,10 @@ class SimWorld {
   std::map<std::pair<int, int>, Route> routes_;
   std::map<std::string, std::shared_ptr<Rendezvous>> rendezvous_;
   std::map<int, RankStats> stats_;
+  std::exception_ptr failure_;
+  int failed_rank_ = -1;
+  std::vector<simgrid::s4u::ConditionVariablePtr> watched_;
+  std::map<int, std::vector<simgrid::s4u::ActorPtr>> comm_actors_;
   std::map<std::string, std::map<int, std::pair<int, int>>> splits_;
   std::map<std::string, std::map<int, std::vector<double>>> send_bytes_;
   std::map<std::string, CountPosts> counts_;
