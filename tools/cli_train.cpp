@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -141,13 +142,14 @@ void run_training(TrainOptions& o) {
   const int launched = env_int("OMPI_COMM_WORLD_SIZE", 1);
   // Without a scenario file: Megatron's defaults on the processes launched, as
   // pretrain_gpt.py under torchrun.
-  o.scenario.megatron_defaults = true;
+  o.scenario.without_file = ScenarioOptions::WithoutFile::megatron_defaults;
   o.scenario.default_world_size = launched;
   o.scenario.handled_flags = {"--mock-data", "--data-path", "--split", "--save", "--load"};
   Scenario s = resolve_scenario(o.scenario, false);
   take_megatron_data_args(o);
   check_trainable(s, launched, o.device);
   validate(s);
+  check_step_supports(s);  // layouts the step cannot build, before MPI starts
   check_device_flag(o.device);
   const auto data = build_data(o, s);  // reads and checks every data file
   if (!o.trace.empty()) {
@@ -169,9 +171,13 @@ void run_training(TrainOptions& o) {
 
   int argc = 0;
   char** argv = nullptr;
-  MpiRuntime mpi(argc, argv);
+  std::optional<MpiRuntime> runtime(std::in_place, argc, argv);
+  MpiRuntime& mpi = *runtime;
   std::optional<RankLog> log;  // --log-dir: this rank's file; the reporter's stdout
-  // From here an error on one rank must end every rank: report it and abort the job.
+  // From here an error on one rank must end every rank: report it and abort the job. A
+  // single process has no peers to stop: it finalises MPI and reports the error as any
+  // other command does (exit 2 for bad input, 1 otherwise), without MPI's abort banner.
+  std::exception_ptr alone_failed;
   try {
     const int rank = mpi.world().rank();
     log.emplace(o.log_dir, rank, rank == launched - 1);  // Megatron's print_rank_last
@@ -214,9 +220,13 @@ void run_training(TrainOptions& o) {
     };
     double interval_seconds = 0;
     std::int64_t interval_iters = 0;
+    TrainingDone done{.train_iters = t.train_iters};
+    const auto loop_start = std::chrono::steady_clock::now();
     while (trainer.iteration() < t.train_iters) {
       const auto start = std::chrono::steady_clock::now();
       const StepResult r = trainer.train_step();
+      ++done.steps_run;
+      done.last_loss = r.lm_loss;
       interval_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++interval_iters;
@@ -250,13 +260,23 @@ void run_training(TrainOptions& o) {
     if (!o.save.empty() && (t.save_interval <= 0 || trainer.iteration() % t.save_interval != 0))
       save();
     if (!o.trace.empty()) write_trace(o.trace, run_trace, mpi, layout);
+    // Said whatever the log interval: a run shorter than it printed nothing else.
+    done.iterations = trainer.iteration();
+    done.elapsed_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+    log->line(format_training_done(done, std::time(nullptr)));
   } catch (const ConfigError& e) {
     if (log) log->to_file(std::string("tandem: ") + e.what());
-    mpi.abort(std::string("tandem: ") + e.what(), 2);
+    if (mpi.world().size() > 1) mpi.abort(std::string("tandem: ") + e.what(), 2);
+    alone_failed = std::current_exception();
   } catch (const std::exception& e) {
     if (log) log->to_file(std::string("tandem: error: ") + e.what());
-    mpi.abort(std::string("tandem: error: ") + e.what(), 1);
+    if (mpi.world().size() > 1) mpi.abort(std::string("tandem: error: ") + e.what(), 1);
+    alone_failed = std::current_exception();
   }
+  if (!alone_failed) return;
+  runtime.reset();                       // MPI_Finalize: no peer waits for this process
+  std::rethrow_exception(alone_failed);  // printed, with its exit code, by the command line
 }
 
 }  // namespace

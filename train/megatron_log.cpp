@@ -6,22 +6,44 @@
 
 namespace tandem {
 
-std::string format_iteration_log(const IterationLog& l, std::time_t now) {
+namespace {
+
+std::string datetime(std::time_t now) {
   char when[32];
   std::tm tm{};
   localtime_r(&now, &tm);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+  return when;
+}
+
+}  // namespace
+
+std::string format_iteration_log(const IterationLog& l, std::time_t now) {
+  const std::string when = datetime(now);
   char line[768];
+  std::snprintf(
+      line, sizeof line,
+      " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+      "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
+      "%.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: "
+      "%.3f | number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+      when.c_str(), static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
+      static_cast<long long>(l.consumed_samples), l.elapsed_ms, l.tflops_per_gpu, l.learning_rate,
+      static_cast<long long>(l.global_batch_size), l.lm_loss, l.loss_scale, l.grad_norm,
+      static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations));
+  return line;
+}
+
+std::string format_training_done(const TrainingDone& d, std::time_t now) {
+  char loss[32] = "none (no step run)";
+  if (d.steps_run > 0) std::snprintf(loss, sizeof loss, "%.6E", d.last_loss);
+  char line[256];
   std::snprintf(line, sizeof line,
-                " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
-                "%.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: "
-                "%.3f | number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-                when, static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
-                static_cast<long long>(l.consumed_samples), l.elapsed_ms, l.tflops_per_gpu,
-                l.learning_rate, static_cast<long long>(l.global_batch_size), l.lm_loss,
-                l.loss_scale, l.grad_norm, static_cast<long long>(l.skipped_iterations),
-                static_cast<long long>(l.nan_iterations));
+                " [after training is done] datetime: %s | iterations: %lld/%lld | steps run: "
+                "%lld | last loss: %s | elapsed time (s): %.2f |",
+                datetime(now).c_str(), static_cast<long long>(d.iterations),
+                static_cast<long long>(d.train_iters), static_cast<long long>(d.steps_run), loss,
+                d.elapsed_seconds);
   return line;
 }
 

@@ -27,4 +27,17 @@ std::string format_iteration_log(const IterationLog& log, std::time_t now);
 // The validation block: a dashed rule, the line, a dashed rule.
 std::string format_validation_log(std::int64_t iteration, double lm_loss);
 
+// What the run did, printed once at its end whatever the log interval (Megatron's
+// "[after training is done]" line, with the iterations run, the last loss and the wall
+// time of the loop). Its words keep clear of the iteration line's "lm loss: " and
+// "iteration N/" that log parsers grep.
+struct TrainingDone {
+  std::int64_t iterations = 0;  // the iteration reached (a resumed run counts from its load)
+  std::int64_t train_iters = 0;
+  std::int64_t steps_run = 0;  // steps this process ran
+  double last_loss = 0;        // of the last step run (when steps_run > 0)
+  double elapsed_seconds = 0;  // wall time of the training loop
+};
+std::string format_training_done(const TrainingDone& done, std::time_t now);
+
 }  // namespace tandem

@@ -50,5 +50,34 @@ TEST(MegatronLog, PerplexityExponentCappedAt20) {
   EXPECT_NE(format_validation_log(1, 50.0).find("lm loss PPL: 4.851652E+08"), std::string::npos);
 }
 
+// The end-of-run line: said whatever the log interval, and free of what log parsers grep
+// for in the iteration lines ("lm loss: ", "iteration N/"), so they count it as none.
+TEST(MegatronLog, TrainingDoneLine) {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 22;
+  tm.tm_hour = 4;
+  tm.tm_min = 5;
+  tm.tm_sec = 6;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  const std::string line = format_training_done({.iterations = 3,
+                                                 .train_iters = 3,
+                                                 .steps_run = 3,
+                                                 .last_loss = 6.5,
+                                                 .elapsed_seconds = 1.234},
+                                                t);
+  EXPECT_EQ(
+      line,
+      " [after training is done] datetime: 2026-11-22 04:05:06 | iterations: 3/3 | steps run: "
+      "3 | last loss: 6.500000E+00 | elapsed time (s): 1.23 |");
+  EXPECT_EQ(line.find("lm loss: "), std::string::npos);
+  EXPECT_EQ(line.find("iteration "), std::string::npos);
+  EXPECT_NE(format_training_done({.iterations = 5, .train_iters = 5}, t)
+                .find("last loss: none (no step run)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem
