@@ -31,9 +31,13 @@ struct ScenarioOptions {
   // Megatron arguments the command handles itself (train: --data-path, --mock-data, …):
   // kept in `megatron.not_modelled` for it but not reported as not modelled.
   std::vector<std::string> handled_flags;
-  // Without a scenario file, start from Megatron's defaults (megatron_default_scenario)
-  // rather than tandem's default scenario, with this world size when none is given.
-  bool megatron_defaults = false;
+  // What a command without a scenario file starts from: tandem's built-in default
+  // scenario, or Megatron's defaults (megatron_default_scenario, world default_world_size
+  // unless --world-size): always (train, as pretrain_gpt.py), or once a Megatron argument
+  // is given, as a flag or after -- (simulate, scenario, search; bare, they run the
+  // built-in default). A Megatron command line (after --, a launch script) always does.
+  enum class WithoutFile { builtin_default, megatron_when_flagged, megatron_defaults };
+  WithoutFile without_file = WithoutFile::builtin_default;
   int default_world_size = 1;
   std::vector<std::pair<std::string, std::string>> overrides;  // filled after parsing
   std::vector<std::pair<std::string, CLI::Option*>> flags;     // field name → option

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.hpp"
 #include "model/flops.hpp"
@@ -13,10 +14,14 @@
 namespace tandem::cli {
 
 void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
+  const bool flagged = opts.without_file == ScenarioOptions::WithoutFile::megatron_when_flagged;
   cmd.add_option("scenario", opts.positionals,
-                 "Scenario JSON file (model, parallelism, training, cluster); default: the "
-                 "built-in default scenario. After --: a Megatron-LM pretrain_gpt.py argument "
-                 "list, verbatim");
+                 std::string("Scenario JSON file (model, parallelism, training, cluster); "
+                             "default: the built-in default scenario") +
+                     (flagged ? ", or Megatron-LM's defaults (one rank, tp 1, pp 1, …) once a "
+                                "Megatron argument is given"
+                              : "") +
+                     ". After --: a Megatron-LM pretrain_gpt.py argument list, verbatim");
   // The first positional is the scenario file unless it is already a Megatron flag.
   cmd.parse_complete_callback([&opts] {
     opts.file = !opts.positionals.empty() && !opts.positionals.front().starts_with("-")
@@ -83,12 +88,30 @@ std::vector<std::pair<std::string, std::string>> megatron_overrides(ScenarioOpti
   return kv;
 }
 
+// Whether a flag that sets a field of Megatron's arguments was given (--world-size,
+// --topology, --gpus-per-node are tandem's: they alone keep the built-in default).
+bool megatron_flag_given(const ScenarioOptions& opts) {
+  static const std::set<std::string> megatron_fields = [] {
+    std::set<std::string> fields;
+    for (const auto& a : megatron_arguments())
+      if (const auto m = modelled_argument(a)) fields.insert(m->field);
+    return fields;
+  }();
+  return std::any_of(opts.flags.begin(), opts.flags.end(), [](const auto& flag) {
+    return flag.second->count() > 0 && megatron_fields.count(flag.first) > 0;
+  });
+}
+
 }  // namespace
 
 Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
   bool megatron = false;
   auto kv = megatron_overrides(opts, megatron);
-  const bool from_megatron = opts.file.empty() && (megatron || opts.megatron_defaults);
+  using WithoutFile = ScenarioOptions::WithoutFile;
+  const bool megatron_base =
+      megatron || opts.without_file == WithoutFile::megatron_defaults ||
+      (opts.without_file == WithoutFile::megatron_when_flagged && megatron_flag_given(opts));
+  const bool from_megatron = opts.file.empty() && megatron_base;
   if (opts.file.empty() && megatron) check_megatron_required(opts.megatron);
   Scenario s = !opts.file.empty() ? load_scenario(opts.file)
                : from_megatron    ? megatron_default_scenario()
@@ -141,6 +164,7 @@ void add_scenario_command(CLI::App& app) {
       "padded vocabulary, parameters (total and per rank) and FLOPs per iteration "
       "(Megatron's num_floating_point_operations)");
   auto opts = std::make_shared<ScenarioOptions>();
+  opts->without_file = ScenarioOptions::WithoutFile::megatron_when_flagged;
   add_scenario_options(*cmd, *opts);
   auto list = std::make_shared<bool>(false);
   cmd->add_flag("--megatron-arguments", *list,

@@ -918,6 +918,7 @@ void add_search_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--calibration", opts->calibration, "Calibration table for every simulation");
   cmd->add_flag("--quiet", opts->quiet, "No progress bar");
+  opts->scenario.without_file = ScenarioOptions::WithoutFile::megatron_when_flagged;
   add_scenario_options(*cmd, opts->scenario);
   cmd->callback([opts] { run_search(*opts); });
 }

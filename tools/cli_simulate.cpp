@@ -124,6 +124,7 @@ void add_simulate_command(CLI::App& app) {
                 "One trace slice per Device op with its shape, as a real run's trace has, "
                 "instead of one per run of ops of a class (large for big models)");
   cmd->add_flag("--quiet", opts->quiet, "No progress bar");
+  opts->scenario.without_file = ScenarioOptions::WithoutFile::megatron_when_flagged;
   add_scenario_options(*cmd, opts->scenario);
   cmd->callback([opts] { run_simulate(*opts); });
 }

@@ -108,13 +108,52 @@ TEST(Cli, MissingOutputFolderIsRejectedBeforeWork) {
   EXPECT_NE(r.output.find("/nonexistent/dir"), std::string::npos) << r.output;
 }
 
-TEST(Cli, ScenarioFlagsOverrideTheDefault) {
-  const auto j = run_json(
-      "scenario --tensor-model-parallel-size 4 --pipeline-model-parallel-size 1 "
-      "--sequence-parallel");
+TEST(Cli, ScenarioFlagsOverrideMegatronsDefaults) {
+  const auto j =
+      run_json("scenario --tensor-model-parallel-size 4 --sequence-parallel --world-size 8");
   EXPECT_EQ(j["parallelism"]["tensor_model_parallel_size"], 4);
+  EXPECT_EQ(j["parallelism"]["pipeline_model_parallel_size"], 1);  // Megatron's default
   EXPECT_EQ(j["parallelism"]["sequence_parallel"], true);
   EXPECT_EQ(j["derived"]["data_parallel_size"], 2);  // 8 / (4 · 1)
+}
+
+// Megatron flags without a scenario file mean Megatron's defaults in every subcommand, as
+// in train (pretrain_gpt.py: one rank, tp 1, pp 1, global batch = micro batch × dp); bare,
+// or with tandem's own flags (world size, topology) alone, they keep the built-in default
+// scenario (TP 2 × PP 2 × DP 2 on 8 ranks) the demo runs.
+TEST(Cli, MegatronFlagsWithoutAFileStartFromMegatronsDefaults) {
+  const auto flagged = run_json("scenario --num-layers 4");
+  EXPECT_EQ(flagged["name"], "megatron");
+  EXPECT_EQ(flagged["model"]["num_layers"], 4);
+  EXPECT_EQ(flagged["cluster"]["world_size"], 1);
+  EXPECT_EQ(flagged["parallelism"]["tensor_model_parallel_size"], 1);
+  EXPECT_EQ(flagged["parallelism"]["pipeline_model_parallel_size"], 1);
+  EXPECT_EQ(flagged["training"]["global_batch_size"], 1);  // micro batch 1 × dp 1
+  const auto bare = run_json("scenario");
+  EXPECT_EQ(bare["name"], "default");
+  EXPECT_EQ(bare["parallelism"]["tensor_model_parallel_size"], 2);
+  EXPECT_EQ(bare["parallelism"]["pipeline_model_parallel_size"], 2);
+  const auto wider = run_json("scenario --world-size 16");  // tandem's flag: the default still
+  EXPECT_EQ(wider["name"], "default");
+  EXPECT_EQ(wider["derived"]["data_parallel_size"], 4);  // 16 / (2 · 2)
+
+  const auto dir = tandem::testing::fresh_dir("cli_megatron_defaults");
+  const auto report = (dir / "r.json").string();
+  const auto r = run("simulate --quiet --num-layers 4 --world-size 4 --json " + report);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(report);
+  EXPECT_EQ(j["scenario"], "megatron");
+  EXPECT_EQ(j["world_size"], 4);
+  // tp 1 × pp 1: one pipeline stage, a data-parallel group of 4, no tp traffic.
+  EXPECT_EQ(j["simulated_ranks"], 1) << j.dump();
+  const auto bare_sim = run("simulate --quiet --json " + report);
+  ASSERT_EQ(bare_sim.exit_code, 0) << bare_sim.output;
+  EXPECT_EQ(read_json(report)["scenario"], "default");
+  EXPECT_EQ(read_json(report)["world_size"], 8);
+  // search enumerates the layouts of the scenario it resolves: one rank has one layout.
+  const auto s = run("search --quiet --num-layers 4 --top 1 --jobs 1");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("megatron"), std::string::npos) << s.output;
 }
 
 TEST(Cli, ScenarioFileIsReadAndChecked) {
@@ -307,6 +346,76 @@ TEST(CliSimulate, ContextParallelismNeedsTheFusedAttentionOp) {
   EXPECT_NE(r.output.find("context_parallel_size = 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("use_flash_attn"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("xbt_exception"), std::string::npos) << r.output;
+}
+
+// Layouts the validator accepts (Megatron runs them) but the training step cannot build
+// are refused before any work by simulate and train, naming the field, the value and the
+// rule; they used to abort inside the simulation (SIGABRT, exit 134).
+TEST(CliSimulate, LayoutsTheStepCannotBuildAreRefusedBeforeWork) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      // Grouped-query attention runs on the fused attention op only.
+      {"--group-query-attention --num-query-groups 2", {"num_query_groups = 2", "use_flash_attn"}},
+      // tp 2 over one key/value head: Megatron-Core's classic rule, groups % tp == 0.
+      {"--use-flash-attn --group-query-attention --num-query-groups 1 "
+       "--tensor-model-parallel-size 2 --world-size 2",
+       {"num_query_groups = 1", "multiple of tensor_model_parallel_size = 2"}},
+      // The step's heads are hidden / heads wide (1024 / 16 = 64).
+      {"--kv-channels 32", {"kv_channels = 32", "hidden_size / num_attention_heads"}},
+  };
+  for (const auto& [flags, expect] : cases) {
+    const auto r = run("simulate --quiet " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    for (const auto& text : expect)
+      EXPECT_NE(r.output.find(text), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("xbt"), std::string::npos) << r.output;
+  }
+  // search varies the layout: it prunes the candidates the step cannot build, saying why.
+  const auto s = run("search --quiet --jobs 1 --top 1 " + cases[1].first);
+  EXPECT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("invalid: num_query_groups: must be a multiple of "
+                          "tensor_model_parallel_size"),
+            std::string::npos)
+      << s.output;
+}
+
+const std::string kTinyTrain =
+    "train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+    "--max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --vocab-size 512 "
+    "--threads 1 ";
+
+TEST(CliTrain, LayoutsTheStepCannotBuildAreRefusedBeforeMpiStarts) {
+  const auto r = run(kTinyTrain + "--train-iters 1 --group-query-attention --num-query-groups 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("num_query_groups = 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use_flash_attn"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+}
+
+// An error a single process meets once MPI runs (here loading a checkpoint of another
+// model) is printed as any command's error, with exit code 2, not MPI's abort banner.
+TEST(CliTrain, ASingleProcessReportsItsErrorWithoutMpisAbortBanner) {
+  const auto dir = tandem::testing::fresh_dir("cli_train_single_error");
+  const auto ckpt = (dir / "ckpt").string();
+  const auto saved = run(kTinyTrain + "--train-iters 1 --save " + ckpt);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const auto r = run(kTinyTrain + "--train-iters 2 --load " + ckpt + " --ffn-hidden-size 128");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("load = model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("different model configuration"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0:"), std::string::npos) << r.output;  // MpiRuntime::abort's
+}
+
+// A run shorter than its log interval printed nothing; it now ends with Megatron's
+// "[after training is done]" line: the iterations reached, the last loss, the wall time.
+TEST(CliTrain, SaysWhatItDidAtTheEndWhateverTheLogInterval) {
+  const auto r = run(kTinyTrain + "--train-iters 3 --log-interval 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("lm loss: "), std::string::npos) << r.output;  // no interval reached
+  EXPECT_NE(r.output.find("[after training is done]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("iterations: 3/3 | steps run: 3 | last loss: "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("elapsed time (s): "), std::string::npos) << r.output;
 }
 
 // --trace-ops: one slice per Device op, named and shaped as a real run's trace has them
