@@ -116,6 +116,42 @@ TEST(TraceSvg, DrawsRowsSlicesAndLabels) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
 }
 
+// A large run stays a small drawing: ranks with identical timelines share one row named
+// after the ranks it stands for (and the drawing says so), and slices narrower than a
+// pixel are merged per pixel column. 32 ranks of 2000 slices each, two distinct timelines
+// (even and odd ranks): drawn one rectangle per slice, it was about 10 MB.
+TEST(TraceSvg, CollapsesIdenticalRanksAndMergesSubPixelSlices) {
+  Trace t;
+  for (int r = 0; r < 32; ++r) {
+    t.name_process(r, "rank " + std::to_string(r), r);
+    t.name_thread(r, trace_thread::compute, "compute", 0);
+    for (int i = 0; i < 2000; ++i)  // 1 us each, 1 us apart (odd ranks start 0.5 us later)
+      t.add_slice({i % 2 ? "B" + std::to_string(i) : "F" + std::to_string(i),
+                   "",
+                   r,
+                   trace_thread::compute,
+                   Seconds((2.0 * i + 0.5 * (r % 2)) * 1e-6),
+                   Seconds(1e-6),
+                   {}});
+  }
+  const auto svg = render_trace_svg(t.to_json());
+  EXPECT_LT(svg.size(), 200'000u) << svg.size();
+  EXPECT_NE(svg.find("32 ranks drawn as 2 distinct timelines"), std::string::npos);
+  EXPECT_NE(svg.find(">ranks 0, 2, 4, 6, 8, … (16) · compute"), std::string::npos);
+  EXPECT_NE(svg.find(">ranks 1, 3, 5, 7, 9, … (16) · compute"), std::string::npos);
+  EXPECT_NE(svg.find("<title>ranks 0, 2, 4, 6, 8, 10,"), std::string::npos);  // the whole list
+  EXPECT_NE(svg.find("slices narrower than 2 px"), std::string::npos);
+  EXPECT_NE(svg.find("#3b6fb6"), std::string::npos);  // forward and backward still coloured
+  EXPECT_NE(svg.find("#e8772e"), std::string::npos);
+  // Consecutive ranks collapse into ranges.
+  Trace same;
+  for (int r = 0; r < 6; ++r) {
+    same.name_process(r, "rank " + std::to_string(r), r);
+    same.add_slice({"F0", "", r, 0, Seconds(0), Seconds(1e-3), {}});
+  }
+  EXPECT_NE(render_trace_svg(same.to_json()).find(">ranks 0-5 (6) · "), std::string::npos);
+}
+
 TEST(TraceSvg, EscapesMarkup) {
   Trace t;
   t.name_process(0, "a<b & c>", 0);
