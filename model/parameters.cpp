@@ -129,7 +129,7 @@ void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vect
 
 int ParameterSet::add(ParameterSpec spec) {
   if (values_.storage) throw std::logic_error("ParameterSet: add after allocate");
-  Parameter p{std::move(spec), Shape{}, 0, 0, Tensor{}, Tensor{}};
+  Parameter p{std::move(spec), Shape{}, 0, 0, Tensor{}, Tensor{}, Tensor{}, chunk_};
   p.local_shape = local_shape_of(p.spec, tp_size_);
   params_.push_back(std::move(p));
   return static_cast<int>(params_.size()) - 1;
@@ -145,7 +145,8 @@ std::int64_t round_up(std::int64_t n, std::int64_t to) {
 
 // Megatron-Core's DistributedOptimizer._compute_per_buffer_param_layout: parameters in
 // reverse order, each start aligned, a bucket closed once its parameters span
-// bucket_elements (or around a parameter of its own), its end padded.
+// bucket_elements (or around a parameter of its own, or where another model chunk's
+// parameters begin: Megatron's buffer per chunk), its end padded.
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel) {
   if (layout.pad_to < 1 || layout.expert_pad_to < 1 || layout.param_align < 1)
@@ -166,8 +167,12 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
       Parameter& p = params[static_cast<std::size_t>(i)];
       if (p.spec.expert != experts) continue;
       const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
+      if (open && params[static_cast<std::size_t>(buckets.back().params.back())].chunk != p.chunk)
+        close(offset);  // the previous chunk's buffer ends
       offset = round_up(offset, layout.param_align);
       if (alone && open) close(offset);
+      const std::int64_t bucket_elements =
+          p.chunk == 0 || layout.bucket_every_chunk ? layout.bucket_elements : 0;
       if (!open) {
         buckets.push_back({bucket_start, bucket_start, {}, experts});
         open = true;
@@ -175,8 +180,7 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
       p.value_offset = p.grad_offset = offset;
       offset += p.local_shape.numel();
       buckets.back().params.push_back(i);
-      if (alone ||
-          (layout.bucket_elements > 0 && offset - buckets.back().begin >= layout.bucket_elements))
+      if (alone || (bucket_elements > 0 && offset - buckets.back().begin >= bucket_elements))
         close(offset);
     }
     if (open) close(offset);  // the experts' buffer starts after the others' last bucket

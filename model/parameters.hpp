@@ -57,6 +57,7 @@ struct Parameter {
   Tensor grad;                    // fp32 main gradient
   Tensor compute;  // what forward and backward read: a 16-bit copy of value under mixed
                    // precision (Megatron's bf16/fp16 model params), else value itself
+  int chunk = 0;   // the model chunk (virtual pipeline stage) that registered it
 };
 
 // How the buffers are cut into buckets: Megatron-Core's bucket_size and padding
@@ -69,6 +70,10 @@ struct BufferLayout {
   int pad_to = 1;         // every bucket's end is padded to a multiple of this (elements)
   int expert_pad_to = 1;  // … of this for the experts' buckets
   int param_align = 1;    // every parameter starts at a multiple of this (elements)
+  // Megatron-Core wraps each model chunk in a DDP of its own: a bucket never spans two
+  // chunks, and bucket_elements cuts chunk 0 only (Megatron disables bucketing for later
+  // chunks: each is one bucket) unless this is set.
+  bool bucket_every_chunk = false;
   // Parameters that get a bucket of their own: Megatron's shared embedding with the
   // distributed optimizer, so the first and last stage shard it alike.
   std::function<bool(const ParameterSpec&)> own_bucket;
@@ -86,8 +91,10 @@ class ParameterSet {
  public:
   ParameterSet(int tp_size, int tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
 
-  // Registration phase: returns the parameter's index.
+  // Registration phase: returns the parameter's index. Parameters added after
+  // begin_chunk(c) belong to model chunk c (0 until then).
   int add(ParameterSpec spec);
+  void begin_chunk(int chunk) { chunk_ = chunk; }
   // Lays the parameters out in buckets, allocates the two buffers on `device` and makes
   // every parameter a view into them.
   // With a 16-bit `compute` dtype a third buffer holds the model's 16-bit copy of the
@@ -116,6 +123,7 @@ class ParameterSet {
 
  private:
   int tp_size_, tp_rank_;
+  int chunk_ = 0;  // of the parameters being added
   std::vector<Parameter> params_;
   std::vector<BufferBucket> buckets_;
   std::int64_t numel_ = 0;

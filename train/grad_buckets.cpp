@@ -36,7 +36,9 @@ BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
   const auto& p = s.parallelism;
   const int dp_cp = ctx.sizes.dp * ctx.sizes.cp;
   std::int64_t bucket = 0;  // Megatron's bucket_size None: one bucket
-  if (p.overlap_grad_reduce)
+  // Off the first pipeline stage Megatron does not bucket either (its dp reduction is not
+  // on the critical path there), nor chunks after the first (BufferLayout's default).
+  if (p.overlap_grad_reduce && ctx.coords.pp == 0)
     bucket = p.ddp_num_buckets ? num_parameters / *p.ddp_num_buckets
                                : p.ddp_bucket_size.value_or(default_ddp_bucket_size(dp_cp));
   BufferLayout layout{.bucket_elements = bucket};

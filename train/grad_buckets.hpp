@@ -38,12 +38,14 @@ std::int64_t bucket_end_divisor(int dp, bool pad_for_high_nccl_busbw);
 
 // Megatron-Core's gradient-buffer layout for this rank (`num_parameters`: the elements of all
 // its model chunks, for ddp_num_buckets). Buckets of ddp_bucket_size (default above) with
-// overlap_grad_reduce, else one. With the distributed optimizer every parameter starts at a
-// multiple of 64 elements, every bucket ends at a multiple of bucket_end_divisor(dp·cp)
-// (the experts' of the expert-dp size), and the word embedding tied across pipeline stages
-// (pp > 1, not untied: Megatron's shared_embedding) gets a bucket of its own, so the first
-// and last stage shard it alike and the embedding-group all-reduce adds matching slices.
-// Without it there is no padding and no bucket of its own (_compute_default_per_buffer_
+// overlap_grad_reduce, else one; only on the first pipeline stage, and only in its first
+// model chunk (Megatron-Core's per_chunk_bucket_sizes: later chunks and later stages reduce
+// each chunk as one bucket, a bucket never spanning two chunks). With the distributed optimizer
+// every parameter starts at a multiple of 64 elements, every bucket ends at a multiple of
+// bucket_end_divisor(dp·cp) (the experts' of the expert-dp size), and the word embedding tied
+// across pipeline stages (pp > 1, not untied: Megatron's shared_embedding) gets a bucket of its
+// own, so the first and last stage shard it alike and the embedding-group all-reduce adds matching
+// slices. Without it there is no padding and no bucket of its own (_compute_default_per_buffer_
 // param_layout).
 BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
                                 std::int64_t num_parameters);

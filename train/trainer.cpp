@@ -189,10 +189,12 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   const auto& t = scenario.training;
   const int vpp = virtual_pipeline_size(scenario);
   const Recompute recompute = parse_recompute(t.recompute_granularity);
-  for (int c = 0; c < vpp; ++c)
+  for (int c = 0; c < vpp; ++c) {
+    params_.begin_chunk(c);
     chunks_.push_back(std::make_unique<GptChunk>(
         params_, dims_, plan_chunk(dims_.num_layers, ctx.sizes.pp, vpp, ctx.coords.pp, c),
         recompute));
+  }
   const auto& par = scenario.parallelism;
   const int dp = ctx.sizes.dp * ctx.sizes.cp;
   const bool experts = scenario.model.num_experts.has_value();

@@ -153,6 +153,11 @@ dp3_layouts=(
   "6|--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
 )
 family dp3 dp3 dp3_layouts
+# Interleaved at dp 2 with overlapped buckets: only the first stage's first chunk is cut
+# into buckets, every other chunk is one (Megatron-Core's per-chunk buffers).
+check interleaved_buckets "$reference" "$work/reference" 4 --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce \
+  --ddp-bucket-size 20000
 # Without gradient-accumulation fusion (a fresh weight gradient per microbatch, added to the
 # buffer after each chunk's first backward of the step): the fused run's losses and
 # parameters, alone, over dp with overlapped buckets, and interleaved (two chunks a rank).

@@ -16,8 +16,8 @@
 namespace tandem {
 namespace {
 
-ParallelContext context(int world, int pp = 1, int ep = 1) {
-  return make_parallel_context(make_layout({.world_size = world, .pp = pp, .ep = ep}), 0);
+ParallelContext context(int world, int pp = 1, int ep = 1, int rank = 0) {
+  return make_parallel_context(make_layout({.world_size = world, .pp = pp, .ep = ep}), rank);
 }
 
 // Replicated 1-D parameters of `sizes` in registration order (the buffer lays them out
@@ -181,6 +181,44 @@ TEST(GradBufferLayout, TiedEmbeddingAcrossStagesHasABucketOfItsOwn) {
     auto params = parameters({1000, 10, 30}, names);
     const Laid l = lay(params, grad_buffer_layout(scenario, ctx, 0));
     EXPECT_EQ(l.buckets.size(), 1u);
+  }
+}
+
+// Megatron-Core buckets only the first model chunk of the first pipeline stage
+// (per_chunk_bucket_sizes); every chunk is a buffer of its own. Bucket 500, dp 2 (pad
+// 128); registration chunk 0: a (300), b (300); chunk 1: c (300), d (300) → d, c, b, a.
+//   chunk 1 (one bucket): d [0, 300), c [320, 620) → [0, 640); chunk 0 (500): b [640,
+//   940), a at 960, 1260 − 640 ≥ 500 → [640, 1280). Off the first stage chunk 0 is one
+//   bucket too — the same ranges here, as both chunks fit — and with a bucket of 200 the
+//   first stage cuts chunk 0 after b: [640, 1024), then a [1024, 1324) → [1024, 1408).
+TEST(GradBufferLayout, OnlyTheFirstChunkOfTheFirstStageIsBucketed) {
+  auto chunked = [] {
+    auto params = parameters({300, 300, 300, 300});
+    params[2].chunk = params[3].chunk = 1;
+    return params;
+  };
+  Scenario s = distributed(500);
+  s.parallelism.pipeline_model_parallel_size = 2;
+  s.model.untie_embeddings_and_output_weights = true;
+  {
+    auto params = chunked();
+    const Laid l = lay(params, grad_buffer_layout(s, context(4, 2), 0));
+    EXPECT_EQ(ranges(l), (std::vector<Range>{{0, 640}, {640, 1280}}));
+    EXPECT_EQ(params[0].grad_offset, 960);
+  }
+  s.parallelism.ddp_bucket_size = 200;
+  {
+    auto params = chunked();
+    const Laid l = lay(params, grad_buffer_layout(s, context(4, 2), 0));
+    EXPECT_EQ(ranges(l), (std::vector<Range>{{0, 640}, {640, 1024}, {1024, 1408}}));
+  }
+  {
+    const ParallelContext second_stage = context(4, 2, 1, 2);
+    ASSERT_EQ(second_stage.coords.pp, 1);
+    EXPECT_EQ(grad_buffer_layout(s, second_stage, 0).bucket_elements, 0);
+    auto params = chunked();
+    const Laid l = lay(params, grad_buffer_layout(s, second_stage, 0));
+    EXPECT_EQ(ranges(l), (std::vector<Range>{{0, 640}, {640, 1280}}));
   }
 }
 
