@@ -248,8 +248,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
-      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp,
-      grad_reduce_dtype(t));
+      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp, grad_reduce_dtype(t));
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
 }
