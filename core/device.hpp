@@ -354,12 +354,6 @@ class Device {
   // where the host issued. Real bindings may synchronize the stream to answer.
   virtual std::chrono::steady_clock::time_point trace_time(Stream& s) = 0;
 
-  // A per-layer profiler takes a timestamp (ModelEnv::host_layer_timestamps: vTrain's
-  // cuptiActivityFlushAll(0), which flushes the host's activity buffers and does not
-  // synchronize the device). Host time only: the simulator charges the preset's
-  // host_layer_timestamp on its host issue clock; real bindings do nothing.
-  virtual void host_layer_timestamp(Stream& /*s*/) {}
-
   // Host → device: `produce` writes the t.numel() values into the host span it is given.
   // The sim binding never calls it (phantom tensors hold no data), so producing host data
   // costs nothing in a simulation of a model that would not fit in memory.

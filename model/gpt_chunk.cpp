@@ -180,7 +180,7 @@ Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
   Tensor x = plan_.pre_process ? embed(env, mb) : input;
   for (std::size_t i = 0; i < layers_.size(); ++i) x = layers_[i].forward(env, x, s.layers[i]);
   if (!plan_.post_process) return x;
-  if (env.host_sync_output_layer) env.stream.synchronize();
+  if (env.observer) env.observer->around_output_layer(env.stream);
   head_forward(env, x, s);
   return Tensor{};
 }
@@ -197,7 +197,7 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
     if (hook_) hook_->on_grads_ready(microbatch, indices);
   };
   Tensor g = plan_.post_process ? head_backward(env, s, loss_scale) : grad_output;
-  if (plan_.post_process && env.host_sync_output_layer) env.stream.synchronize();
+  if (plan_.post_process && env.observer) env.observer->around_output_layer(env.stream);
   if (plan_.post_process) {
     // The tied word embedding is final only after the embedding's backward, when this
     // chunk holds both.

@@ -21,6 +21,7 @@
 #include "core/communicator.hpp"
 #include "core/device.hpp"
 #include "model/parameters.hpp"
+#include "model/step_observer.hpp"
 
 namespace tandem {
 
@@ -45,15 +46,9 @@ struct ModelEnv {
   // together make a layer's, over which the tokens are exchanged (model/moe_layer.hpp).
   Communicator* ep = nullptr;
   Communicator* tp_ep = nullptr;  // the tp × ep ranks (Megatron's allgather dispatcher)
-  // The host waits for the stream at the start of each layer pass (TrainingConfig::
-  // host_sync_per_layer: a per-layer profiler's effect, not Megatron's).
-  bool host_sync_per_layer = false;
-  // The host takes a profiler timestamp at the start of each layer pass (TrainingConfig::
-  // host_layer_timestamps; Device::host_layer_timestamp): host time, no sync.
-  bool host_layer_timestamps = false;
-  // The host waits for the stream before the output layer's forward and after its backward
-  // (TrainingConfig::host_sync_output_layer).
-  bool host_sync_output_layer = false;
+  // Hooks on the layer boundaries for what is not the step's own (model/step_observer.hpp:
+  // a measured run's profiler, priced by the simulator); null: none.
+  StepObserver* observer = nullptr;
   // Megatron's --attention-dropout on the attention probabilities (0: none). The mask
   // follows from the seed, the microbatch (set by the stage program before each pass, so
   // the recomputed forward and the backward see the forward's) and the layer.

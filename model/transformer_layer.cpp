@@ -307,8 +307,7 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
                                      bool keep_probs) {
   Device& d = env.device;
   Stream& s = env.stream;
-  if (env.host_sync_per_layer) s.synchronize();
-  if (env.host_layer_timestamps) d.host_layer_timestamp(s);
+  if (env.observer) env.observer->layer_pass(s);
   a.input = x;
   a.ln1_out = allocate_like(env, x.shape);
   norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
@@ -358,8 +357,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Device& d = env.device;
   Stream& s = env.stream;
   if (recompute_ == Recompute::full) forward_all(env, a.input, a, true);
-  if (env.host_sync_per_layer) s.synchronize();
-  if (env.host_layer_timestamps) d.host_layer_timestamp(s);
+  if (env.observer) env.observer->layer_pass(s);
   const std::int64_t C = dims_.hidden, hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
   if (!dims_.options.flash_attn && a.probs.shape.dims().empty()) {
     // selective: recompute the attention core

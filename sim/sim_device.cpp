@@ -154,7 +154,7 @@ void SimDevice::host_waited() {
   host_waited_ = std::max(host_waited_, sim_now());
 }
 
-void SimDevice::host_layer_timestamp(Stream& /*s*/) {
+void SimDevice::host_layer_timestamp() {
   host_work(options_.host.layer_timestamp, "layer timestamp");
 }
 

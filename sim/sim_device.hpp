@@ -118,8 +118,10 @@ class SimDevice : public Device {
   Stream& default_stream() override { return *default_stream_; }
   std::unique_ptr<Stream> create_stream(std::string name) override;
   std::unique_ptr<Event> create_event() override;
-  // Books "layer timestamp" host work (HostCosts::layer_timestamp).
-  void host_layer_timestamp(Stream& s) override;
+  // A per-layer profiler takes a timestamp (vTrain's cuptiActivityFlushAll(0), which
+  // flushes the host's activity buffers and does not synchronize the device): the preset's
+  // host_layer_timestamp on the host issue clock (sim/profiler_effects.hpp calls it).
+  void host_layer_timestamp();
   std::chrono::steady_clock::time_point trace_time(Stream& s) override;
 
   void upload(Stream& s, Tensor& t, const ProduceFloats& produce) override;

@@ -17,6 +17,7 @@
 #include "schedules/layout.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/platform.hpp"
+#include "sim/profiler_effects.hpp"
 #include "sim/sim_communicator.hpp"
 #include "sim/simgrid_config.hpp"
 #include "train/run_trace.hpp"
@@ -50,6 +51,7 @@ struct RankRun {
   std::map<GroupKind, std::unique_ptr<TracingCommunicator>> traced;
   std::unique_ptr<SimCommunicator> world;
   RunTrace trace;
+  std::unique_ptr<ProfilerEffects> profiler;  // a measured run's profiler; null: none
   std::unique_ptr<Trainer> trainer;
   double start = 0;
   std::vector<double> iteration_ends;
@@ -312,7 +314,9 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
         "rank " + std::to_string(rank), world.host(rank),
         [&rr, &s, &samples, groups, &o, &world, rank] {
           try {
-            rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr);
+            rr.profiler = profiler_effects(s.training, *rr.device);
+            rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr,
+                                                   rr.profiler.get());
             rr.trainer->set_trace(&rr.trace);
             rr.device->default_stream().synchronize();
             rr.world->barrier();

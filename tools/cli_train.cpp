@@ -150,6 +150,16 @@ void run_training(TrainOptions& o) {
   check_trainable(s, launched, o.device);
   validate(s);
   check_step_supports(s);  // layouts the step cannot build, before MPI starts
+  // A measured run's profiler effects are the simulator's adapter's (sim/profiler_effects.hpp),
+  // not part of the step a real run trains.
+  for (const auto& [field, set] :
+       {std::pair{"training.host_sync_per_layer", s.training.host_sync_per_layer},
+        std::pair{"training.host_layer_timestamps", s.training.host_layer_timestamps},
+        std::pair{"training.host_sync_output_layer", s.training.host_sync_output_layer}})
+    if (set)
+      throw ConfigError(field, "true",
+                        "a measured run's profiler effect, which only tandem simulate prices; "
+                        "tandem train runs the step without it");
   check_device_flag(o.device);
   const auto data = build_data(o, s);  // reads and checks every data file
   if (!o.trace.empty()) {

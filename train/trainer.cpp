@@ -174,7 +174,7 @@ TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& grou
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
                  TrainerGroups groups, const data::SampleDataset& train,
-                 const data::SampleDataset* valid)
+                 const data::SampleDataset* valid, StepObserver* observer)
     : scenario_((check_step_supports(scenario), scenario)),
       ctx_(ctx),
       device_(device),
@@ -227,12 +227,10 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
                parse_cp_comm_type(scenario.parallelism.cp_comm_type),
                groups_.ep,
                groups_.tp_ep,
-               scenario.training.host_sync_per_layer};
+               observer};
   env.attention_dropout = static_cast<float>(scenario.model.attention_dropout);
   env.hidden_dropout = static_cast<float>(scenario.model.hidden_dropout);
   env.dropout_seed = static_cast<std::uint64_t>(t.seed);
-  env.host_layer_timestamps = t.host_layer_timestamps;
-  env.host_sync_output_layer = t.host_sync_output_layer;
   env.gradient_accumulation_fusion = t.gradient_accumulation_fusion;
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   env.bias_gelu_fusion = t.bias_gelu_fusion;

@@ -17,6 +17,7 @@
 #include "core/parallel_context.hpp"
 #include "core/scenario.hpp"
 #include "model/optimizer.hpp"
+#include "model/step_observer.hpp"
 #include "schedules/microbatches.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gpt_stage_program.hpp"
@@ -65,8 +66,11 @@ struct StepResult {
 
 class Trainer {
  public:
+  // `observer` (may be null; outlives the trainer) gets the step's layer hooks: a binding's
+  // instrumentation that is not the step's own (model/step_observer.hpp).
   Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
-          TrainerGroups groups, const data::SampleDataset& train, const data::SampleDataset* valid);
+          TrainerGroups groups, const data::SampleDataset& train, const data::SampleDataset* valid,
+          StepObserver* observer = nullptr);
   ~Trainer();
 
   StepResult train_step();

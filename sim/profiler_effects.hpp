@@ -1,0 +1,50 @@
+// The measured-run adapter's side of the step: what a profiler around a measured run did to
+// it, priced on the sim binding through the step's layer hooks (model/step_observer.hpp),
+// so the training step itself knows nothing of profilers. A scenario asks for these with
+// TrainingConfig's host_sync_per_layer, host_layer_timestamps and host_sync_output_layer;
+// `tandem validate` sets them for vTrain's rows (tools/measured_runs.cpp), whose trainer
+// flushed CUPTI's buffers at each layer's start and end and synchronized around the output
+// layer.
+#pragma once
+
+#include <memory>
+
+#include "core/scenario.hpp"
+#include "model/step_observer.hpp"
+#include "sim/sim_device.hpp"
+
+namespace tandem::sim {
+
+class ProfilerEffects : public StepObserver {
+ public:
+  ProfilerEffects(const TrainingConfig& t, SimDevice& device)
+      : device_(device),
+        sync_per_layer_(t.host_sync_per_layer),
+        timestamps_(t.host_layer_timestamps),
+        sync_output_layer_(t.host_sync_output_layer) {}
+
+  // The host waits for the stream (host_sync_per_layer), then takes a timestamp: host time,
+  // no sync (host_layer_timestamps).
+  void layer_pass(Stream& s) override {
+    if (sync_per_layer_) s.synchronize();
+    if (timestamps_) device_.host_layer_timestamp();
+  }
+  // The host waits for the stream before the output layer's forward and after its backward.
+  void around_output_layer(Stream& s) override {
+    if (sync_output_layer_) s.synchronize();
+  }
+
+ private:
+  SimDevice& device_;
+  bool sync_per_layer_, timestamps_, sync_output_layer_;
+};
+
+// The observer a scenario asks for, or null when it sets none of the three.
+inline std::unique_ptr<ProfilerEffects> profiler_effects(const TrainingConfig& t,
+                                                         SimDevice& device) {
+  if (!t.host_sync_per_layer && !t.host_layer_timestamps && !t.host_sync_output_layer)
+    return nullptr;
+  return std::make_unique<ProfilerEffects>(t, device);
+}
+
+}  // namespace tandem::sim
