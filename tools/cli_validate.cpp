@@ -132,10 +132,13 @@ void run_measured(const ValidateCliOptions& o) {
   for (const MeasuredRun* run : runs) topologies.insert(run->scenario.cluster.topology);
   for (const auto& name : topologies) {
     if (name.empty()) continue;
+    std::map<std::string, std::string> by_rows;  // rows → the parameters fitted on them
     for (const auto& [parameter, fitted] : load_topology(name).fitted_on)
       if (fitted.set == set)
-        std::cout << "fitted on " << set << ": " << name << " " << parameter << " (" << fitted.rows
-                  << ")\n";
+        by_rows[fitted.rows] += (by_rows[fitted.rows].empty() ? "" : ", ") + parameter;
+    for (const auto& [rows, parameters] : by_rows)
+      std::cout << "fitted on " << set << " (" << rows << "): " << name << " " << parameters
+                << "\n";
   }
   if (!o.json.empty()) {
     nlohmann::json j = to_json(result);

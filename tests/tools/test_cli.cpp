@@ -391,6 +391,21 @@ TEST(CliTrain, LayoutsTheStepCannotBuildAreRefusedBeforeMpiStarts) {
   EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
 }
 
+// A measured run's profiler effects are priced by the simulator's adapter only: tandem
+// train refuses a scenario that asks for them, naming the field, before any work.
+TEST(CliTrain, ProfilerEffectsOfMeasuredRunsAreRefused) {
+  const auto dir = tandem::testing::fresh_dir("cli_train_profiler_fields");
+  const auto file = dir / "profiled.json";
+  tandem::testing::write(file, R"({"model": {"num_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "seq_length": 32, "vocab_size": 512},
+    "training": {"micro_batch_size": 2, "global_batch_size": 4, "train_iters": 1,
+                 "host_layer_timestamps": true}})");
+  const auto r = run("train " + file.string() + " --mock-data --threads 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.host_layer_timestamps = true"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("only tandem simulate prices"), std::string::npos) << r.output;
+}
+
 // An error a single process meets once MPI runs (here loading a checkpoint of another
 // model) is printed as any command's error, with exit code 2, not MPI's abort banner.
 TEST(CliTrain, ASingleProcessReportsItsErrorWithoutMpisAbortBanner) {
