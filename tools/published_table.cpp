@@ -307,9 +307,13 @@ ValidationResult compare_with_reports(const PublishedTable& table,
   std::map<std::string, std::vector<double>> errors, set_errors;
   std::vector<double> all;
   bool target_complete = true;
+  std::set<std::string> timed;  // scenarios with an iteration_time row
+  for (const auto& p : table.rows)
+    if (p.metric == "iteration_time") timed.insert(p.scenario);
   for (const auto& p : table.rows) {
     const MetricSpec& spec = *find_metric(p.metric);
     ValidationRow row{p, std::nullopt, std::nullopt, std::nullopt, spec.informational};
+    row.counted = !spec.informational && !(spec.throughput && timed.count(p.scenario));
     const auto it = reports.find(p.scenario);
     if (it != reports.end() && it->second.contains(spec.report_key)) {
       row.predicted = it->second.at(spec.report_key).get<double>() * spec.scale;
@@ -320,10 +324,12 @@ ValidationResult compare_with_reports(const PublishedTable& table,
             spec.throughput ? (*row.predicted > 0 ? (p.value / *row.predicted - 1) * 100.0
                                                   : std::numeric_limits<double>::infinity())
                             : *row.error_percent;
-        set_errors[p.set].push_back(std::abs(*row.time_error_percent));
-        all.push_back(std::abs(*row.time_error_percent));
+        if (row.counted) {
+          set_errors[p.set].push_back(std::abs(*row.time_error_percent));
+          all.push_back(std::abs(*row.time_error_percent));
+        }
       }
-    } else if (!spec.informational) {
+    } else if (row.counted) {
       target_complete = false;
     }
     result.rows.push_back(row);
@@ -386,7 +392,9 @@ std::string format_validation(const ValidationResult& r,
                                   row.predicted ? readable(*row.predicted) : "failed",
                                   row.error_percent ? fixed(*row.error_percent, 1) : "-",
                                   row.time_error_percent ? fixed(*row.time_error_percent, 1) : "-",
-                                  row.informational ? "(informational)" : ""};
+                                  row.informational ? "(informational)"
+                                  : row.counted     ? ""
+                                                    : "(the same run as its time row)"};
     if (several_sets) line.insert(line.begin(), row.published.set);
     cells.push_back(line);
   }
@@ -451,6 +459,7 @@ nlohmann::json to_json(const ValidationResult& r,
                     {"error_percent", optional(row.error_percent)},
                     {"time_error_percent", optional(row.time_error_percent)},
                     {"informational", row.informational},
+                    {"counted", row.counted},
                     {"source", row.published.source}});
   nlohmann::json summary = nlohmann::json::object();
   for (const auto& [metric, s] : r.summary) summary[metric] = summary_json(s);

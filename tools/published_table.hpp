@@ -69,6 +69,10 @@ struct ValidationRow {
   // predicted − 1 for a throughput (TFLOP/s, MFU, tokens/s at the same FLOPs and tokens).
   std::optional<double> time_error_percent;
   bool informational = false;
+  // Whether the time error counts in the summaries and the target: a throughput row of a
+  // scenario that also has an iteration_time row is the same run read twice, so only its
+  // time counts (one run, one error).
+  bool counted = true;
 };
 
 struct MetricSummary {

