@@ -420,11 +420,13 @@ std::string format_validation(const ValidationResult& r,
   all.push_back("");
   sets.push_back(all);
   out << aligned(sets, 1, true);
-  for (const auto& [set, list] : fitted)
-    if (!r.sets.count(set))
-      for (const auto& f : list)
-        out << "(" << f.topology << " " << f.parameter << " was fitted on " << set
-            << ", not in this table)\n";
+  for (const auto& [set, list] : fitted) {
+    if (r.sets.count(set)) continue;
+    std::string names;
+    for (const auto& f : list)
+      names += (names.empty() ? "" : ", ") + f.topology + " " + f.parameter;
+    out << "(fitted on " << set << ", not in this table: " << names << ")\n";
+  }
   auto bound = [](double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v);
