@@ -1,7 +1,6 @@
 // Hooks on the training step's layer boundaries, for effects that are not the step's own: a
-// binding may hang a measured run's instrumentation on them (the simulator's measured-run
-// adapter prices a per-layer profiler's syncs and timestamps, sim/profiler_effects.hpp).
-// The step calls them and does not know what they do; without an observer nothing happens.
+// binding may hang its own instrumentation on them. The step calls them and does not know
+// what they do; without an observer nothing happens.
 #pragma once
 
 #include "core/device.hpp"

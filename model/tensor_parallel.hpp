@@ -46,8 +46,8 @@ struct ModelEnv {
   // together make a layer's, over which the tokens are exchanged (model/moe_layer.hpp).
   Communicator* ep = nullptr;
   Communicator* tp_ep = nullptr;  // the tp × ep ranks (Megatron's allgather dispatcher)
-  // Hooks on the layer boundaries for what is not the step's own (model/step_observer.hpp:
-  // a measured run's profiler, priced by the simulator); null: none.
+  // Hooks on the layer boundaries for what is not the step's own (model/step_observer.hpp);
+  // null: none.
   StepObserver* observer = nullptr;
   // Megatron's --attention-dropout on the attention probabilities (0: none). The mask
   // follows from the seed, the microbatch (set by the stage program before each pass, so
