@@ -277,10 +277,7 @@ HalfSummary summarize(const std::vector<double>& abs_errors) {
     h.max_abs_error_percent = std::max(h.max_abs_error_percent, e);
   }
   h.mean_abs_error_percent = sum / static_cast<double>(abs_errors.size());
-  std::vector<double> sorted = abs_errors;
-  std::sort(sorted.begin(), sorted.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(0.95 * static_cast<double>(sorted.size())));
-  h.p95_abs_error_percent = sorted[std::max<std::size_t>(rank, 1) - 1];
+  h.p95_abs_error_percent = nearest_rank_p95(abs_errors);
   return h;
 }
 

@@ -7,6 +7,19 @@
 namespace tandem {
 namespace {
 
+// 2026-11-22 04:05:06 local time, the timestamp both log lines are checked with.
+std::time_t at_2026_11_22_04_05_06() {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 22;
+  tm.tm_hour = 4;
+  tm.tm_min = 5;
+  tm.tm_sec = 6;
+  tm.tm_isdst = -1;
+  return std::mktime(&tm);
+}
+
 TEST(MegatronLog, IterationLine) {
   IterationLog l{.iteration = 12,
                  .train_iters = 500,
@@ -20,15 +33,7 @@ TEST(MegatronLog, IterationLine) {
                  .grad_norm = 2.71828,
                  .skipped_iterations = 0,
                  .nan_iterations = 0};
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 22;
-  tm.tm_hour = 4;
-  tm.tm_min = 5;
-  tm.tm_sec = 6;
-  tm.tm_isdst = -1;
-  const std::time_t t = std::mktime(&tm);
+  const std::time_t t = at_2026_11_22_04_05_06();
   EXPECT_EQ(format_iteration_log(l, t),
             " [2026-11-22 04:05:06] iteration       12/     500 | consumed samples:          384 | "
             "elapsed time per iteration (ms): 1234.6 | throughput per GPU (TFLOP/s/GPU): 0.0 | "
@@ -53,15 +58,7 @@ TEST(MegatronLog, PerplexityExponentCappedAt20) {
 // The end-of-run line: said whatever the log interval, and free of what log parsers grep
 // for in the iteration lines ("lm loss: ", "iteration N/"), so they count it as none.
 TEST(MegatronLog, TrainingDoneLine) {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 22;
-  tm.tm_hour = 4;
-  tm.tm_min = 5;
-  tm.tm_sec = 6;
-  tm.tm_isdst = -1;
-  const std::time_t t = std::mktime(&tm);
+  const std::time_t t = at_2026_11_22_04_05_06();
   const std::string line = format_training_done({.iterations = 3,
                                                  .train_iters = 3,
                                                  .steps_run = 3,
