@@ -1,0 +1,224 @@
+// FP8 numerics (kernels/math/fp8.hpp) on values worked out by hand: exact codes, ties to
+// even in the normal and subnormal ranges, the carry from the largest subnormal into the
+// smallest normal, saturation, NaN and inf; every code round-trips; random values encode to
+// the nearest entry of the format's table (found by brute force); the recipes' scales.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/fp8.hpp"
+#include "kernels/math/fp8.hpp"
+
+namespace tandem::kernels::math {
+namespace {
+
+constexpr auto e4m3 = Fp8Format::e4m3;
+constexpr auto e5m2 = Fp8Format::e5m2;
+
+TEST(Fp8, E4m3ExactValues) {
+  EXPECT_EQ(fp8_encode(1.0f, e4m3), 0x38);  // 0 0111 000
+  EXPECT_EQ(fp8_encode(0.5f, e4m3), 0x30);
+  EXPECT_EQ(fp8_encode(-2.0f, e4m3), 0xc0);
+  EXPECT_EQ(fp8_encode(1.25f, e4m3), 0x3a);
+  EXPECT_EQ(fp8_encode(448.0f, e4m3), 0x7e);                // 0 1111 110: the largest finite
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -6), e4m3), 0x08);  // smallest normal
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -9), e4m3), 0x01);  // smallest subnormal
+  EXPECT_EQ(fp8_encode(0.0f, e4m3), 0x00);
+  EXPECT_EQ(fp8_encode(-0.0f, e4m3), 0x80);
+  EXPECT_EQ(fp8_decode(0x7e, e4m3), 448.0f);
+  EXPECT_EQ(fp8_decode(0x01, e4m3), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_decode(0x07, e4m3), 7.0f * std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_decode(0xb8, e4m3), -1.0f);
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7f, e4m3)));
+  EXPECT_TRUE(std::isnan(fp8_decode(0xff, e4m3)));
+}
+
+TEST(Fp8, E4m3TiesToEven) {
+  EXPECT_EQ(fp8_encode(1.0625f, e4m3), 0x38);  // 1 + 1/16: between 1.000 and 1.125 → 1.000
+  EXPECT_EQ(fp8_encode(1.1875f, e4m3), 0x3a);  // 1 + 3/16: between 1.125 and 1.25 → 1.25
+  EXPECT_EQ(fp8_encode(1.07f, e4m3), 0x39);    // just above the tie
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -10), e4m3), 0x00);   // 0.5 of the least code
+  EXPECT_EQ(fp8_encode(std::ldexp(1.5f, -10), e4m3), 0x01);   // 0.75
+  EXPECT_EQ(fp8_encode(std::ldexp(3.0f, -10), e4m3), 0x02);   // 1.5 → 2 (even)
+  EXPECT_EQ(fp8_encode(std::ldexp(5.0f, -10), e4m3), 0x02);   // 2.5 → 2 (even)
+  EXPECT_EQ(fp8_encode(std::ldexp(15.0f, -10), e4m3), 0x08);  // 7.5 sub → smallest normal
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -11), e4m3), 0x00);   // a quarter of it
+}
+
+TEST(Fp8, E4m3Saturates) {
+  EXPECT_EQ(fp8_encode(464.0f, e4m3), 0x7e);  // the tie with 480 (not a value) goes to 448
+  EXPECT_EQ(fp8_encode(470.0f, e4m3), 0x7e);
+  EXPECT_EQ(fp8_encode(1e9f, e4m3), 0x7e);
+  EXPECT_EQ(fp8_encode(-1e9f, e4m3), 0xfe);
+  EXPECT_EQ(fp8_encode(std::numeric_limits<float>::infinity(), e4m3), 0x7e);
+  EXPECT_EQ(fp8_encode(-std::numeric_limits<float>::infinity(), e4m3), 0xfe);
+  EXPECT_EQ(fp8_encode(std::numeric_limits<float>::quiet_NaN(), e4m3) & 0x7f, 0x7f);
+}
+
+TEST(Fp8, E5m2ExactValuesAndSaturation) {
+  EXPECT_EQ(fp8_encode(1.0f, e5m2), 0x3c);  // 0 01111 00
+  EXPECT_EQ(fp8_encode(57344.0f, e5m2), 0x7b);
+  EXPECT_EQ(fp8_encode(61440.0f, e5m2), 0x7b);  // the tie with 65536 (inf) saturates
+  EXPECT_EQ(fp8_encode(1e9f, e5m2), 0x7b);
+  EXPECT_EQ(fp8_encode(std::numeric_limits<float>::infinity(), e5m2), 0x7b);
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -16), e5m2), 0x01);
+  EXPECT_EQ(fp8_encode(std::ldexp(1.0f, -14), e5m2), 0x04);
+  EXPECT_EQ(fp8_encode(1.125f, e5m2), 0x3c);  // between 1.00 and 1.25 → 1.00
+  EXPECT_EQ(fp8_encode(1.375f, e5m2), 0x3e);  // between 1.25 and 1.5 → 1.5
+  EXPECT_EQ(fp8_decode(0x7c, e5m2), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fp8_decode(0xfc, e5m2), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7d, e5m2)));
+  EXPECT_EQ(fp8_decode(0x7b, e5m2), 57344.0f);
+}
+
+bool is_special(std::uint8_t code, Fp8Format f) {
+  const int m = code & 0x7f;
+  return f == e4m3 ? m == 0x7f : m >= 0x7c;
+}
+
+TEST(Fp8, EveryFiniteCodeRoundTrips) {
+  for (auto f : {e4m3, e5m2})
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<std::uint8_t>(c);
+      if (is_special(code, f)) continue;
+      EXPECT_EQ(fp8_encode(fp8_decode(code, f), f), code) << c;
+    }
+}
+
+// The nearest finite table entry by brute force; ties to the even code.
+std::uint8_t nearest_by_search(float x, Fp8Format f) {
+  int best = -1;
+  double best_distance = 0;
+  for (int c = 0; c < 128; ++c) {
+    const auto code = static_cast<std::uint8_t>(c);
+    if (is_special(code, f)) continue;
+    const double d = std::fabs(std::fabs(static_cast<double>(x)) - fp8_decode(code, f));
+    if (best < 0 || d < best_distance || (d == best_distance && (c & 1) == 0)) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return static_cast<std::uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
+}
+
+TEST(Fp8, RandomValuesEncodeToTheNearestEntry) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mantissa(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-20, 17);
+  for (auto f : {e4m3, e5m2})
+    for (int i = 0; i < 20000; ++i) {
+      const float x = std::ldexp(mantissa(rng), exponent(rng));
+      if (std::fabs(x) > fp8_max(f)) continue;  // saturation is tested above
+      ASSERT_EQ(fp8_encode(x, f), nearest_by_search(x, f)) << x;
+    }
+}
+
+TEST(Fp8, E8m0) {
+  EXPECT_EQ(e8m0_decode(127), 1.0f);
+  EXPECT_EQ(e8m0_decode(254), std::ldexp(1.0f, 127));
+  EXPECT_EQ(e8m0_decode(0), std::ldexp(1.0f, -127));
+  EXPECT_TRUE(std::isnan(e8m0_decode(255)));
+  EXPECT_EQ(e8m0_from_exponent(-3), 124);
+  EXPECT_EQ(e8m0_from_exponent(-500), 0);
+}
+
+TEST(Fp8, RecipeScales) {
+  // Delayed: 448 / 2 / 2^margin; the old scale kept for amax 0, inf or NaN.
+  EXPECT_EQ(delayed_scale(2.0f, 1.0f, 448.0f, 0), 224.0f);
+  EXPECT_EQ(delayed_scale(2.0f, 1.0f, 448.0f, 1), 112.0f);
+  EXPECT_EQ(delayed_scale(0.0f, 3.0f, 448.0f, 0), 3.0f);
+  EXPECT_EQ(delayed_scale(std::numeric_limits<float>::infinity(), 3.0f, 448.0f, 0), 3.0f);
+  EXPECT_EQ(delayed_scale(std::numeric_limits<float>::quiet_NaN(), 3.0f, 448.0f, 0), 3.0f);
+  // Current: 448 / amax, 1 for a zero tensor.
+  EXPECT_EQ(current_scale(448.0f, 448.0f), 1.0f);
+  EXPECT_EQ(current_scale(0.0f, 448.0f), 1.0f);
+  EXPECT_EQ(current_scale(3.5f, 57344.0f), 16384.0f);
+  // Block: the power of two at or below 448 / amax.
+  EXPECT_EQ(block_scale(3.0f, 448.0f), 128.0f);  // 149.3 → 128
+  EXPECT_EQ(block_scale(448.0f, 448.0f), 1.0f);
+  EXPECT_EQ(block_scale(449.0f, 448.0f), 0.5f);
+  EXPECT_EQ(block_scale(0.0f, 448.0f), 1.0f);
+  // MX: 2^(floor(log2 amax) − emax), emax 8 (E4M3) or 15 (E5M2).
+  EXPECT_EQ(mx_scale_code(448.0f, e4m3), 127);  // 2^0
+  EXPECT_EQ(mx_scale_code(1.0f, e4m3), 119);    // 2^−8
+  EXPECT_EQ(mx_scale_code(1.9f, e4m3), 119);
+  EXPECT_EQ(mx_scale_code(1.0f, e5m2), 112);  // 2^−15
+  EXPECT_EQ(mx_scale_code(0.0f, e4m3), 0);
+  EXPECT_EQ(floor_log2(std::ldexp(1.0f, -140)), -140);  // an fp32 subnormal
+}
+
+// The cpu kernels: per-tensor with a given scale, current scaling, 1×128 / 128×128 blocks
+// and MX blocks of 32, each element against fp8_round with its block's scale.
+TEST(Fp8, QuantizeKernels) {
+  const std::int64_t rows = 130, cols = 260;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  x[5] = 40.0f;  // one outlier in the first block row
+  std::vector<std::uint8_t> codes(x.size());
+  std::vector<float> out(x.size());
+  for (auto mode : {cpu::Fp8Blocks{0, 0}, cpu::Fp8Blocks{1, 128}, cpu::Fp8Blocks{128, 128},
+                    cpu::Fp8Blocks{1, 32}, cpu::Fp8Blocks{32, 1}}) {
+    for (auto mx : {false, true}) {
+      if (mx && mode.cols != 32 && mode.rows != 32) continue;
+      const auto grid = cpu::fp8_scale_grid(rows, cols, mode);
+      std::vector<float> scale_inv(static_cast<std::size_t>(grid.rows * grid.cols));
+      cpu::fp8_quantize({.input = x.data(),
+                         .rows = rows,
+                         .cols = cols,
+                         .format = e4m3,
+                         .blocks = mode,
+                         .mx = mx,
+                         .given_scale = 0},
+                        codes.data(), scale_inv.data(), nullptr);
+      cpu::fp8_dequantize(codes.data(), scale_inv.data(), rows, cols, e4m3, mode, out.data());
+      auto block_of = [&](std::int64_t r, std::int64_t c) {
+        return (mode.rows ? r / mode.rows : 0) * grid.cols + (mode.cols ? c / mode.cols : 0);
+      };
+      std::vector<float> amax(scale_inv.size(), 0.0f);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+          float& m = amax[static_cast<std::size_t>(block_of(r, c))];
+          m = std::max(m, std::fabs(x[static_cast<std::size_t>(r * cols + c)]));
+        }
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto b = static_cast<std::size_t>(block_of(r, c));
+          const float scale = mx ? 1.0f / e8m0_decode(mx_scale_code(amax[b], e4m3))
+                              : mode.rows || mode.cols ? block_scale(amax[b], 448.0f)
+                                                       : current_scale(amax[b], 448.0f);
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          ASSERT_EQ(scale_inv[b], 1.0f / scale);
+          ASSERT_EQ(out[i], fp8_round(x[i], scale, 1.0f / scale, e4m3)) << r << ' ' << c;
+        }
+      if (!mode.rows && !mode.cols) break;
+    }
+  }
+}
+
+TEST(Fp8, GivenScaleAndAmax) {
+  const std::vector<float> x = {1.0f, -3.0f, 0.5f, 1000.0f};
+  std::vector<std::uint8_t> codes(4);
+  float scale_inv = 0, amax = 0;
+  cpu::fp8_quantize({.input = x.data(),
+                     .rows = 1,
+                     .cols = 4,
+                     .format = e4m3,
+                     .blocks = {},
+                     .mx = false,
+                     .given_scale = 2.0f},
+                    codes.data(), &scale_inv, &amax);
+  EXPECT_EQ(amax, 1000.0f);
+  EXPECT_EQ(scale_inv, 0.5f);
+  EXPECT_EQ(codes[0], fp8_encode(2.0f, e4m3));
+  EXPECT_EQ(codes[1], fp8_encode(-6.0f, e4m3));
+  EXPECT_EQ(codes[3], 0x7e);  // 2000 saturates
+}
+
+}  // namespace
+}  // namespace tandem::kernels::math
