@@ -1,5 +1,5 @@
 // The small pieces of topology.hpp that are code: which peak rate an op's dtype gets,
-// fabric names, and which NIC a GPU sends through.
+// fabric names, which NIC a GPU sends through, and how many GPUs share NVLink.
 #include "topology/topology.hpp"
 
 #include <stdexcept>
@@ -16,6 +16,10 @@ FlopsPerSecond GpuSpec::peak(Precision p) const {
       return peak_bf16;
     case Precision::fp16:
       return peak_fp16;
+    case Precision::fp8:
+      return peak_fp8;
+    case Precision::fp4:
+      return peak_fp4;
   }
   throw std::logic_error("unknown precision");
 }
@@ -53,6 +57,10 @@ int nic_of_gpu(const Topology& t, int local_rank) {
   const auto nic =
       static_cast<std::int64_t>(local_rank) * t.fabric.nics_per_node / t.node.gpus_per_node;
   return static_cast<int>(nic);
+}
+
+int gpus_per_nvlink_domain(const Topology& t) {
+  return t.nvlink_domain.gpus > 0 ? t.nvlink_domain.gpus : t.node.gpus_per_node;
 }
 
 }  // namespace tandem

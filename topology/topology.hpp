@@ -1,8 +1,9 @@
 // The hardware a simulation runs on: one GPU model, a node of several of them joined by
-// NVLink/NVSwitch, and an inter-node fabric of NICs. Plain structs in SI units (the unit
-// types of core/units.hpp); presets and files give them in the units datasheets use
-// (TFLOP/s, GB/s, µs) and topology_json.cpp converts. Every number carries its source,
-// because a simulator is only as good as the figures it is fed:
+// NVLink/NVSwitch, optionally an NVLink domain of several nodes (GB200 NVL72: 18 trays of 4
+// GPUs on one NVSwitch fabric), and a fabric of NICs between nodes. Plain structs in SI units (the
+// unit types of core/units.hpp); presets and files give them in the units datasheets use (TFLOP/s,
+// GB/s, µs) and topology_json.cpp converts. Every number carries its source, because a simulator is
+// only as good as the figures it is fed:
 //
 //   Topology dgx = load_topology("dgx-a100-80g");
 //   dgx.gpu.peak(DType::bf16)            // FlopsPerSecond(312e12)
@@ -32,8 +33,9 @@ struct LinkSpec {
 // "estimate: …" for numbers to be replaced by calibration.
 using Sources = std::map<std::string, std::string>;
 
-// The arithmetic rates a GPU offers: tf32 only for fp32 GEMMs that opt into it.
-enum class Precision { fp32, tf32, bf16, fp16 };
+// The arithmetic rates a GPU offers: tf32 only for fp32 GEMMs that opt into it; fp8 and fp4
+// only on GPUs whose tensor cores have them (Hopper: fp8; Blackwell: fp8 and fp4).
+enum class Precision { fp32, tf32, bf16, fp16, fp8, fp4 };
 
 struct GpuSpec {
   std::string name;                   // "A100-SXM4-80GB"
@@ -41,6 +43,8 @@ struct GpuSpec {
   FlopsPerSecond peak_tf32{};         // dense, tensor cores
   FlopsPerSecond peak_bf16{};         // dense, tensor cores
   FlopsPerSecond peak_fp16{};         // dense, tensor cores
+  FlopsPerSecond peak_fp8{};          // dense, tensor cores; 0: none (A100)
+  FlopsPerSecond peak_fp4{};          // dense, tensor cores; 0: none (A100, H100)
   BytesPerSecond memory_bandwidth{};  // HBM, read + write combined
   Bytes memory{};                     // device memory capacity
   int sm_count = 0;                   // streaming multiprocessors (CPU: cores per rank)
@@ -89,6 +93,7 @@ struct GpuSpec {
   // The dense peak for an op computing in `dtype`: fp32 → the CUDA-core rate (cuBLAS
   // does not use TF32 unless asked), bf16/fp16 → tensor cores, integers → fp32 rate.
   FlopsPerSecond peak(DType dtype) const;
+  // The dense peak of a precision; 0 for fp8 or fp4 on a GPU without them.
   FlopsPerSecond peak(Precision p) const;
 
   bool operator==(const GpuSpec&) const = default;
@@ -102,6 +107,17 @@ struct NodeSpec {
   Sources sources;
 
   bool operator==(const NodeSpec&) const = default;
+};
+
+// NVLink beyond one host: GPUs of several consecutive nodes (trays) on one NVSwitch fabric,
+// so that they talk at NVLink speed and NCCL treats them as one node (its multi-node
+// NVLink "clique": NVLS and rings over NVLink, NICs only between domains). GB200 NVL72: 18
+// trays of 4 GPUs, gpus = 72. Absent (gpus = 0), a domain is one node, as on DGX systems.
+struct NvlinkDomainSpec {
+  int gpus = 0;  // GPUs per domain, a multiple of node.gpus_per_node; 0: the node
+  Sources sources;
+
+  bool operator==(const NvlinkDomainSpec&) const = default;
 };
 
 enum class FabricKind {
@@ -185,6 +201,7 @@ struct Topology {
   std::string description;
   GpuSpec gpu;
   NodeSpec node;
+  NvlinkDomainSpec nvlink_domain;
   FabricSpec fabric;
   NcclSpec nccl;
   // "section.key" (e.g. "gpu.gemm_peak_fraction") → where it was fitted. Every other
@@ -198,5 +215,8 @@ std::string_view fabric_kind_name(FabricKind k);  // "fat-tree", "rail-optimized
 
 // The NIC (0-based, within the node) GPU `local_rank` sends through.
 int nic_of_gpu(const Topology& t, int local_rank);
+
+// GPUs joined by NVLink: nvlink_domain.gpus, or the node's GPUs without a domain section.
+int gpus_per_nvlink_domain(const Topology& t);
 
 }  // namespace tandem

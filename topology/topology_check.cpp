@@ -26,6 +26,7 @@ constexpr Bound kLink{0.01, 1e5, "GB/s", "a link between 10 MB/s and 100 TB/s pe
 constexpr Bound kNic{0.01, 1e4, "GB/s", "a NIC between 10 MB/s and 10 TB/s per direction"};
 constexpr Bound kGpusPerNode{1, 4096, "", "at most 4096 GPUs in one node"};
 constexpr Bound kNics{0, 256, "", "at most 256 NICs per node"};
+constexpr Bound kNvlinkDomain{1, 576, "", "NVLink 5 switches join at most 576 GPUs in one domain"};
 constexpr Bound kOversubscription{1, 1000, "", "a fabric core oversubscribed at most 1000:1"};
 
 // A number the JSON gave beyond 1.8e299 GB/s overflows to inf in SI units: say so, rather
@@ -55,6 +56,8 @@ std::vector<Violation> topology_bound_violations(const Topology& t) {
   check(out, "gpu.peak_tflops.tf32", g.peak_tf32.value / kTera, kPeak);
   check(out, "gpu.peak_tflops.bf16", g.peak_bf16.value / kTera, kPeak);
   check(out, "gpu.peak_tflops.fp16", g.peak_fp16.value / kTera, kPeak);
+  if (g.peak_fp8.value != 0) check(out, "gpu.peak_tflops.fp8", g.peak_fp8.value / kTera, kPeak);
+  if (g.peak_fp4.value != 0) check(out, "gpu.peak_tflops.fp4", g.peak_fp4.value / kTera, kPeak);
   check(out, "gpu.hbm_bandwidth_gbs", g.memory_bandwidth.value / kGiga, kHbm);
   check(out, "gpu.memory_gib", static_cast<double>(g.memory.value) / kGiB, kMemory);
   check(out, "gpu.sm_count", g.sm_count, kSms);
@@ -64,6 +67,8 @@ std::vector<Violation> topology_bound_violations(const Topology& t) {
   check(out, "node.gpus_per_node", t.node.gpus_per_node, kGpusPerNode);
   check(out, "node.gpu_link_gbs", t.node.gpu_link.bandwidth.value / kGiga, kLink);
   check(out, "node.gpu_link_latency_us", t.node.gpu_link.latency.value / kMicro, kLatency);
+  if (t.nvlink_domain.gpus != 0)
+    check(out, "nvlink_domain.gpus", t.nvlink_domain.gpus, kNvlinkDomain);
   check(out, "fabric.nics_per_node", t.fabric.nics_per_node, kNics);
   if (t.fabric.nics_per_node > 0)
     check(out, "fabric.nic_gbs", t.fabric.nic.bandwidth.value / kGiga, kNic);

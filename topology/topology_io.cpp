@@ -210,6 +210,11 @@ const std::vector<std::string>& node_keys() {
   return keys;
 }
 
+const std::vector<std::string>& nvlink_domain_keys() {
+  static const std::vector<std::string> keys = {"gpus", "source"};
+  return keys;
+}
+
 const std::vector<std::string>& fabric_keys() {
   static const std::vector<std::string> keys = {"kind",           "nics_per_node",    "nic_gbs",
                                                 "nic_latency_us", "oversubscription", "source"};
@@ -245,12 +250,19 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   if (!s.ok()) return g;
   g.name = s.text("name");
   if (const json* peaks = s.find("peak_tflops")) {
-    Section p(*peaks, s.field("peak_tflops"), {"fp32", "tf32", "bf16", "fp16"}, out);
+    Section p(*peaks, s.field("peak_tflops"), {"fp32", "tf32", "bf16", "fp16", "fp8", "fp4"}, out);
     if (p.ok()) {
       g.peak_fp32 = FlopsPerSecond(p.number("fp32", Range::positive) * kTera);
       g.peak_tf32 = FlopsPerSecond(p.number("tf32", Range::positive) * kTera);
       g.peak_bf16 = FlopsPerSecond(p.number("bf16", Range::positive) * kTera);
       g.peak_fp16 = FlopsPerSecond(p.number("fp16", Range::positive) * kTera);
+      // Optional: a GPU without FP8 (A100) or FP4 (A100, H100) tensor cores leaves them out.
+      auto optional_peak = [&](std::string_view key) {
+        return FlopsPerSecond(
+            p.body().contains(std::string(key)) ? p.number(key, Range::positive) * kTera : 0.0);
+      };
+      g.peak_fp8 = optional_peak("fp8");
+      g.peak_fp4 = optional_peak("fp4");
     }
   }
   g.memory_bandwidth = BytesPerSecond(s.number("hbm_bandwidth_gbs", Range::positive) * kGiga);
@@ -310,6 +322,36 @@ NodeSpec read_node(const json& body, Violations& out) {
   n.gpu_link.latency = Seconds(s.number("gpu_link_latency_us", Range::non_negative) * kMicro);
   n.sources = s.sources();
   return n;
+}
+
+// "nvlink_domain": {"gpus": 72}: consecutive nodes whose GPUs share one NVSwitch fabric.
+// The rules that tie it to the node section are checked once both are read.
+NvlinkDomainSpec read_nvlink_domain(const json& body, Violations& out) {
+  Section s(body, "nvlink_domain", nvlink_domain_keys(), out);
+  NvlinkDomainSpec d;
+  if (!s.ok()) return d;
+  d.gpus = s.integer("gpus", Range::at_least_one);
+  d.sources = s.sources();
+  return d;
+}
+
+// A domain holds whole nodes, more than one, joined by NVLink switches.
+void check_nvlink_domain(const Topology& t, Violations& out) {
+  const int gpus = t.nvlink_domain.gpus, per_node = t.node.gpus_per_node;
+  if (gpus < 1 || per_node < 1) return;  // already reported
+  const std::string value = std::to_string(gpus);
+  if (gpus % per_node != 0)
+    out.push_back({"nvlink_domain.gpus", value,
+                   "must be a multiple of node.gpus_per_node (" + std::to_string(per_node) +
+                       "): a domain holds whole nodes"});
+  else if (gpus == per_node)
+    out.push_back({"nvlink_domain.gpus", value,
+                   "must be larger than node.gpus_per_node (" + std::to_string(per_node) +
+                       "): a domain of one node is the node; leave nvlink_domain out"});
+  if (t.node.interconnect != "nvswitch")
+    out.push_back({"nvlink_domain.gpus", value,
+                   "needs node.interconnect \"nvswitch\" (it is \"" + t.node.interconnect +
+                       "\"): only NVLink switches join the GPUs of several nodes"});
 }
 
 FabricSpec read_fabric(const json& body, Violations& out) {
@@ -503,6 +545,7 @@ std::map<std::string, FittedParameter> read_fitted_on(const json& top, Violation
     const std::map<std::string, const std::vector<std::string>*> sections = {
         {"gpu", &gpu_keys()},
         {"node", &node_keys()},
+        {"nvlink_domain", &nvlink_domain_keys()},
         {"fabric", &fabric_keys()},
         {"nccl", &nccl_keys()}};
     const auto known = sections.find(section);
@@ -529,21 +572,32 @@ std::map<std::string, FittedParameter> read_fitted_on(const json& top, Violation
 Topology parse_topology(const nlohmann::json& j, std::string_view source) {
   Violations out;
   Topology t;
-  Section top(j, "", {"name", "description", "gpu", "node", "fabric", "nccl", "fitted_on"}, out);
+  Section top(
+      j, "", {"name", "description", "gpu", "node", "nvlink_domain", "fabric", "nccl", "fitted_on"},
+      out);
   if (top.ok()) {
     t.name = top.text("name");
     if (j.contains("description")) t.description = top.text("description");
     if (const json* g = top.find("gpu")) t.gpu = read_gpu(*g, out);
     if (const json* n = top.find("node")) t.node = read_node(*n, out);
+    if (j.contains("nvlink_domain")) {  // optional: without it a domain is one node
+      t.nvlink_domain = read_nvlink_domain(j.at("nvlink_domain"), out);
+      check_nvlink_domain(t, out);
+    }
     if (const json* f = top.find("fabric")) t.fabric = read_fabric(*f, out);
     if (j.contains("nccl")) t.nccl = read_nccl(j.at("nccl"), out);  // optional
     if (j.contains("fitted_on")) t.fitted_on = read_fitted_on(j, out);
+    // NCCL sees an NVLink domain as one node: a measured table holds groups inside one.
+    const bool domain = t.nvlink_domain.gpus > 0;
+    const int limit = domain ? t.nvlink_domain.gpus : t.node.gpus_per_node;
     for (const auto& [ranks, rows] : t.nccl.measured_all_reduce_busbw)
-      if (t.node.gpus_per_node > 0 && ranks > t.node.gpus_per_node)
-        out.push_back(
-            {"nccl.measured_all_reduce_busbw_gbs." + std::to_string(ranks), std::to_string(ranks),
-             "must be at most node.gpus_per_node (" + std::to_string(t.node.gpus_per_node) +
-                 "): the table is for groups inside one node"});
+      if (limit > 0 && ranks > limit)
+        out.push_back({"nccl.measured_all_reduce_busbw_gbs." + std::to_string(ranks),
+                       std::to_string(ranks),
+                       domain ? "must be at most nvlink_domain.gpus (" + std::to_string(limit) +
+                                    "): the table is for groups inside one NVLink domain"
+                              : "must be at most node.gpus_per_node (" + std::to_string(limit) +
+                                    "): the table is for groups inside one node"});
   }
   if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
   check_topology_bounds(t, source);  // physical bounds (topology_check.hpp)
@@ -627,6 +681,8 @@ nlohmann::json to_json(const Topology& t) {
   optional("host_unfused_softmax_us", g.host_unfused_softmax.value / kMicro);
   optional("host_layer_timestamp_us", g.host_layer_timestamp.value / kMicro);
   if (g.host_waits_for_collectives) gpu["host_waits_for_collectives"] = true;
+  if (g.peak_fp8.value != 0) gpu["peak_tflops"]["fp8"] = tidy(g.peak_fp8.value / kTera);
+  if (g.peak_fp4.value != 0) gpu["peak_tflops"]["fp4"] = tidy(g.peak_fp4.value / kTera);
   json node = {{"gpus_per_node", t.node.gpus_per_node},
                {"interconnect", t.node.interconnect},
                {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},
@@ -640,6 +696,9 @@ nlohmann::json to_json(const Topology& t) {
                  {"source", sources_json(t.fabric.sources)}};
   json j = {{"name", t.name}, {"gpu", gpu}, {"node", node}, {"fabric", fabric}};
   if (!t.description.empty()) j["description"] = t.description;
+  if (t.nvlink_domain.gpus > 0)
+    j["nvlink_domain"] = {{"gpus", t.nvlink_domain.gpus},
+                          {"source", sources_json(t.nvlink_domain.sources)}};
   if (!t.fitted_on.empty()) {
     json fitted = json::object();
     for (const auto& [key, p] : t.fitted_on) fitted[key] = {{"set", p.set}, {"rows", p.rows}};

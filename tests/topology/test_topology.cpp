@@ -74,9 +74,10 @@ double nic_bytes_per_second(const std::string& note) {
   return std::stod(note.substr(start, at - start)) * 1e9 / 8;
 }
 
-TEST(TopologyPresets, NamesAreTheThreeShipped) {
+TEST(TopologyPresets, NamesAreTheSevenShipped) {
   EXPECT_EQ(topology_preset_names(),
-            (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-h100"}));
+            (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-b200", "dgx-b300",
+                                      "dgx-h100", "gb200-nvl72", "gb300-nvl72"}));
 }
 
 TEST(TopologyPresets, MatchPublishedHardwareFigures) {
@@ -96,6 +97,8 @@ TEST(TopologyPresets, MatchPublishedHardwareFigures) {
        }},
       {"tf32 tensor",
        [](const Topology& t, const CsvRow&) { return t.gpu.peak_tf32.value / 1e12; }},
+      {"dense fp8 tensor",
+       [](const Topology& t, const CsvRow&) { return t.gpu.peak(Precision::fp8).value / 1e12; }},
       {"fp32",
        [](const Topology& t, const CsvRow&) { return t.gpu.peak(DType::fp32).value / 1e12; }},
       {"HBM2e bandwidth",
@@ -122,7 +125,6 @@ TEST(TopologyPresets, MatchPublishedHardwareFigures) {
   };
   int checked = 0;
   for (const auto& row : parse_csv(kHardwareCsv)) {
-    if (row.figure == "dense fp8 tensor") continue;  // tandem computes in bf16 at most
     const auto part = by_part.find(row.part);
     const auto figure = figures.find(row.figure);
     ASSERT_NE(part, by_part.end()) << row.part;
@@ -131,24 +133,105 @@ TEST(TopologyPresets, MatchPublishedHardwareFigures) {
         << row.part << " " << row.figure;
     ++checked;
   }
-  EXPECT_EQ(checked, 16);
+  EXPECT_EQ(checked, 17);
+  // A100 has no FP8 tensor cores and no GPU here before Blackwell has FP4: absent, 0.
+  EXPECT_EQ(a100.gpu.peak(Precision::fp8).value, 0);
+  EXPECT_FALSE(to_json(a100)["gpu"]["peak_tflops"].contains("fp8"));
+  EXPECT_EQ(h100.gpu.peak(Precision::fp4).value, 0);
+  EXPECT_FALSE(to_json(h100)["gpu"]["peak_tflops"].contains("fp4"));
   EXPECT_EQ(a100.fabric.kind, FabricKind::fat_tree);
   EXPECT_EQ(h100.fabric.kind, FabricKind::rail_optimized);
 }
 
-TEST(TopologyPresets, EveryNumberOfTheDgxPresetsCitesASource) {
-  for (const char* name : {"dgx-a100-80g", "dgx-h100"}) {
+TEST(TopologyPresets, EveryNumberOfTheDgxAndNvlPresetsCitesASource) {
+  for (const char* name :
+       {"dgx-a100-80g", "dgx-h100", "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
     const Topology t = load_topology(name);
     const json j = to_json(t);
-    const std::map<std::string, const Sources*> sections = {{"gpu", &t.gpu.sources},
-                                                            {"node", &t.node.sources},
-                                                            {"fabric", &t.fabric.sources},
-                                                            {"nccl", &t.nccl.sources}};
+    std::map<std::string, const Sources*> sections = {{"gpu", &t.gpu.sources},
+                                                      {"node", &t.node.sources},
+                                                      {"fabric", &t.fabric.sources},
+                                                      {"nccl", &t.nccl.sources}};
+    if (j.contains("nvlink_domain")) sections["nvlink_domain"] = &t.nvlink_domain.sources;
     for (const auto& [section, sources] : sections)
       for (const auto& [key, value] : j.at(section).items()) {
         if (key == "name" || key == "source" || key == "interconnect") continue;
         EXPECT_TRUE(sources->contains(key)) << name << ": " << section << "." << key;
       }
+  }
+}
+
+// NVIDIA's datasheet figures per GPU as published, tensor rates with sparsity (TFLOP/s),
+// fp32 without: the presets hold the dense rates, half of each tensor figure.
+struct Datasheet {
+  const char* preset;
+  double fp4_sparse, fp8_sparse, bf16_sparse, tf32_sparse, fp32;
+  double hbm_gbs, memory_gb;
+  int gpus_per_node, nics_per_node;
+  double nic_gbit, nvlink_bidirectional_gbs;
+  int nvlink_domain;  // 0: the node
+};
+
+TEST(TopologyPresets, BlackwellPresetsHoldHalfTheDatasheetsSparsityFigures) {
+  // GB200 NVL72 / HGX B200 datasheet (per GPU); DGX B300 and GB300 NVL72 datasheets (FP4 with
+  // sparsity | dense: 144 | 108 PF per 8 GPUs, 1,440 | 1,080 PF per 72); GB200 trays: 4
+  // ConnectX-7 400 Gb/s, GB300 trays 4 ConnectX-8 800 Gb/s.
+  const std::vector<Datasheet> rows = {
+      {"dgx-b200", 18000, 9000, 4500, 2200, 75, 7700, 180, 8, 8, 400, 1800, 0},
+      {"dgx-b300", 2 * 108000 / 8.0, 9000, 4500, 2200, 75, 8000, 288, 8, 8, 800, 1800, 0},
+      {"gb200-nvl72", 20000, 10000, 5000, 2500, 80, 8000, 186, 4, 4, 400, 1800, 72},
+      {"gb300-nvl72", 2 * 1080000 / 72.0, 10000, 5000, 2500, 80, 576000 / 72.0, 279, 4, 4, 800,
+       130000 / 72.0, 72},
+  };
+  for (const auto& d : rows) {
+    const Topology t = load_topology(d.preset);
+    const GpuSpec& g = t.gpu;
+    EXPECT_NEAR(g.peak(Precision::fp4).value, d.fp4_sparse / 2 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.peak(Precision::fp8).value, d.fp8_sparse / 2 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.peak(DType::bf16).value, d.bf16_sparse / 2 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.peak(DType::fp16).value, d.bf16_sparse / 2 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.peak(Precision::tf32).value, d.tf32_sparse / 2 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.peak(DType::fp32).value, d.fp32 * 1e12, 1e9) << d.preset;
+    EXPECT_NEAR(g.memory_bandwidth.value, d.hbm_gbs * 1e9, 1e6) << d.preset;
+    EXPECT_EQ(g.memory.value, static_cast<std::int64_t>(d.memory_gb) << 30) << d.preset;
+    EXPECT_EQ(t.node.gpus_per_node, d.gpus_per_node) << d.preset;
+    EXPECT_EQ(t.fabric.nics_per_node, d.nics_per_node) << d.preset;
+    EXPECT_NEAR(t.fabric.nic.bandwidth.value, d.nic_gbit / 8 * 1e9, 1e3) << d.preset;
+    // 130 TB/s for 72 GPUs rounds 1.8 TB/s per GPU: within 0.5 %.
+    EXPECT_NEAR(t.node.gpu_link.bandwidth.value, d.nvlink_bidirectional_gbs / 2 * 1e9, 5e9)
+        << d.preset;
+    EXPECT_EQ(t.nvlink_domain.gpus, d.nvlink_domain) << d.preset;
+    EXPECT_EQ(gpus_per_nvlink_domain(t), d.nvlink_domain ? d.nvlink_domain : d.gpus_per_node);
+    // Peaks the datasheets give as "with sparsity" say so, and that the preset halves them.
+    EXPECT_NE(g.sources.at("peak_tflops").find("sparsity"), std::string::npos) << d.preset;
+  }
+}
+
+// What Hopper measured reaches Blackwell only with a stated reason: each such number equals
+// dgx-h100's and its source says it was carried over, and from where.
+TEST(TopologyPresets, BlackwellCarriesHopperMeasurementsOverOnlyWithAReason) {
+  const Topology h100 = load_topology("dgx-h100");
+  for (const char* name : {"dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
+    const Topology t = load_topology(name);
+    EXPECT_EQ(t.gpu.gemm_peak_fraction, h100.gpu.gemm_peak_fraction) << name;
+    EXPECT_EQ(t.gpu.memory_peak_fraction, h100.gpu.memory_peak_fraction) << name;
+    EXPECT_EQ(t.gpu.kernel_launch, h100.gpu.kernel_launch) << name;
+    EXPECT_EQ(t.gpu.host_kernel_issue, h100.gpu.host_kernel_issue) << name;
+    for (const char* key : {"gemm_peak_fraction", "memory_peak_fraction", "kernel_launch_us",
+                            "host_kernel_issue_us"}) {
+      const std::string& why = t.gpu.sources.at(key);
+      EXPECT_EQ(why.find("estimate, carried over from dgx-h100"), 0U) << name << " " << key;
+      EXPECT_NE(why.find("): "), std::string::npos) << name << " " << key << ": no reason";
+    }
+    // Fitted on one H100 GEMM: not carried over.
+    EXPECT_EQ(t.gpu.l2_bandwidth.value, 0) << name;
+    EXPECT_TRUE(t.fitted_on.empty()) << name;
+    // The nvls figure was measured on GB200 NVL72 and is carried to the others as an estimate.
+    EXPECT_EQ(t.nccl.sources.at("nvls_bus_gbs")
+                  .find(name == std::string("gb200-nvl72") ? "measured"
+                                                           : "estimate, carried over from GB200"),
+              0U)
+        << name;
   }
 }
 
@@ -168,7 +251,7 @@ TEST(TopologyPresets, CpuHostMarksItsNumbersAsEstimates) {
 
 TEST(TopologyPresets, EmbeddedTextEqualsTheFilesInTheRepository) {
   const auto dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "topology" / "presets";
-  ASSERT_EQ(embedded_presets().size(), 3U);
+  ASSERT_EQ(embedded_presets().size(), 7U);
   for (const auto& p : embedded_presets()) {
     std::ifstream in(dir / (std::string(p.name) + ".json"));
     ASSERT_TRUE(in) << p.name;
@@ -372,6 +455,77 @@ TEST(TopologyValidation, FittedParametersNameANumberASetAndRows) {
   EXPECT_EQ(count, 5U);
 }
 
+// The NVLink domain: optional (absent, the presets of one-node domains read and write as
+// before), and when present a whole number of nodes, more than one, on NVLink switches.
+TEST(TopologyNvlinkDomain, OptionalAndRoundTripped) {
+  for (const char* name : {"cpu-host", "dgx-a100-80g", "dgx-h100", "dgx-b200", "dgx-b300"}) {
+    const Topology t = load_topology(name);
+    EXPECT_EQ(t.nvlink_domain.gpus, 0) << name;
+    EXPECT_EQ(gpus_per_nvlink_domain(t), t.node.gpus_per_node) << name;
+    EXPECT_FALSE(to_json(t).contains("nvlink_domain")) << name;
+  }
+  const Topology nvl = load_topology("gb200-nvl72");
+  const json j = to_json(nvl);
+  EXPECT_EQ(j.at("nvlink_domain").at("gpus"), 72);
+  EXPECT_EQ(parse_topology(j).nvlink_domain, nvl.nvlink_domain);
+  EXPECT_EQ(gpus_per_nvlink_domain(nvl), 72);
+  EXPECT_EQ(nvl.node.gpus_per_node, 4);  // a tray is the node
+}
+
+TEST(TopologyNvlinkDomain, BrokenRulesNameFieldValueAndRule) {
+  json j = to_json(load_topology("gb200-nvl72"));
+  j["nvlink_domain"]["gpus"] = 70;
+  EXPECT_EQ(rejected(j).by_field.at("nvlink_domain.gpus").rule,
+            "must be a multiple of node.gpus_per_node (4): a domain holds whole nodes");
+  j["nvlink_domain"]["gpus"] = 4;
+  auto one = rejected(j).by_field.at("nvlink_domain.gpus");
+  EXPECT_EQ(one.value, "4");
+  EXPECT_EQ(one.rule,
+            "must be larger than node.gpus_per_node (4): a domain of one node is the node; leave "
+            "nvlink_domain out");
+  j["nvlink_domain"]["gpus"] = 0;
+  EXPECT_EQ(rejected(j).by_field.at("nvlink_domain.gpus").rule, "must be ≥ 1");
+  j["nvlink_domain"]["gpus"] = 72;
+  j["node"]["interconnect"] = "nvlink";
+  EXPECT_EQ(rejected(j).by_field.at("nvlink_domain.gpus").rule,
+            "needs node.interconnect \"nvswitch\" (it is \"nvlink\"): only NVLink switches join "
+            "the GPUs of several nodes");
+  j["node"]["interconnect"] = "nvswitch";
+  j["nvlink_domain"]["gpu"] = 72;
+  j["nvlink_domain"]["source"]["gpu"] = "typo";
+  const auto typo = rejected(j);
+  EXPECT_EQ(typo.by_field.at("nvlink_domain.gpu").rule, "unknown key; did you mean \"gpus\"?");
+  EXPECT_EQ(typo.by_field.at("nvlink_domain.source.gpu").rule,
+            "unknown key; did you mean \"gpus\"?");
+  EXPECT_EQ(typo.count, 2U);
+  j = to_json(load_topology("gb200-nvl72"));
+  j["nvlink_domain"] = 72;
+  EXPECT_EQ(rejected(j).by_field.at("nvlink_domain").rule,
+            "must be a JSON object, not a JSON number");
+  // Beyond what NVLink switches join: the physical bound (topology_check.hpp).
+  j = to_json(load_topology("gb200-nvl72"));
+  j["nvlink_domain"]["gpus"] = 1152;
+  const auto big = rejected(j).by_field.at("nvlink_domain.gpus");
+  EXPECT_EQ(big.value, "1152");
+  EXPECT_NE(big.rule.find("at most 576 GPUs in one domain"), std::string::npos) << big.rule;
+}
+
+TEST(TopologyNvlinkDomain, FittedOnAndMeasuredTablesKnowTheDomain) {
+  json j = to_json(load_topology("gb200-nvl72"));
+  j["fitted_on"]["nvlink_domain.gpus"] = {{"set", "x"}, {"rows", "all"}};
+  EXPECT_EQ(parse_topology(j).fitted_on.at("nvlink_domain.gpus").set, "x");
+  j["fitted_on"]["nvlink_domain.gpu"] = {{"set", "x"}, {"rows", "all"}};
+  EXPECT_TRUE(rejected(j).by_field.contains("fitted_on.nvlink_domain.gpu"));
+  // NCCL sees the domain as one node: a measured table may hold up to 72 GPUs, not 73.
+  j = to_json(load_topology("gb200-nvl72"));
+  j["nccl"]["measured_all_reduce_busbw_gbs"]["72"] = json::array({json::array({1024, 1.0})});
+  EXPECT_NO_THROW(parse_topology(j));
+  j["nccl"]["measured_all_reduce_busbw_gbs"]["73"] = json::array({json::array({1024, 1.0})});
+  EXPECT_EQ(rejected(j).by_field.at("nccl.measured_all_reduce_busbw_gbs.73").rule,
+            "must be at most nvlink_domain.gpus (72): the table is for groups inside one NVLink "
+            "domain");
+}
+
 TEST(TopologyValidation, NicsNeedBandwidth) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["fabric"]["nic_gbs"] = 0;
@@ -404,7 +558,9 @@ TEST(TopologyLoad, UnknownPresetSuggestsTheClosest) {
     EXPECT_EQ(e.violations()[0].field, "topology");
     EXPECT_EQ(e.violations()[0].value, "dgx-a100");
     EXPECT_NE(e.violations()[0].rule.find("did you mean \"dgx-a100-80g\"?"), std::string::npos);
-    EXPECT_NE(e.violations()[0].rule.find("cpu-host | dgx-a100-80g | dgx-h100"), std::string::npos);
+    EXPECT_NE(e.violations()[0].rule.find("cpu-host | dgx-a100-80g | dgx-b200 | dgx-b300 | "
+                                          "dgx-h100 | gb200-nvl72 | gb300-nvl72"),
+              std::string::npos);
   }
 }
 
