@@ -134,10 +134,17 @@ std::vector<NcclTestRow> run_nccl_tests(const Topology& topology, const NcclTest
 
 std::string format_nccl_tests(const Topology& topology, const NcclTestOptions& o,
                               const std::vector<NcclTestRow>& rows) {
-  const int nodes = (o.gpus + topology.node.gpus_per_node - 1) / topology.node.gpus_per_node;
+  auto count = [&](int per, const char* what) {
+    const int n = (o.gpus + per - 1) / per;
+    return std::to_string(n) + " " + what + (n > 1 ? "s" : "");
+  };
+  // "(18 nodes in 1 NVLink domain of gb200-nvl72)" where nodes share NVLink.
+  const std::string where = count(topology.node.gpus_per_node, "node") +
+                            (topology.nvlink_domain.gpus > 0
+                                 ? " in " + count(topology.nvlink_domain.gpus, "NVLink domain")
+                                 : std::string());
   std::string out = "# tandem nccl-tests: " + std::string(collective_name(o.collective)) + " on " +
-                    std::to_string(o.gpus) + " GPUs (" + std::to_string(nodes) + " node" +
-                    (nodes > 1 ? "s" : "") + " of " + topology.name + ")\n";
+                    std::to_string(o.gpus) + " GPUs (" + where + " of " + topology.name + ")\n";
   char line[256];
   std::snprintf(line, sizeof line, "#%13s %14s %6s %10s %8s %8s  %s\n", "size", "count", "type",
                 "time", "algbw", "busbw", "algorithm");

@@ -1,10 +1,12 @@
 // Building the SimGrid platform of platform.hpp, in one of two layouts. Fat tree (and a
-// single node): a star zone of full node zones, routes by table lookup. Rail-optimized: one
-// Dijkstra zone of hosts, node switches and rail routers joined by directed edges.
-// SimGrid's Dijkstra weighs an edge by its number of links and forbids empty edges, so
-// every edge carries at least one link and the intended path is the unique shortest one:
-// inside a node 2 links (vs 4 through a rail); same rail 4 (vs 5 over the spine); cross
-// rail 5 (vs 6 hopping through the node's GPU on the destination rail first).
+// single domain): a star zone of full zones, one per NVLink domain, routes by table lookup.
+// Rail-optimized: one Dijkstra zone of hosts, domain switches and rail routers joined by
+// directed edges. SimGrid's Dijkstra weighs an edge by its number of links and forbids
+// empty edges, so every edge carries at least one link and the intended path is the unique
+// shortest one: inside a domain 2 links (vs 4 through a rail); same rail 4 (vs 5 over the
+// spine); cross rail 5 (vs 6 hopping through the domain's GPU on the destination rail
+// first). Without an nvlink_domain section a domain is a node, and the zones, switches and
+// names are those of the node-by-node platform ("node-<n>").
 #include "sim/platform.hpp"
 
 #include <algorithm>
@@ -29,12 +31,18 @@ s4u::LinkInRoute down(s4u::Link* l) {
 void check(const Topology& t, int world_size) {
   if (world_size < 1)
     throw ConfigError("world_size", std::to_string(world_size), "must be at least 1");
-  const int gpn = t.node.gpus_per_node;
-  if (world_size > gpn && t.fabric.nics_per_node < 1)
+  const int per_domain = gpus_per_nvlink_domain(t);
+  const bool domain = t.nvlink_domain.gpus > 0;
+  if (world_size > per_domain && t.fabric.nics_per_node < 1)
     throw ConfigError("world_size", std::to_string(world_size),
-                      "needs more than one node of " + std::to_string(gpn) +
-                          " ranks, and topology " + t.name +
+                      "needs more than one " + std::string(domain ? "NVLink domain" : "node") +
+                          " of " + std::to_string(per_domain) + " ranks, and topology " + t.name +
                           " has no NICs (fabric.nics_per_node = 0)");
+}
+
+// "node-3" without a domain section (a domain is a node), "nvl-3" with one.
+std::string domain_name(const Topology& t, int domain) {
+  return (t.nvlink_domain.gpus > 0 ? "nvl-" : "node-") + std::to_string(domain);
 }
 
 // Links shared by both layouts: the NICs of every node and the fabric's core or spine.
@@ -61,21 +69,22 @@ s4u::Link* create_gpu_link(s4u::NetZone* zone, const Topology& t, int rank) {
       ->seal();
 }
 
-// Fat tree (and any single node): a star of node zones. Each node is a full zone of its
-// GPUs and a gateway router (GPU pairs: both GPU links; GPU ↔ gateway: GPU link + its
-// NIC); the star adds the core to every inter-node route (once: the star drops the
-// duplicate). Routes are table lookups, so nothing grows faster than the ranks.
+// Fat tree (and any single domain): a star of domain zones. Each NVLink domain is a full
+// zone of its GPUs and a gateway router (GPU pairs: both GPU links; GPU ↔ gateway: GPU link
+// + its node's NIC); the star adds the core to every inter-domain route (once: the star
+// drops the duplicate). Routes are table lookups, so nothing grows faster than the ranks
+// times the domain size.
 void build_hierarchical(const Topology& t, Platform& p, int nics) {
   auto* top = s4u::create_star_zone("tandem");
   create_fabric_links(top, t, p, nics);
   const double host_speed = t.gpu.peak_bf16.value;  // flop/s; compute is priced elsewhere
-  const int gpn = t.node.gpus_per_node;
-  for (int n = 0; n < p.nodes; ++n) {
-    auto* zone = s4u::create_full_zone("node-" + std::to_string(n));
+  const int per_domain = gpus_per_nvlink_domain(t);
+  for (int d = 0; d < p.nvlink_domains; ++d) {
+    auto* zone = s4u::create_full_zone(domain_name(t, d));
     zone->set_parent(top);
-    auto* gateway = zone->create_router("node-" + std::to_string(n) + "-gateway");
-    const int first = n * gpn;
-    const int last = std::min(first + gpn, p.world_size);  // one past
+    auto* gateway = zone->create_router(domain_name(t, d) + "-gateway");
+    const int first = d * per_domain;
+    const int last = std::min(first + per_domain, p.world_size);  // one past
     for (int r = first; r < last; ++r) {
       p.hosts.push_back(zone->create_host("rank-" + std::to_string(r), host_speed));
       p.gpu_links.push_back(create_gpu_link(zone, t, r));
@@ -89,7 +98,9 @@ void build_hierarchical(const Topology& t, Platform& p, int nics) {
                           nullptr, {up(gpu_a), down(p.gpu_links[static_cast<std::size_t>(b)])},
                           false);
       if (nics == 0) continue;
-      auto* nic = p.nic_links[static_cast<std::size_t>(n * nics + nic_of_gpu(t, a - first))];
+      const RankPlacement& at = p.placement[static_cast<std::size_t>(a)];
+      auto* nic =
+          p.nic_links[static_cast<std::size_t>(at.node * nics + nic_of_gpu(t, at.local_rank))];
       zone->add_route(from, gateway, nullptr, nullptr, {up(gpu_a), up(nic)}, false);
       zone->add_route(gateway, from, nullptr, nullptr, {down(nic), down(gpu_a)}, false);
     }
@@ -106,9 +117,9 @@ void build_hierarchical(const Topology& t, Platform& p, int nics) {
 void build_rail(const Topology& t, Platform& p, int nics) {
   auto* zone = s4u::create_dijkstra_zone("tandem", true);
   create_fabric_links(zone, t, p, nics);
-  std::vector<simgrid::kernel::routing::NetPoint*> switches;  // (nodes)
-  for (int n = 0; n < p.nodes; ++n)
-    switches.push_back(zone->create_router("node-" + std::to_string(n) + "-switch"));
+  std::vector<simgrid::kernel::routing::NetPoint*> switches;  // (nvlink_domains)
+  for (int d = 0; d < p.nvlink_domains; ++d)
+    switches.push_back(zone->create_router(domain_name(t, d) + "-switch"));
   std::vector<simgrid::kernel::routing::NetPoint*> rails;  // (nics)
   for (int i = 0; i < nics; ++i) rails.push_back(zone->create_router("rail-" + std::to_string(i)));
   for (int a = 0; a < nics; ++a)
@@ -122,7 +133,7 @@ void build_rail(const Topology& t, Platform& p, int nics) {
     p.hosts.push_back(host);
     p.gpu_links.push_back(gpu);
     auto* self = host->get_netpoint();
-    auto* sw = switches[static_cast<std::size_t>(place.node)];
+    auto* sw = switches[static_cast<std::size_t>(place.nvlink_domain)];
     zone->add_route(self, sw, nullptr, nullptr, {up(gpu)}, false);
     zone->add_route(sw, self, nullptr, nullptr, {down(gpu)}, false);
     const int nic_index = nic_of_gpu(t, place.local_rank);
@@ -150,8 +161,8 @@ void attach_nccl(const Topology& t, Platform& p) {
   auto info = std::make_shared<NcclPlatformInfo>();
   info->spec = t.nccl;
   for (const auto& place : p.placement) {
-    info->node_of.push_back(place.node);
-    info->nic_of.push_back(t.fabric.nics_per_node > 0 ? nic_of_gpu(t, place.local_rank) : 0);
+    info->node_of.push_back(place.nvlink_domain);
+    info->nic_of.push_back(nic_in_nvlink_domain(t, place.rank));
   }
   for (auto* host : p.hosts) host->extension_set(nccl_slot(), new NcclHostData{info});
 }
@@ -164,13 +175,23 @@ const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host) {
   return data ? data->info.get() : nullptr;
 }
 
+bool Platform::within_one_nvlink_domain(const std::vector<int>& members) const {
+  for (int m : members)
+    if (placement.at(static_cast<std::size_t>(m)).nvlink_domain !=
+        placement.at(static_cast<std::size_t>(members.front())).nvlink_domain)
+      return false;
+  return true;
+}
+
 Platform build_platform(const Topology& t, int world_size) {
   check(t, world_size);
   Platform p;
   p.world_size = world_size;
-  p.placement = place_ranks(world_size, t.node.gpus_per_node);
+  p.placement = place_ranks(world_size, t);
   p.nodes = p.placement.back().node + 1;
-  const int nics = p.nodes > 1 ? t.fabric.nics_per_node : 0;
+  p.nvlink_domains = p.placement.back().nvlink_domain + 1;
+  // NICs only join domains: the ranks of one domain never send through them.
+  const int nics = p.nvlink_domains > 1 ? t.fabric.nics_per_node : 0;
   if (nics > 0 && t.fabric.kind == FabricKind::rail_optimized)
     build_rail(t, p, nics);
   else

@@ -1,19 +1,23 @@
 // The SimGrid platform of a Topology: one host per rank ("rank-<r>"), each GPU's
-// split-duplex link into its node's switch, each node's NICs, and the fabric between
-// nodes. Building is linear in the ranks. Routes (a fat tree is a star of node zones, so a
+// split-duplex link into its NVLink domain's switch (the node's NVSwitch, or the NVSwitch
+// trays of a GB200 NVL72 rack joining 18 nodes), each node's NICs, and the fabric between
+// domains. Building is linear in the ranks. Routes (a fat tree is a star of node zones, so a
 // route is a table lookup; rail-optimized is one Dijkstra zone, so a route costs a
 // shortest-path search, about 2 ms at 3072 ranks, the first time its source sends):
 //
-//   same node         GPU link ↑ → node switch → GPU link ↓
+//   same domain       GPU link ↑ → domain switch → GPU link ↓ (same node or not)
 //   fat tree          GPU link ↑ → NIC ↑ → core → NIC ↓ → GPU link ↓
 //   rail, same rail   GPU link ↑ → NIC ↑ → rail switch → NIC ↓ → GPU link ↓
 //   rail, cross rail  GPU link ↑ → NIC ↑ → rail switch → spine → rail switch → NIC ↓ → GPU link ↓
 //
-// GPU g of a node sends and receives through NIC nic_of_gpu(g) (g itself on DGX nodes).
-// The core (fat tree) or spine (rail) is one shared link of nodes · nics · nic bandwidth
-// / oversubscription. Latencies are split in halves over the two links a hop crosses, so
-// one flow alone takes gpu_link.latency + bytes / gpu_link.bandwidth inside a node and
-// gpu_link.latency + nic.latency + bytes / nic.bandwidth between nodes. Compute is priced
+// GPU g of a node sends and receives through its node's NIC nic_of_gpu(g) (g itself on
+// DGX nodes). NICs carry only traffic between domains: two trays of one NVL72 rack talk
+// over NVLink. Without an nvlink_domain section a domain is one node, and all of this is
+// the node-by-node platform. The core (fat tree) or spine (rail) is one shared link of
+// nodes · nics · nic bandwidth / oversubscription. Latencies are split in halves over the
+// two links a hop crosses, so one flow alone takes gpu_link.latency + bytes /
+// gpu_link.bandwidth inside a domain and gpu_link.latency + nic.latency + bytes /
+// nic.bandwidth between domains. Compute is priced
 // by sim/cost_model.hpp; a host's speed (its bf16 peak) is informative only.
 #pragma once
 
@@ -31,20 +35,26 @@ namespace tandem::sim {
 struct Platform {
   int world_size = 0;
   int nodes = 0;
+  int nvlink_domains = 0;
   std::vector<simgrid::s4u::Host*> hosts;      // (world_size): rank r's host, "rank-<r>"
-  std::vector<RankPlacement> placement;        // (world_size): node and local GPU of rank r
+  std::vector<RankPlacement> placement;        // (world_size): node, GPU, domain of rank r
   std::vector<simgrid::s4u::Link*> gpu_links;  // (world_size): split-duplex, "gpu-<r>"
   std::vector<simgrid::s4u::Link*> nic_links;  // (nodes · nics_per_node), "nic-<node>-<i>"
-  simgrid::s4u::Link* fabric_link = nullptr;   // "core" or "spine"; null on one node
+  simgrid::s4u::Link* fabric_link = nullptr;   // "core" or "spine"; null in one domain
+
+  // True when every member sits in one NVLink domain: its transfers cross GPU links only.
+  bool within_one_nvlink_domain(const std::vector<int>& members) const;
 };
 
 // What the NCCL model (sim/nccl_model.hpp) needs from a platform, reachable from each of
 // its hosts so that a communicator built on any host finds it: the topology's NcclSpec
-// and, per rank, its node and the NIC it sends through.
+// and, per rank, its node as NCCL sees it and the NIC it sends through. NCCL fuses the
+// nodes of a multi-node NVLink domain into one (its MNNVL clique: src/graph/topo.cc), so
+// its node is the NVLink domain, and a domain's NICs are numbered across its nodes.
 struct NcclPlatformInfo {
   NcclSpec spec;
-  std::vector<int> node_of;  // (world_size)
-  std::vector<int> nic_of;   // (world_size): NIC index within the node
+  std::vector<int> node_of;  // (world_size): the rank's NVLink domain
+  std::vector<int> nic_of;   // (world_size): NIC index within the domain
 };
 
 // The NCCL information build_platform attached to `host`; null when the host has none or
@@ -53,7 +63,7 @@ const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host);
 
 // Builds the platform into the engine's (empty) platform and seals it. Call once per
 // engine, after configure_network_model (sim/simgrid_config.hpp). Throws ConfigError when
-// world_size < 1, or when the ranks need several nodes and the topology has no NICs.
+// world_size < 1, or when the ranks need several NVLink domains and the topology has no NICs.
 Platform build_platform(const Topology& topology, int world_size);
 
 }  // namespace tandem::sim

@@ -243,16 +243,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   double passes_done = 0;
   double last_reported = -1;
 
-  // Inside a switched node every GPU has its own port: a group that stays in one node
-  // only loads its own ports, so its collectives are priced in closed form.
+  // Inside a switched node, or an NVLink domain of several (GB200 NVL72), every GPU has its
+  // own port: a group that stays in one domain only loads its own ports, so its collectives
+  // are priced in closed form.
   const bool switched_node =
       topology.node.interconnect == "nvswitch" || topology.node.interconnect == "shared-memory";
   auto within_one_node = [&](const std::vector<int>& members) {
-    for (int member : members)
-      if (platform.placement[static_cast<std::size_t>(member)].node !=
-          platform.placement[static_cast<std::size_t>(members.front())].node)
-        return false;
-    return true;
+    return platform.within_one_nvlink_domain(members);
   };
   std::vector<std::unique_ptr<RankRun>> runs;
   for (int rank : world.present_ranks()) {

@@ -14,6 +14,7 @@
 #include "sim/collective_cost.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/nccl_model.hpp"
+#include "topology/placement.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim::search {
@@ -220,32 +221,38 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
   StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;
-  // As sim_runner: inside a switched node a group's collectives are priced in closed form.
+  // As sim_runner: inside a switched node, or an NVLink domain of several nodes (GB200
+  // NVL72), a group's collectives are priced in closed form.
   const bool switched =
       topology.node.interconnect == "nvswitch" || topology.node.interconnect == "shared-memory";
+  // Without a domain section, the scenario's node (as sim/platform.cpp places ranks).
+  const bool domain = topology.nvlink_domain.gpus > 0;
   const int per_node = std::max(1, s.cluster.gpus_per_node);
-  auto one_node = [&](const std::vector<int>& members) {
+  const int per_domain = domain ? topology.nvlink_domain.gpus : per_node;
+  auto one_domain = [&](const std::vector<int>& members) {
     for (int m : members)
-      if (m / per_node != members.front() / per_node) return false;
+      if (m / per_domain != members.front() / per_domain) return false;
     return true;
   };
   auto pricing_of = [&](const std::vector<int>& members) {
     GroupPricing g;
-    if (switched && one_node(members)) g.closed_form = topology.node.gpu_link;
-    // A flow inside a node crosses the GPU's link; across nodes a NIC too (0: unknown).
-    const double in_node = topology.node.gpu_link.bandwidth.value;
+    if (switched && one_domain(members)) g.closed_form = topology.node.gpu_link;
+    // A flow inside a domain crosses the GPU's link; across domains a NIC too (0: unknown).
+    const double in_domain = topology.node.gpu_link.bandwidth.value;
     const double nic = topology.fabric.nic.bandwidth.value;
-    const double across = nic > 0 ? std::min(in_node, nic) : 0;
-    g.flow_bandwidth = one_node(members) ? in_node : across;
+    const double across = nic > 0 ? std::min(in_domain, nic) : 0;
+    g.flow_bandwidth = one_domain(members) ? in_domain : across;
     for (int m : members)
-      g.peer_bandwidth.push_back(m / per_node == ctx.rank / per_node ? in_node : across);
+      g.peer_bandwidth.push_back(m / per_domain == ctx.rank / per_domain ? in_domain : across);
     if (topology.nccl.enabled) {
-      // NCCL's view of the group, as the simulator's communicator has it (placement as
-      // sim/platform.cpp lays ranks out: node r / gpus_per_node).
+      // NCCL's view of the group, as the simulator's communicator has it (sim/platform.cpp:
+      // NCCL's node is the NVLink domain r / gpus_per_nvlink_domain, whose NICs it spreads
+      // channels over).
       g.nccl = &topology.nccl;
       g.shape = nccl_shape_of(
-          members, [&](int r) { return r / per_node; },
+          members, [&](int r) { return r / per_domain; },
           [&](int r) {
+            if (domain) return nic_in_nvlink_domain(topology, r);
             return topology.fabric.nics_per_node > 0 ? nic_of_gpu(topology, r % per_node) : 0;
           });
     }
