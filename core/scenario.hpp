@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fp8_config.hpp"
 #include "core/parallel_context.hpp"
 
 namespace tandem {
@@ -182,6 +183,8 @@ struct TrainingConfig {
   // (vTrain's rows: the output layer's GPU time does not hide behind the layers' issue).
   // Off in Megatron.
   bool host_sync_output_layer = false;
+  // Megatron's --fp8-* flags (core/fp8_config.hpp); off unless fp8.format is set.
+  Fp8Config fp8;
 
   bool operator==(const TrainingConfig&) const = default;
 };

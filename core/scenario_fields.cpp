@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/fp8_fields.hpp"
 #include "core/scenario_detail.hpp"
 #include "core/scenario_values.hpp"
 
@@ -547,7 +548,7 @@ const std::vector<FieldDef>& registry() {
   static const std::vector<FieldDef> fields = [] {
     std::vector<FieldDef> all;
     for (auto part : {model_fields(), parallelism_fields(), training_fields_batch(),
-                      training_fields_rest(), cluster_fields()})
+                      training_fields_rest(), fp8_fields(), cluster_fields()})
       all.insert(all.end(), part.begin(), part.end());
     return all;
   }();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/fp8_fields.hpp"
 #include "core/scenario_detail.hpp"
 
 namespace tandem {
@@ -507,7 +508,7 @@ void validate(const Scenario& s) {
   Violations out;
   for (auto check : {check_fields, check_world, check_model_split, check_attention, check_moe,
                      check_interleaving, check_batch, check_microbatch_groups, check_sequence,
-                     check_optimizer, check_recompute, check_schedule, check_order})
+                     check_optimizer, check_recompute, check_schedule, check_order, check_fp8})
     check(s, out);
   if (!out.empty()) throw ConfigError(std::move(out), cat("scenario \"", s.name, "\""));
 }

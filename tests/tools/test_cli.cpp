@@ -295,8 +295,10 @@ TEST(CliMegatron, Gpt3_175bScriptResolvesWithItsDerivedSizes) {
 TEST(CliMegatron, Llama3_8bScriptCountsItsPublishedParameters) {
   const auto r = run("scenario --megatron-script " + kMegatronScripts + "llama3_8b.sh");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--fp8-format"), std::string::npos) << r.output;
   const auto j = json_after_notes(r);
+  EXPECT_EQ(j["training"]["fp8"], "hybrid");  // the script's FP8 flags, modelled
+  EXPECT_EQ(j["training"]["fp8_amax_history_len"], 1024);
+  EXPECT_EQ(j["training"]["fp8_param_gather"], true);
   EXPECT_EQ(j["cluster"]["world_size"], 8);  // torchrun --nproc_per_node 8 --nnodes 1
   EXPECT_EQ(j["model"]["num_query_groups"], 8);
   EXPECT_EQ(j["model"]["swiglu"], true);
