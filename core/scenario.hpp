@@ -87,6 +87,14 @@ struct ParallelismConfig {
   // Interleaving: give one of the two (Megatron accepts either).
   std::optional<int> num_layers_per_virtual_pipeline_stage;
   std::optional<int> virtual_pipeline_model_parallel_size;
+  // Uneven and flexible pipeline stages (core/pipeline_layout.hpp): the first / last pp
+  // rank's layer count, the embedding / loss counted as a layer of the even split, or a
+  // layout string such as "Et*3|(tt|)*29,L" (E embedding, t layer, L loss, | stage end).
+  std::optional<int> decoder_first_pipeline_num_layers;
+  std::optional<int> decoder_last_pipeline_num_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  std::optional<std::string> pipeline_model_parallel_layout;
   std::optional<int> microbatch_group_size_per_vp_stage;  // default pp
   std::string pipeline_schedule = "auto";  // auto | none | gpipe | 1f1b | interleaved
   std::string order = "tp-cp-ep-dp-pp";    // rank generator order, tp fastest varying

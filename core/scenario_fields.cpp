@@ -366,6 +366,28 @@ std::vector<FieldDef> parallelism_fields() {
                   positive(),
                   {"num_virtual_stages_per_pipeline_rank"},
                   "--num-virtual-stages-per-pipeline-rank"}),
+      make_field(p, &P::decoder_first_pipeline_num_layers,
+                 {"decoder_first_pipeline_num_layers",
+                  "transformer layers on the first pipeline stage (the rest split evenly over "
+                  "the other stages)",
+                  positive()}),
+      make_field(p, &P::decoder_last_pipeline_num_layers,
+                 {"decoder_last_pipeline_num_layers",
+                  "transformer layers on the last pipeline stage (the rest split evenly over "
+                  "the other stages)",
+                  positive()}),
+      make_field(p, &P::account_for_embedding_in_pipeline_split,
+                 {"account_for_embedding_in_pipeline_split",
+                  "count the embedding as one layer of the even pipeline split (the first "
+                  "chunk builds one layer fewer)"}),
+      make_field(p, &P::account_for_loss_in_pipeline_split,
+                 {"account_for_loss_in_pipeline_split",
+                  "count the loss as one layer of the even pipeline split (the last chunk "
+                  "builds one layer fewer)"}),
+      make_field(p, &P::pipeline_model_parallel_layout,
+                 {"pipeline_model_parallel_layout",
+                  "every virtual stage's contents: E embedding, t layer, L loss, | stage end, "
+                  "(…)*n and x*n repeat (e.g. \"Et*3|(tt|)*29,L\")"}),
       make_field(p, &P::microbatch_group_size_per_vp_stage,
                  {"microbatch_group_size_per_vp_stage",
                   "contiguous microbatches per virtual stage (default pp)",

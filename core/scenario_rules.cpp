@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/fp8_fields.hpp"
+#include "core/pipeline_layout.hpp"
 #include "core/scenario_detail.hpp"
 
 namespace tandem {
@@ -26,10 +27,20 @@ int data_parallel_size(const Scenario& s) {
 int virtual_pipeline_size(const Scenario& s) {
   const auto& p = s.parallelism;
   if (p.virtual_pipeline_model_parallel_size) return *p.virtual_pipeline_model_parallel_size;
+  if (p.pipeline_model_parallel_layout && p.pipeline_model_parallel_size >= 1) {
+    // Megatron's arguments.py: the layout's stages / pp.
+    const auto parsed = parse_pipeline_layout(*p.pipeline_model_parallel_layout);
+    const auto stages = static_cast<int>(parsed.stages.size());
+    const int pp = p.pipeline_model_parallel_size;
+    return parsed.error.empty() && stages >= pp && stages % pp == 0 ? stages / pp : 1;
+  }
   if (!p.num_layers_per_virtual_pipeline_stage || *p.num_layers_per_virtual_pipeline_stage < 1 ||
       p.pipeline_model_parallel_size < 1)
     return 1;
-  const int per_stage = s.model.num_layers / p.pipeline_model_parallel_size;
+  // Megatron's arguments.py counts the embedding and loss here when they are accounted for.
+  const int layers = s.model.num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                     (p.account_for_loss_in_pipeline_split ? 1 : 0);
+  const int per_stage = layers / p.pipeline_model_parallel_size;
   return std::max(1, per_stage / *p.num_layers_per_virtual_pipeline_stage);
 }
 
@@ -162,9 +173,158 @@ void check_model_split(const Scenario& s, Violations& out) {
     out.push_back({"hidden_size", cat(m.hidden_size),
                    cat("must be divisible by num_attention_heads = ", m.num_attention_heads,
                        " (or set kv_channels)")});
-  if (m.num_layers % pp != 0)
+  if (m.num_layers % pp != 0 && !uneven_pipeline(s))
     out.push_back({"num_layers", cat(m.num_layers),
-                   cat("must be divisible by pipeline_model_parallel_size = ", pp)});
+                   cat("must be divisible by pipeline_model_parallel_size = ", pp,
+                       " (or give decoder_first/last_pipeline_num_layers, "
+                       "account_for_embedding/loss_in_pipeline_split or "
+                       "pipeline_model_parallel_layout)")});
+}
+
+// Megatron's pipeline_model_parallel_layout (arguments.py, TransformerConfig and
+// PipelineParallelLayerLayout.validate_layer_layout): it names every stage, so it excludes
+// the other ways of asking for a partition; the string must parse, split into whole
+// virtual stages per pp rank, open with the embedding and close with the loss, each
+// named once, and hold num_layers transformer layers.
+void check_pipeline_layout(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  const std::string text = *p.pipeline_model_parallel_layout;
+  auto add = [&](std::string rule) {
+    out.push_back({"pipeline_model_parallel_layout", text, std::move(rule)});
+  };
+  const I64 pp = p.pipeline_model_parallel_size, layers = s.model.num_layers;
+  if (p.num_layers_per_virtual_pipeline_stage)
+    add(cat("give it or num_layers_per_virtual_pipeline_stage (",
+            *p.num_layers_per_virtual_pipeline_stage,
+            "), not both: the layout's stages set the virtual pipeline (Megatron's rule)"));
+  if (p.virtual_pipeline_model_parallel_size)
+    add(cat("give it or virtual_pipeline_model_parallel_size (",
+            *p.virtual_pipeline_model_parallel_size,
+            "), not both: the layout's stages set the virtual pipeline (Megatron's rule)"));
+  std::string others;
+  if (p.decoder_first_pipeline_num_layers) others += " decoder_first_pipeline_num_layers";
+  if (p.decoder_last_pipeline_num_layers) others += " decoder_last_pipeline_num_layers";
+  if (p.account_for_embedding_in_pipeline_split)
+    others += " account_for_embedding_in_pipeline_split";
+  if (p.account_for_loss_in_pipeline_split) others += " account_for_loss_in_pipeline_split";
+  if (!others.empty())
+    add(cat("cannot be combined with", others,
+            " (the layout names every stage; Megatron's TransformerConfig refuses both)"));
+  const ParsedLayout parsed = parse_pipeline_layout(text);
+  if (!parsed.error.empty()) return add(parsed.error);
+  const auto stages = static_cast<I64>(parsed.stages.size());
+  if (pp < 1) return;
+  if (stages % pp != 0)
+    return add(cat("has ", stages, " stages, which must be a multiple of ",
+                   "pipeline_model_parallel_size = ", pp,
+                   " (each pp rank holds stages / pp virtual stages)"));
+  if (stages / pp > 1 && pp == 1)
+    add(cat("has ", stages, " stages on one pipeline rank: interleaving requires ",
+            "pipeline_model_parallel_size > 1"));
+  I64 embeddings = 0, losses = 0, decoders = 0, mtps = 0;
+  for (const auto& st : parsed.stages) {
+    embeddings += std::count(st.begin(), st.end(), 'E');
+    losses += std::count(st.begin(), st.end(), 'L');
+    decoders += std::count(st.begin(), st.end(), 't');
+    mtps += std::count(st.begin(), st.end(), 'm');
+  }
+  if (mtps > 0)
+    add(cat("names ", mtps, " multi-token-prediction layer", mtps > 1 ? "s" : "",
+            " ('m'), which tandem does not build yet (no MTP module); remove them"));
+  if (embeddings != 1)
+    add(cat("names the embedding 'E' ", embeddings, " times; it must appear exactly once"));
+  else if (parsed.stages.front().empty() || parsed.stages.front().front() != 'E')
+    add("must open its first stage (pp rank 0, virtual stage 0) with the embedding 'E' "
+        "(Megatron: the first layer must be the embedding)");
+  if (losses != 1)
+    add(cat("names the loss 'L' ", losses, " times; it must appear exactly once"));
+  else if (parsed.stages.back().empty() || parsed.stages.back().back() != 'L')
+    add("must close its last stage (last pp rank, last virtual stage) with the loss 'L' "
+        "(Megatron: the last layer must be the loss)");
+  if (decoders != layers)
+    add(cat("holds ", decoders, " transformer layers ('t'), but num_layers = ", layers));
+}
+
+// Megatron's uneven pipeline (TransformerConfig, arguments.py): the first / last pp rank
+// holds the given number of layers and the other ranks split the rest evenly; with
+// virtual stages every rank's count must split evenly into its chunks, and the virtual
+// pipeline must be given as chunks per rank. Accounting for the embedding / loss adds
+// one layer each to the even split instead; the two do not combine.
+void check_pipeline_split(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  if (p.pipeline_model_parallel_layout) return check_pipeline_layout(s, out);
+  const auto& first = p.decoder_first_pipeline_num_layers;
+  const auto& last = p.decoder_last_pipeline_num_layers;
+  const bool accounted =
+      p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split;
+  const I64 pp = p.pipeline_model_parallel_size, layers = s.model.num_layers;
+  const I64 vpp = virtual_pipeline_size(s);
+  if (!all_positive({pp, layers, vpp, first.value_or(1), last.value_or(1)})) return;
+  if (first || last) {
+    const std::string field =
+        first ? "decoder_first_pipeline_num_layers" : "decoder_last_pipeline_num_layers";
+    const std::string value = cat(first ? *first : *last);
+    if (accounted)
+      return out.push_back(
+          {field, value,
+           cat("cannot be combined with account_for_",
+               p.account_for_embedding_in_pipeline_split ? "embedding" : "loss",
+               "_in_pipeline_split (Megatron's TransformerConfig refuses uneven stages with "
+               "the embedding or loss counted as a layer)")});
+    if (pp == 1) return out.push_back({field, value, "needs pipeline_model_parallel_size > 1"});
+    if (p.num_layers_per_virtual_pipeline_stage)
+      return out.push_back(
+          {"num_layers_per_virtual_pipeline_stage", cat(*p.num_layers_per_virtual_pipeline_stage),
+           "cannot be combined with decoder_first/last_pipeline_num_layers: give the virtual "
+           "stages per rank as virtual_pipeline_model_parallel_size "
+           "(--num-virtual-stages-per-pipeline-rank), as Megatron asks"});
+    for (const auto& [name, n] : {std::pair{"decoder_first_pipeline_num_layers", first},
+                                  std::pair{"decoder_last_pipeline_num_layers", last}})
+      if (n && vpp > 1 && *n % vpp != 0)
+        out.push_back({name, cat(*n),
+                       cat("must be divisible by virtual_pipeline_model_parallel_size = ", vpp,
+                           " (the stage's layers split evenly into its model chunks)")});
+    const I64 middle_ranks = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    const I64 middle = layers - first.value_or(0) - last.value_or(0);
+    const std::string rest =
+        cat("num_layers − ", first ? "decoder_first_pipeline_num_layers" : "",
+            first && last ? " − " : "", last ? "decoder_last_pipeline_num_layers" : "", " = ",
+            layers, first ? cat(" − ", *first) : "", last ? cat(" − ", *last) : "", " = ", middle);
+    if (middle < 0)
+      out.push_back({field, value, cat("leaves too few layers: ", rest, " < 0")});
+    else if ((middle == 0) != (middle_ranks == 0))
+      out.push_back({"num_layers", cat(layers),
+                     cat(rest, " layers for ", middle_ranks,
+                         " middle pipeline stages: both must be zero or both positive")});
+    else if (middle_ranks > 0 && middle % middle_ranks != 0)
+      out.push_back({"num_layers", cat(layers),
+                     cat(rest, " must be divisible by the ", middle_ranks,
+                         " middle pipeline stages (pipeline_model_parallel_size − the uneven "
+                         "ones)")});
+    else if (middle_ranks > 0 && vpp > 1 && (middle / middle_ranks) % vpp != 0)
+      out.push_back({"num_layers", cat(layers),
+                     cat("leaves ", middle / middle_ranks,
+                         " layers on each middle pipeline stage, which must be divisible by "
+                         "virtual_pipeline_model_parallel_size = ",
+                         vpp)});
+    return;
+  }
+  if (!accounted) return;
+  const I64 extra = (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                    (p.account_for_loss_in_pipeline_split ? 1 : 0);
+  const I64 total = layers + extra;
+  const std::string counted =
+      cat("num_layers + ", extra, " (the embedding", extra == 2 ? " and the loss" : "",
+          " counted as layers) = ", layers, " + ", extra, " = ", total);
+  if (total % pp != 0)
+    out.push_back({"num_layers", cat(layers),
+                   cat(counted, " must be divisible by pipeline_model_parallel_size = ", pp)});
+  else if (vpp > 1 && (total / pp) % vpp != 0)
+    out.push_back({"num_layers", cat(layers),
+                   cat(counted, " gives ", total / pp,
+                       " layers per pipeline stage, which must be divisible by "
+                       "virtual_pipeline_model_parallel_size = ",
+                       vpp)});
 }
 
 // Grouped-query attention (Megatron-Core's TransformerConfig and attention): every key/value
@@ -261,7 +421,16 @@ void check_interleaving(const Scenario& s, Violations& out) {
       per_vstage ? "num_layers_per_virtual_pipeline_stage" : "virtual_pipeline_model_parallel_size";
   const I64 given = per_vstage ? *per_vstage : *vstages;
   const I64 vpp = virtual_pipeline_size(s);
-  if (per_vstage && layers % pp == 0 && (layers / pp) % *per_vstage != 0)
+  const I64 extra = (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                    (p.account_for_loss_in_pipeline_split ? 1 : 0);
+  if (per_vstage && extra > 0 && (layers + extra) % pp == 0 &&
+      ((layers + extra) / pp) % *per_vstage != 0)
+    out.push_back({field, cat(given),
+                   cat("must divide the layers per pipeline stage (num_layers + ", extra,
+                       ", the embedding or loss counted as layers) / "
+                       "pipeline_model_parallel_size = ",
+                       layers + extra, " / ", pp, " = ", (layers + extra) / pp)});
+  if (per_vstage && extra == 0 && layers % pp == 0 && (layers / pp) % *per_vstage != 0)
     out.push_back({field, cat(given),
                    cat("must divide the layers per pipeline stage num_layers / "
                        "pipeline_model_parallel_size = ",
@@ -270,7 +439,7 @@ void check_interleaving(const Scenario& s, Violations& out) {
     out.push_back({field, cat(given),
                    cat("interleaving (", vpp,
                        " model chunks per stage) requires pipeline_model_parallel_size > 1")});
-  if (vstages && vpp > 1 && layers % (pp * vpp) != 0)
+  if (vstages && vpp > 1 && layers % (pp * vpp) != 0 && !uneven_pipeline(s))
     out.push_back({"num_layers", cat(layers),
                    cat("must be divisible by pipeline_model_parallel_size × "
                        "virtual_pipeline_model_parallel_size = ",
@@ -416,6 +585,21 @@ void check_recompute(const Scenario& s, Violations& out) {
   const I64 pp = s.parallelism.pipeline_model_parallel_size, layers = s.model.num_layers;
   const I64 vpp = virtual_pipeline_size(s);
   if (t.recompute_granularity != "full" || !all_positive({pp, layers, vpp})) return;
+  if (uneven_pipeline(s)) {
+    // Uneven chunks: a group cannot be deeper than the deepest chunk.
+    std::vector<ChunkPlan> plans;
+    try {
+      plans = pipeline_partition(s);
+    } catch (const std::exception&) {
+      return;  // check_pipeline_split reports why
+    }
+    I64 deepest = 0;
+    for (const auto& c : plans) deepest = std::max<I64>(deepest, c.num_layers);
+    if (t.recompute_num_layers > deepest)
+      out.push_back({"recompute_num_layers", cat(t.recompute_num_layers),
+                     cat("must be ≤ the layers of the deepest model chunk, ", deepest)});
+    return;
+  }
   if (layers % (pp * vpp) != 0) return;
   const I64 per_chunk = layers / (pp * vpp);
   if (t.recompute_num_layers <= per_chunk) return;
@@ -506,9 +690,10 @@ void check_order(const Scenario& s, Violations& out) {
 
 void validate(const Scenario& s) {
   Violations out;
-  for (auto check : {check_fields, check_world, check_model_split, check_attention, check_moe,
-                     check_interleaving, check_batch, check_microbatch_groups, check_sequence,
-                     check_optimizer, check_recompute, check_schedule, check_order, check_fp8})
+  for (auto check :
+       {check_fields, check_world, check_model_split, check_attention, check_moe,
+        check_pipeline_split, check_interleaving, check_batch, check_microbatch_groups,
+        check_sequence, check_optimizer, check_recompute, check_schedule, check_order, check_fp8})
     check(s, out);
   if (!out.empty()) throw ConfigError(std::move(out), cat("scenario \"", s.name, "\""));
 }

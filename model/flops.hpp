@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/pipeline_layout.hpp"
 #include "core/scenario.hpp"
 
 namespace tandem {
@@ -142,9 +143,11 @@ inline ParameterCount parameter_count(const DenseShape& d) {
   return c;
 }
 
-// Parameters one rank holds, on the busier of the first and last pipeline stages: its
-// num_layers / pp layers and the embedding (first) or final norm and output layer (last;
-// with tied embeddings and pp > 1 Megatron keeps a copy of the word embedding there).
+// Parameters one rank holds, on the busiest pipeline stage: its layers (num_layers / pp,
+// or as `partition` gives them, indexed [chunk · pp + pp rank] as pipeline_partition()
+// returns it) and the embedding (the stage holding it) or final norm and output layer (the
+// stage holding the loss; with tied embeddings and pp > 1 Megatron keeps a copy of the
+// word embedding there).
 // Tensor parallelism splits the weights, the column-parallel biases and the vocabulary;
 // norms, learned positions and the row-parallel biases (attention output, fc2) are
 // replicated over tp. In an MoE layer expert parallelism gives each rank experts / ep of
@@ -152,7 +155,8 @@ inline ParameterCount parameter_count(const DenseShape& d) {
 // are MoE layers `moe_layer` says, one flag per layer (empty for a dense model;
 // is_moe_layer() in core/scenario.hpp gives Megatron's moe_layer_freq either form).
 inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 1,
-                                  const std::vector<bool>& moe_layer = {}) {
+                                  const std::vector<bool>& moe_layer = {},
+                                  const std::vector<ChunkPlan>& partition = {}) {
   const ParameterCount c = parameter_count(d);
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
   const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0);
@@ -161,21 +165,27 @@ inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 
   const double moe =
       (c.per_moe_layer - d.experts * mlp_parameters(d, d.moe_ffn) - router - replicated) / tp +
       (d.experts / ep) * mlp_parameters(d, d.moe_ffn) / tp + router + replicated;
-  const int per_stage = static_cast<int>(d.layers) / pp;
-  auto stage_layers = [&](int stage) {
-    double sum = 0;
-    for (int i = stage * per_stage; i < (stage + 1) * per_stage; ++i)
+  std::vector<ChunkPlan> chunks = partition;
+  if (chunks.empty()) {  // the even split, one chunk per stage
+    const int per_stage = static_cast<int>(d.layers) / pp;
+    for (int r = 0; r < pp; ++r) chunks.push_back({r * per_stage, per_stage, r == 0, r == pp - 1});
+  }
+  const double word = d.padded_vocab * d.hidden / tp;
+  const double embedding = word + (d.learned_positions ? d.max_positions * d.hidden : 0);
+  const double output = norm + (d.untied || pp > 1 ? word : 0.0);
+  std::vector<double> stage(static_cast<std::size_t>(pp), 0.0);
+  for (std::size_t v = 0; v < chunks.size(); ++v) {
+    const ChunkPlan& chunk = chunks[v];
+    double& sum = stage[v % static_cast<std::size_t>(pp)];
+    for (int i = chunk.first_layer; i < chunk.first_layer + chunk.num_layers; ++i)
       sum +=
           static_cast<std::size_t>(i) < moe_layer.size() && moe_layer[static_cast<std::size_t>(i)]
               ? moe
               : layer;
-    return sum;
-  };
-  const double word = d.padded_vocab * d.hidden / tp;
-  const double first =
-      stage_layers(0) + word + (d.learned_positions ? d.max_positions * d.hidden : 0);
-  const double output = norm + (d.untied || pp > 1 ? word : 0.0);
-  return pp == 1 ? first + output : std::max(first, stage_layers(pp - 1) + output);
+    if (chunk.pre_process) sum += embedding;
+    if (chunk.post_process) sum += output;
+  }
+  return *std::max_element(stage.begin(), stage.end());
 }
 
 }  // namespace tandem

@@ -6,15 +6,6 @@
 
 namespace tandem {
 
-ChunkPlan plan_chunk(int num_layers, int pp, int vpp, int pp_rank, int chunk) {
-  if (num_layers % (pp * vpp) != 0)
-    throw std::invalid_argument("num_layers " + std::to_string(num_layers) +
-                                " is not divisible by pp · vpp = " + std::to_string(pp * vpp));
-  const int per = num_layers / (pp * vpp);
-  return {(chunk * pp + pp_rank) * per, per, pp_rank == 0 && chunk == 0,
-          pp_rank == pp - 1 && chunk == vpp - 1};
-}
-
 GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan,
                    Recompute recompute)
     : params_(params), dims_(dims), plan_(plan) {

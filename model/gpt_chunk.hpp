@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/pipeline_layout.hpp"  // ChunkPlan: which layers, embedding and loss a chunk holds
 #include "model/transformer_layer.hpp"
 
 namespace tandem {
@@ -34,17 +35,6 @@ struct GptDims {
   MoeOptions moe;
   int ep_size = 1, ep_rank = 0;
 };
-
-// Which layers a chunk holds: chunk c of pp rank r holds layers
-// [(c·pp + r)·L/(pp·vpp), +L/(pp·vpp)) — Megatron's interleaved assignment, which is the
-// contiguous split when vpp = 1.
-struct ChunkPlan {
-  int first_layer = 0;
-  int num_layers = 0;
-  bool pre_process = false;   // holds the embeddings
-  bool post_process = false;  // holds the head and the loss
-};
-ChunkPlan plan_chunk(int num_layers, int pp, int vpp, int pp_rank, int chunk);
 
 // One microbatch as the chunk sees it: token, position and label ids, sequence-first
 // (row t·B + b, Megatron's [s, b]), whole sequences also under sequence parallelism.

@@ -206,7 +206,7 @@ void add_scenario_command(CLI::App& app) {
     for (int i = 0; i < s.model.num_layers; ++i) moe_layer.push_back(is_moe_layer(s, i));
     j["derived"]["parameters_per_rank"] = parameters_per_rank(
         shape, s.parallelism.tensor_model_parallel_size, s.parallelism.pipeline_model_parallel_size,
-        s.parallelism.expert_model_parallel_size, moe_layer);
+        s.parallelism.expert_model_parallel_size, moe_layer, pipeline_partition(s));
     j["derived"]["flops_per_iteration"] =
         num_floating_point_operations(shape, s.training.global_batch_size);
     std::cout << j.dump(2) << "\n";

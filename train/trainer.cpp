@@ -192,8 +192,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   for (int c = 0; c < vpp; ++c) {
     params_.begin_chunk(c);
     chunks_.push_back(std::make_unique<GptChunk>(
-        params_, dims_, plan_chunk(dims_.num_layers, ctx.sizes.pp, vpp, ctx.coords.pp, c),
-        recompute));
+        params_, dims_, plan_chunk(scenario, ctx.coords.pp, c), recompute));
   }
   const auto& par = scenario.parallelism;
   const int dp = ctx.sizes.dp * ctx.sizes.cp;

@@ -10,6 +10,7 @@
 #include <simgrid/s4u/NetZone.hpp>
 #include <stdexcept>
 
+#include "core/pipeline_layout.hpp"
 #include "schedules/layout.hpp"
 #include "sim/collective_cost.hpp"
 #include "sim/host_issue.hpp"
@@ -305,7 +306,11 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
                                      p.expert_model_parallel_size, p.order});
   const int pp = p.pipeline_model_parallel_size;
   std::vector<int> stages{0};
-  if (pp > 2) stages.push_back(1);
+  if (middle_stages_alike(s)) {
+    if (pp > 2) stages.push_back(1);
+  } else {  // a layout string whose middle stages differ: each one runs
+    for (int stage = 1; stage < pp - 1; ++stage) stages.push_back(stage);
+  }
   if (pp > 1) stages.push_back(pp - 1);
   DryRun r;
   for (int stage : stages) {
@@ -326,6 +331,7 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
 double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
   if (pp < 2 || stages.size() < 2) return 0;
   auto at = [&](int s) -> const StageDryRun& {
+    if (static_cast<int>(stages.size()) == pp) return stages[static_cast<std::size_t>(s)];
     if (s == 0) return stages.front();
     if (s == pp - 1) return stages.back();
     return stages[1];

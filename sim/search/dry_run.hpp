@@ -53,10 +53,13 @@ struct DryRun {
   // stages ahead of it did their first forward, and stage 0 cannot end before the last
   // backward came back through every stage. Always ≥ busy_lower_bound.
   double lower_bound_seconds = 0;
-  std::vector<StageDryRun> stages;  // 0, 1, pp − 1 (those that exist)
+  // 0, 1, pp − 1 (those that exist), or every stage when the middle ones differ (a
+  // pipeline_model_parallel_layout string).
+  std::vector<StageDryRun> stages;
 };
 
-// The pipeline bound from one stage per kind (first, a middle one, last) for pp stages.
+// The pipeline bound from one stage per kind (first, a middle one, last), or from every
+// stage when `stages` holds pp of them, for pp stages.
 double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
 
 // Dry-runs every scenario (valid ones; each one iteration), in order. The pricer is the

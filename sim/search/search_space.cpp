@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/pipeline_layout.hpp"
 #include "train/trainer.hpp"
 
 namespace tandem::sim::search {
@@ -23,6 +24,8 @@ const std::map<std::string, std::string>& short_names() {
       {"distopt", "use_distributed_optimizer"},
       {"overlap_grad", "overlap_grad_reduce"},
       {"overlap_param", "overlap_param_gather"},
+      {"embed_split", "account_for_embedding_in_pipeline_split"},
+      {"loss_split", "account_for_loss_in_pipeline_split"},
   };
   return names;
 }
@@ -121,22 +124,33 @@ void set_field(Scenario& s, const std::string& field, const std::string& value) 
     p.overlap_param_gather = to_bool(field, value);
   else if (field == "order")
     p.order = value;
+  else if (field == "account_for_embedding_in_pipeline_split")
+    p.account_for_embedding_in_pipeline_split = to_bool(field, value);
+  else if (field == "account_for_loss_in_pipeline_split")
+    p.account_for_loss_in_pipeline_split = to_bool(field, value);
+}
+
+// Layers a pp rank splits into chunks: num_layers / pp, with the embedding and the loss
+// counted as layers when accounted for (Megatron's arguments.py); 0 when pp does not divide.
+int layers_per_stage(const Scenario& s) {
+  const auto& p = s.parallelism;
+  const int layers = s.model.num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                     (p.account_for_loss_in_pipeline_split ? 1 : 0);
+  const int pp = p.pipeline_model_parallel_size;
+  return pp >= 1 && layers % pp == 0 ? layers / pp : 0;
 }
 
 }  // namespace
 
 const std::vector<std::string>& search_fields() {
-  static const std::vector<std::string> fields{"tensor_model_parallel_size",
-                                               "pipeline_model_parallel_size",
-                                               "context_parallel_size",
-                                               "num_layers_per_virtual_pipeline_stage",
-                                               "micro_batch_size",
-                                               "recompute_granularity",
-                                               "sequence_parallel",
-                                               "use_distributed_optimizer",
-                                               "overlap_grad_reduce",
-                                               "overlap_param_gather",
-                                               "order"};
+  static const std::vector<std::string> fields{
+      "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+      // before the interleaving, whose "auto"
+      // values depend on them
+      "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+      "num_layers_per_virtual_pipeline_stage", "micro_batch_size", "recompute_granularity",
+      "sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce",
+      "overlap_param_gather", "order"};
   return fields;
 }
 
@@ -162,6 +176,13 @@ SearchSpace default_space(const Scenario& base, int world_size) {
   v["overlap_grad_reduce"] = {"false", "true"};
   v["overlap_param_gather"] = {"false", "true"};
   v["order"] = {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
+  // Where the embedding and loss sit: the base's choice unless --vary widens it (each
+  // doubles the space).
+  auto flag = [](bool b) { return std::vector<std::string>{b ? "true" : "false"}; };
+  v["account_for_embedding_in_pipeline_split"] =
+      flag(base.parallelism.account_for_embedding_in_pipeline_split);
+  v["account_for_loss_in_pipeline_split"] =
+      flag(base.parallelism.account_for_loss_in_pipeline_split);
   return sp;
 }
 
@@ -182,10 +203,23 @@ std::string candidate_label(const Scenario& s) {
   std::string l = "tp" + std::to_string(p.tensor_model_parallel_size) + " pp" +
                   std::to_string(p.pipeline_model_parallel_size);
   if (p.context_parallel_size > 1) l += " cp" + std::to_string(p.context_parallel_size);
-  if (virtual_pipeline_size(s) > 1)
-    l += " vp" +
-         std::to_string(p.num_layers_per_virtual_pipeline_stage.value_or(
-             s.model.num_layers / (p.pipeline_model_parallel_size * virtual_pipeline_size(s))));
+  if (virtual_pipeline_size(s) > 1) {
+    // Layers per virtual stage as Megatron's flag counts them; for an uneven partition the
+    // deepest chunk's.
+    int per_vstage = 0;
+    if (p.num_layers_per_virtual_pipeline_stage)
+      per_vstage = *p.num_layers_per_virtual_pipeline_stage;
+    else
+      for (const auto& c : pipeline_partition(s)) per_vstage = std::max(per_vstage, c.num_layers);
+    l += " vp" + std::to_string(per_vstage);
+  }
+  if (p.decoder_first_pipeline_num_layers)
+    l += " first" + std::to_string(*p.decoder_first_pipeline_num_layers);
+  if (p.decoder_last_pipeline_num_layers)
+    l += " last" + std::to_string(*p.decoder_last_pipeline_num_layers);
+  if (p.account_for_embedding_in_pipeline_split) l += " embed-split";
+  if (p.account_for_loss_in_pipeline_split) l += " loss-split";
+  if (p.pipeline_model_parallel_layout) l += " layout " + *p.pipeline_model_parallel_layout;
   l +=
       " mbs" + std::to_string(s.training.micro_batch_size) + " " + s.training.recompute_granularity;
   if (p.sequence_parallel) l += " sp";
@@ -264,6 +298,11 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
   Scenario proto = base;
   proto.parallelism.pipeline_schedule = "auto";
   proto.parallelism.virtual_pipeline_model_parallel_size.reset();
+  // Uneven stages and a layout string fit the base's pp only; the candidates split evenly,
+  // with the embedding and loss placed by the searched account_for fields.
+  proto.parallelism.decoder_first_pipeline_num_layers.reset();
+  proto.parallelism.decoder_last_pipeline_num_layers.reset();
+  proto.parallelism.pipeline_model_parallel_layout.reset();
   proto.training.recompute_method = "uniform";
   proto.training.recompute_num_layers = 1;
   std::function<void(std::size_t, Scenario&)> walk = [&](std::size_t level, Scenario& s) {
@@ -275,11 +314,10 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
     for (const auto& value : space.values.at(field)) {
       if (field == "num_layers_per_virtual_pipeline_stage" && value == "auto") {
         const int pp = s.parallelism.pipeline_model_parallel_size;
-        const int layers = s.model.num_layers;
+        const int per_stage = layers_per_stage(s);
         std::vector<std::string> vals{"none"};
-        if (pp > 1 && layers % pp == 0)
-          for (int d : divisors_up_to(layers / pp, layers / pp - 1))
-            vals.push_back(std::to_string(d));
+        if (pp > 1 && per_stage > 0)
+          for (int d : divisors_up_to(per_stage, per_stage - 1)) vals.push_back(std::to_string(d));
         for (const auto& v : vals) {
           Scenario t = s;
           set_field(t, field, v);

@@ -42,7 +42,7 @@ void run_step(benchmark::State& state, const GptDims& dims) {
   ModelEnv env{device, s, tp};
   env.bias_gelu_fusion = env.bias_dropout_fusion = state.range(1) != 0;
   ParameterSet params(1, 0);
-  GptChunk chunk(params, dims, plan_chunk(dims.num_layers, 1, 1, 0, 0), Recompute::none);
+  GptChunk chunk(params, dims, ChunkPlan{0, dims.num_layers, true, true}, Recompute::none);
   params.allocate(device);
   params.initialize(device, s, 1234);
   AdamW adam(device, params, {}, make_optimizer_shard(params, 1, 0));

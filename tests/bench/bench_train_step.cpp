@@ -34,7 +34,7 @@ void BM_Gpt2TrainStep(benchmark::State& state) {
   // The second argument: Megatron's bias fusions on (1, the default) or off (0).
   env.bias_gelu_fusion = env.bias_dropout_fusion = state.range(1) != 0;
   ParameterSet params(1, 0);
-  GptChunk chunk(params, dims, plan_chunk(12, 1, 1, 0, 0), Recompute::none);
+  GptChunk chunk(params, dims, ChunkPlan{0, 12, true, true}, Recompute::none);
   params.allocate(device);
   params.initialize(device, s, 1234);
   AdamW adam(device, params, {});

@@ -181,8 +181,9 @@ TEST(Scenario, RegistryIsConsistent) {
   // Unset optionals are left out: ffn_hidden_size, kv_channels, max_position_embeddings,
   // num_experts, moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
   // moe_expert_capacity_factor, expert_tensor_parallel_size, the two interleaving fields,
-  // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets.
-  EXPECT_EQ(emitted + 14, scenario_fields().size());
+  // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets, the
+  // first and last pipeline stages' layer counts and the pipeline layout string.
+  EXPECT_EQ(emitted + 17, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------

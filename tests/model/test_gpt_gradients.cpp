@@ -65,7 +65,7 @@ struct TinyGpt {
   MicrobatchTensors mb;
 
   explicit TinyGpt(Recompute r, const GptDims& dims = kDims)
-      : chunk(params, dims, plan_chunk(2, 1, 1, 0, 0), r) {
+      : chunk(params, dims, ChunkPlan{0, 2, true, true}, r) {
     params.allocate(device);
     params.initialize(device, device.default_stream(), 7);
     const std::int64_t rows = std::int64_t{kDims.seq} * kDims.micro_batch;
