@@ -330,9 +330,78 @@ struct AdamArgs {
   std::int64_t step = 1;  // 1-based, for bias correction
 };
 
+// FP8 (Transformer Engine's recipes in Megatron-Core's linear layers; kernels/math/fp8.hpp
+// holds the arithmetic). The two formats, and how an FP8 tensor's scales are laid out.
+enum class Fp8Format { e4m3, e5m2 };
+enum class Fp8Scaling {
+  tensor,  // one scale: delayed (given) or current (from this tensor's amax)
+  block,   // power-of-two scale per block_rows × block_cols (TE's Float8BlockScaling)
+  mx,      // E8M0 scale per block of 32 (MXFP8)
+};
+std::string_view fp8_format_name(Fp8Format f);  // "e4m3", "e5m2"
+
+// How an FP8 matrix is held: its format and the blocks that share a scale (block extents
+// of 0 span the dimension): TE's 1 × 128 and 128 × 128 blocks, MX's 1 × 32 or 32 × 1.
+struct Fp8Layout {
+  Fp8Format format = Fp8Format::e4m3;
+  Fp8Scaling scaling = Fp8Scaling::tensor;
+  std::int64_t block_rows = 0, block_cols = 0;
+};
+
+// A (rows, cols) matrix in FP8: one code per element, stored packed four to an int32
+// element (the dtypes have no 8-bit type; the bytes counted are the codes' own, rounded up
+// to 4), and the inverse scales (fp32) its blocks share: (1, 1) per tensor, or
+// (ceil(rows / block_rows), ceil(cols / block_cols)).
+struct Fp8Tensor {
+  Tensor codes;      // (ceil(rows · cols / 4)) int32
+  Tensor scale_inv;  // fp32
+  std::int64_t rows = 0, cols = 0;
+  Fp8Layout layout{};
+};
+
+// input (rows, cols) in the compute dtype → output. With `scale` (delayed scaling) the one
+// given scale; else current scaling: per tensor from its amax, per block from each block's.
+// `amax` (1) fp32 when given: raised to the largest |input| (max-accumulated over the
+// quantizations of a step, for delayed scaling's history).
+struct Fp8QuantizeArgs {
+  const Tensor& input;
+  Fp8Tensor& output;
+  const Tensor* scale = nullptr;  // (1) fp32
+  Tensor* amax = nullptr;         // (1) fp32
+};
+
+// C = alpha · op(A) · op(B) + beta · C with A and B in FP8 (the product of the decoded
+// values times their scale_inv, accumulated in fp32); C in the compute dtype or fp32.
+struct Fp8GemmArgs {
+  const Fp8Tensor& a;  // (M, K), or (K, M) when transpose_a
+  const Fp8Tensor& b;  // (K, N), or (N, K) when transpose_b
+  Tensor& c;           // (M, N)
+  bool transpose_a = false;
+  bool transpose_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// Delayed scaling's update of n tensors at once (TE's fused amax-and-scale update): each
+// recorded amax enters its history and is reset to 0; the new scale is fp8_max / amax(history)
+// / 2^margin (the history's max, or its newest entry), kept when that amax is 0 or not
+// finite. fp8_max is per tensor: `formats` holds each one's (E4M3 or E5M2).
+struct Fp8ScaleUpdateArgs {
+  Tensor& amax_history;                // (history, n) fp32, row 0 the newest
+  Tensor& scale;                       // (n) fp32
+  Tensor& amax;                        // (n) fp32, max-accumulated since the last update; zeroed
+  std::span<const Fp8Format> formats;  // (n)
+  bool use_max = false;                // amax_compute_algo max; else most_recent
+  int margin = 0;
+};
+
 // The op set below by method name ("gemm", "bias_add", …, "upload", "download"): what a
 // cost model prices, a calibration row names and tandem calibrate measures.
 const std::vector<std::string>& device_op_names();
+
+class Device;
+// An Fp8Tensor of `layout` for a (rows, cols) matrix, its codes and scales allocated on d.
+Fp8Tensor allocate_fp8(Device& d, std::int64_t rows, std::int64_t cols, const Fp8Layout& layout);
 
 class Device {
  public:
@@ -432,6 +501,10 @@ class Device {
   virtual void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) = 0;
   virtual void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) = 0;
   virtual void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) = 0;
+  // FP8 linear layers (Fp8QuantizeArgs, Fp8GemmArgs, Fp8ScaleUpdateArgs).
+  virtual void fp8_quantize(Stream& s, const Fp8QuantizeArgs& args) = 0;
+  virtual void fp8_gemm(Stream& s, const Fp8GemmArgs& args) = 0;
+  virtual void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& args) = 0;
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;

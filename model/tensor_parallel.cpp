@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/fp8_linear.hpp"
+
 namespace tandem {
 namespace {
 
@@ -38,12 +40,42 @@ Tensor allocate_fp32(Device& d, const Shape& shape) {
   return d.allocate(shape, DType::fp32);
 }
 
-Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b) {
-  Tensor y = allocate_like(env, Shape{x.shape[0], w.local_shape[0]});
-  env.device.gemm(env.stream, {.a = x, .b = w.compute, .c = y, .transpose_b = true});
+Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
+                      Fp8Linear* fp8) {
+  Tensor y;
+  if (fp8) {
+    y = fp8->forward(env, x, w);
+  } else {
+    y = allocate_like(env, Shape{x.shape[0], w.local_shape[0]});
+    env.device.gemm(env.stream, {.a = x, .b = w.compute, .c = y, .transpose_b = true});
+  }
   if (b) env.device.bias_add(env.stream, y, b->compute);
   return y;
 }
+
+namespace {
+
+// The input and weight gradients of one linear layer, in FP8 or in the compute dtype; the
+// output gradient is quantized once for both.
+struct LinearBackward {
+  ModelEnv& env;
+  const Tensor& dy;
+  Fp8Linear* fp8;
+  Fp8Grad grad{};
+  LinearBackward(ModelEnv& e, const Tensor& d, Fp8Linear* f) : env(e), dy(d), fp8(f) {
+    if (fp8) grad = fp8->quantize_grad(env, dy);
+  }
+  Tensor input_grad(const Parameter& w) {
+    return fp8 ? fp8->input_grad(env, grad, w) : linear_input_grad(env, dy, w);
+  }
+  void weight_grad(const Tensor& x, Parameter& w, Parameter* b) {
+    if (!fp8) return linear_weight_grad(env, x, dy, w, b);
+    fp8->weight_grad(env, grad, x, w);
+    if (b) env.device.bias_grad(env.stream, dy, b->grad);
+  }
+};
+
+}  // namespace
 
 void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
   if (env.gradient_accumulation_fusion || env.first_backward) {
@@ -83,19 +115,20 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 }
 
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                               const Parameter* b) {
-  if (!env.sequence_parallel) return linear_forward(env, x, w, b);
+                               const Parameter* b, Fp8Linear* fp8) {
+  if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8);
   // The gathered input is not kept: backward gathers it again (Megatron saves the shard).
-  return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b);
+  return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b, fp8);
 }
 
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                                Parameter* b) {
+                                Parameter* b, Fp8Linear* fp8) {
+  LinearBackward linear(env, dy, fp8);
   if (!env.sequence_parallel) {
-    Tensor dx = linear_input_grad(env, dy, w);
+    Tensor dx = linear.input_grad(w);
     auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
     if (!env.async_tensor_model_parallel_allreduce) work->wait();
-    linear_weight_grad(env, x, dy, w, b);
+    linear.weight_grad(x, w, b);
     if (env.async_tensor_model_parallel_allreduce) work->wait();
     return dx;
   }
@@ -104,18 +137,18 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   // the weight gradient is computed.
   Tensor total = allocate_like(env, with_rows(x, x.shape[0] * env.tp.size()));
   auto gather = env.tp.all_gather(env.stream, x, total);
-  Tensor dx_partial = linear_input_grad(env, dy, w);  // (rows, in), this rank's partial sum
+  Tensor dx_partial = linear.input_grad(w);  // (rows, in), this rank's partial sum
   gather->wait();
   Tensor dx = allocate_like(env, x.shape);
   auto scatter = env.tp.reduce_scatter(env.stream, dx_partial, dx, ReduceOp::sum);
-  linear_weight_grad(env, total, dy, w, b);
+  linear.weight_grad(total, w, b);
   scatter->wait();
   return dx;
 }
 
-Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                            const Parameter* b) {
-  Tensor y = linear_forward(env, x, w, nullptr);
+Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
+                            Fp8Linear* fp8) {
+  Tensor y = linear_forward(env, x, w, nullptr, fp8);
   if (env.sequence_parallel)
     y = reduce_scatter_to_sequence_parallel_region(env, y);
   else
@@ -125,10 +158,11 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
 }
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                             Parameter* b) {
+                             Parameter* b, Fp8Linear* fp8) {
   const Tensor total = env.sequence_parallel ? gather_from_sequence_parallel_region(env, dy) : dy;
-  Tensor dx = linear_input_grad(env, total, w);
-  linear_weight_grad(env, x, total, w, nullptr);
+  LinearBackward linear(env, total, fp8);
+  Tensor dx = linear.input_grad(w);
+  linear.weight_grad(x, w, nullptr);
   // The bias was added to the (sharded) output: its gradient is the shard's column sums.
   if (b) env.device.bias_grad(env.stream, dy, b->grad);
   return dx;

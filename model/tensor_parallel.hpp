@@ -75,7 +75,15 @@ struct ModelEnv {
   // output (0: none). The mask follows the seed, the microbatch, the site and the element's
   // row among the whole sequence's (core/device.hpp HiddenDropout).
   float hidden_dropout = 0;
+  // The step being run (counted by the stage program): FP8 layers quantize their weights
+  // and update their delayed scales once per step (model/fp8_linear.hpp).
+  std::int64_t step = 0;
+  // FP8 delayed scaling's amax reduction beyond tp: the data-parallel (× cp) group; null:
+  // none.
+  Communicator* amax_group = nullptr;
 };
+
+class Fp8Linear;  // model/fp8_linear.hpp
 
 // The site of a hidden dropout: 0 after the embedding, 2·layer + 1 after a layer's attention,
 // 2·layer + 2 after its MLP.
@@ -97,8 +105,9 @@ Tensor allocate_like(ModelEnv& env, const Shape& shape);
 // Per-row statistics (layer-norm mean and rstd, losses) stay fp32 under mixed precision.
 Tensor allocate_fp32(Device& d, const Shape& shape);
 
-// y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]
-Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b);
+// y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]; with `fp8`, the GEMM in FP8.
+Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
+                      Fp8Linear* fp8 = nullptr);
 // w.grad += dyᵀ · x: one accumulating GEMM, or (gradient_accumulation_fusion off) a GEMM
 // into a fresh gradient and an add.
 void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w);
@@ -115,18 +124,21 @@ Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x);
 // this rank's reduced shard (rows / tp, C).
 Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x);
 
+// The four below take an optional Fp8Linear: its GEMMs then run in FP8 (the collectives
+// and the biases stay as they are).
 // x: (rows, in), or (rows / tp, in) with sequence parallelism; returns (rows, out / tp).
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                               const Parameter* b);
+                               const Parameter* b, Fp8Linear* fp8 = nullptr);
 // Returns dX in x's shape: all-reduced over tp, or reduce-scattered with sequence
 // parallelism; the collective runs while the weight gradient is computed.
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                                Parameter* b);
+                                Parameter* b, Fp8Linear* fp8 = nullptr);
 
 // x: (rows, in / tp); returns (rows, out), or (rows / tp, out) with sequence parallelism.
-Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b);
+Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
+                            Fp8Linear* fp8 = nullptr);
 // dy in the forward output's shape; returns dX (rows, in / tp).
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                             Parameter* b);
+                             Parameter* b, Fp8Linear* fp8 = nullptr);
 
 }  // namespace tandem

@@ -97,6 +97,11 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   if (bias) fc1_b_ = linear_bias("mlp.fc1.bias", fc1_rows, fc1_kind);
   fc2_w_ = linear("mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std);
   if (bias) fc2_b_ = linear_bias("mlp.fc2.bias", C, ShardKind::replicated);
+  // Megatron-Core's get_fp8_context by the global layer number (first / last in bf16).
+  if (o.fp8.layer_in_fp8(index, dims.num_layers)) {
+    fp8_state_ = std::make_unique<Fp8LayerState>(o.fp8);
+    for (int l = 0; l < Fp8LayerState::kLinears; ++l) fp8_.emplace_back(*fp8_state_, l);
+  }
 }
 
 std::vector<int> TransformerLayer::parameter_indices() const {
@@ -311,12 +316,13 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   a.input = x;
   a.ln1_out = allocate_like(env, x.shape);
   norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_));
+  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
   attention_forward(env, a, keep_probs);
   a.residual = allocate_like(env, x.shape);
-  residual_add(env,
-               row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_)),
-               proj_b_, x, a.residual, hidden_dropout_site(index_, false));
+  residual_add(
+      env,
+      row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_), fp8(1)),
+      proj_b_, x, a.residual, hidden_dropout_site(index_, false));
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   if (moe_) {
@@ -327,8 +333,8 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   }
   // With the fusion fc1_out is kept without its bias, as Megatron's bias_gelu keeps it.
   const bool fuse_gelu = fused_bias_gelu(env);
-  a.fc1_out =
-      column_parallel_forward(env, a.ln2_out, params_[fc1_w_], fuse_gelu ? nullptr : bias(fc1_b_));
+  a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_],
+                                      fuse_gelu ? nullptr : bias(fc1_b_), fp8(2));
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
     d.swiglu(s, a.fc1_out, a.gelu_out);
@@ -340,13 +346,15 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
     d.gelu(s, a.fc1_out, a.gelu_out);
   }
   Tensor out = allocate_like(env, x.shape);
-  residual_add(env,
-               row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_)),
-               fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
+  residual_add(
+      env,
+      row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3)),
+      fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
   return out;
 }
 
 Tensor TransformerLayer::forward(ModelEnv& env, const Tensor& x, LayerActivations& saved) {
+  if (fp8_state_) fp8_state_->begin_step(env);
   Tensor out = forward_all(env, x, saved, recompute_ == Recompute::none);
   if (recompute_ == Recompute::full) saved = LayerActivations{.input = x};
   return out;
@@ -374,7 +382,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   } else {
     Tensor d_gelu = row_parallel_backward(
         env, a.gelu_out, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
-        params_[fc2_w_], bias(fc2_b_));
+        params_[fc2_w_], bias(fc2_b_), fp8(3));
     a.gelu_out = Tensor{};
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
@@ -385,7 +393,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
       d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
     d_gelu = Tensor{};
     a.fc1_out = Tensor{};
-    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_));
+    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2));
   }
   Tensor d_residual = allocate_like(env, grad_out.shape);
   norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
@@ -395,10 +403,11 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   // Attention half: residual = x + proj(attention(qkv(norm1(x)))).
   Tensor d_attn = row_parallel_backward(
       env, a.attn_out, dropout_grad(env, d_residual, hidden_dropout_site(index_, false)),
-      params_[proj_w_], bias(proj_b_));
+      params_[proj_w_], bias(proj_b_), fp8(1));
   Tensor d_qkv = attention_backward(env, d_attn, a);
   d_attn = Tensor{};
-  Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_));
+  Tensor d_ln1 =
+      column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
   d_qkv = Tensor{};
   a.qkv = a.ln1_out = Tensor{};
   Tensor dx = allocate_like(env, grad_out.shape);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fp8_linear.hpp"
 #include "model/moe_layer.hpp"
 #include "model/tensor_parallel.hpp"
 
@@ -45,6 +46,9 @@ struct LayerOptions {
   // embedding (false with rope, or Megatron's position_embedding_type none).
   bool untie_embeddings_and_output_weights = false;
   bool learned_position_embedding = true;
+  // Megatron's --fp8-* flags: the linear layers of the layers in FP8 run their GEMMs in FP8
+  // (model/fp8_linear.hpp).
+  Fp8Config fp8{};
 };
 
 struct LayerDims {
@@ -123,6 +127,10 @@ class TransformerLayer {
   int ln1_w_, ln1_b_ = -1, qkv_w_, qkv_b_ = -1, proj_w_, proj_b_ = -1;
   int ln2_w_, ln2_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
   std::unique_ptr<MoeLayer> moe_;  // in place of fc1 / fc2 in a mixture-of-experts layer
+  // FP8 linear layers (qkv, proj, fc1, fc2), when this layer runs in FP8; else empty.
+  std::unique_ptr<Fp8LayerState> fp8_state_;
+  std::vector<Fp8Linear> fp8_;
+  Fp8Linear* fp8(int linear) { return fp8_.empty() ? nullptr : &fp8_[linear]; }
 };
 
 }  // namespace tandem

@@ -43,7 +43,7 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 
 std::string op_class(const std::string& key) {
   const std::string op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
-  if (op == "gemm") return "gemm";
+  if (op == "gemm" || op == "fp8_gemm") return "gemm";
   if (op == "attention" || op == "attention_backward" || is_fused_attention(op)) return "attention";
   if (op == "adam" || op == "sum_squares") return "optimizer";
   if (op == "upload" || op == "download") return "transfer";
@@ -136,6 +136,11 @@ double CostModel::model_seconds(const OpDesc& op) const {
       return roofline_seconds(op.flops, op.bytes);
     return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes);
   }
+  if (op.op == "fp8_gemm") {
+    if (op.m == 0 || op.n == 0 || op.k == 0 || op.batch == 0)
+      return roofline_seconds(op.flops, op.bytes);
+    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes, Operands::fp8);
+  }
   if (op.op == "attention" || op.op == "attention_backward") {
     if (op.m == 0 || op.k == 0 || op.batch == 0) return roofline_seconds(op.flops, op.bytes);
     return attention_seconds(op, op.op == "attention_backward");
@@ -155,23 +160,32 @@ double CostModel::roofline_seconds(double flops, double bytes) const {
   return gpu_.kernel_launch.value + std::max(compute, memory);
 }
 
+double CostModel::operand_peak(DType dtype, Operands operands) const {
+  if (operands == Operands::dtype) return gpu_.peak(dtype).value;
+  const double fp8 = gpu_.peak(Precision::fp8).value;
+  if (fp8 <= 0)
+    throw ConfigError("gpu.peak_tflops.fp8", gpu_.name,
+                      "the GPU has no FP8 tensor rate in its preset: FP8 GEMMs cannot be priced");
+  return fp8;
+}
+
 double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                               std::int64_t batch, double bytes) const {
+                               std::int64_t batch, double bytes, Operands operands) const {
   const GemmTiling tiling = gemm_tiling(gpu_, m, n, batch);
   // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
   const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
                             gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
   const double fraction = gemm_fraction(dtype, m, n, k);
-  double compute = done_flops / (gpu_.peak(dtype).value * fraction);
+  double compute = done_flops / (operand_peak(dtype, operands) * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
   if (gpu_.l2_bandwidth.value > 0) {
-    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, fraction);
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, fraction, operands);
     if (plan.compute_seconds + plan.extra_seconds < compute) {
       compute = plan.compute_seconds;
       extra = plan.extra_seconds;
     }
   }
-  if (bytes <= 0) bytes = gemm_bytes(dtype, m, n, k, batch);
+  if (bytes <= 0) bytes = gemm_bytes(dtype, m, n, k, batch);  // FP8 ops give their bytes
   const double memory = bytes / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
   return gpu_.kernel_launch.value + std::max(compute, memory) + extra;
 }
@@ -188,12 +202,13 @@ double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std
 // any factor s (slices of at least 256, s ≤ SMs; partial results reduced by a second kernel); each
 // tile at min(tensor rate, L2 operand traffic); keep the fastest.
 CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
-                                         std::int64_t k, std::int64_t batch,
-                                         double peak_fraction) const {
+                                         std::int64_t k, std::int64_t batch, double peak_fraction,
+                                         Operands operands) const {
   const double sms = std::max(gpu_.sm_count, 1);
-  const double per_sm_flops = gpu_.peak(dtype).value * peak_fraction / sms;
+  const double per_sm_flops = operand_peak(dtype, operands) * peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
-  const double size = static_cast<double>(dtype_size(dtype).value);
+  const double size =
+      operands == Operands::fp8 ? 1.0 : static_cast<double>(dtype_size(dtype).value);
   const std::int64_t tile_m = std::max(gpu_.gemm_tile_m, 1), tile_n = std::max(gpu_.gemm_tile_n, 1);
   // Tile sides: the preset's two and their halvings down to 64.
   std::vector<std::int64_t> sides;

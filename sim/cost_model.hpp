@@ -137,15 +137,19 @@ class CostModel {
   using RowKey =
       std::tuple<std::string, DType, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
 
+  // A GEMM's operands: in its dtype, or FP8 (1 byte each, the GPU's FP8 tensor rate; the
+  // Device's fp8_gemm op).
+  enum class Operands { dtype, fp8 };
   double gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                      std::int64_t batch, double bytes) const;
+                      std::int64_t batch, double bytes, Operands operands = Operands::dtype) const;
+  double operand_peak(DType dtype, Operands operands) const;  // FLOP/s
   struct GemmPlan {
     double compute_seconds = 0;  // waves of tiles, without launch
     double extra_seconds = 0;    // the split-K reduction kernel
     std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
   };
   GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                     std::int64_t batch, double peak_fraction) const;
+                     std::int64_t batch, double peak_fraction, Operands operands) const;
   // gemm_peak_fraction, or gemm_unaligned_peak_fraction when a dimension's rows are not a
   // multiple of 16 bytes (rule 2c).
   double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;

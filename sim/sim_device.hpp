@@ -103,6 +103,9 @@ struct SimDeviceOptions {
   bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
   HostCosts host;                     // the issuing host; all zero: issue is free
   MoeRouting routing;                 // where the router sends tokens (sim/moe_routing.hpp)
+  // FP8 quantization also writes a transposed copy (TE's cast_transpose): GPUs before
+  // Blackwell, whose FP8 GEMMs take only the "TN" layout.
+  bool fp8_transposed_copy = true;
 };
 
 class SimDevice : public Device {
@@ -176,6 +179,11 @@ class SimDevice : public Device {
   void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
   void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;
   void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) override;
+  // FP8 (sim_device_fp8.cpp): GEMMs priced as "fp8_gemm" at the GPU's FP8 rate,
+  // quantization and the scale update as memory-bound ops.
+  void fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) override;
+  void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override;
+  void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

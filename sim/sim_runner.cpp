@@ -15,6 +15,7 @@
 #include "core/trace.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
+#include "sim/fp8_gpu_rules.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/platform.hpp"
 #include "sim/profiler_effects.hpp"
@@ -195,6 +196,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   if (!o.pricer) throw std::invalid_argument("simulate: no pricer given");
   if (o.iterations < 1) throw std::invalid_argument("simulate: iterations must be ≥ 1");
   check_step_supports(s);  // before the engine starts: its actors would only crash
+  check_fp8_gpu(s, topology.gpu);
   const auto wall_start = std::chrono::steady_clock::now();
   const auto& par = s.parallelism;
   const int world_size = s.cluster.world_size;
@@ -257,11 +259,12 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     RankRun& rr = *run;
     rr.ctx = contexts[static_cast<std::size_t>(rank)];
     rr.device = std::make_unique<SimDevice>(
-        o.pricer,
-        SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                         .record_ops = o.record_ops,
-                         .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
-                         .routing = o.routing});
+        o.pricer, SimDeviceOptions{
+                      .compute_dtype = compute_dtype(s),
+                      .record_ops = o.record_ops,
+                      .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
+                      .routing = o.routing,
+                      .fp8_transposed_copy = compute_capability(topology.gpu).value_or(0) < 100});
     rr.trace_ops = o.trace_ops;
     if (!o.trace_path.empty())
       rr.device->set_op_observer(

@@ -60,8 +60,8 @@ void check_trainable(const Scenario& s, int launched, const std::string& device)
                      std::to_string(launched) + " or launch with mpirun -np " +
                      std::to_string(s.cluster.world_size)});
   // Mixed precision: bf16 activations and parameter copies over fp32 main parameters
-  // on the cuda binding; the cpu kernels compute fp32 only.
-  if (device != "cuda" && (s.training.bf16 || s.training.fp16))
+  // on the cuda binding; the cpu kernels compute fp32 only (FP8 runs aside: below).
+  if (device != "cuda" && (s.training.bf16 || s.training.fp16) && !s.training.fp8.enabled())
     v.push_back({s.training.bf16 ? "bf16" : "fp16", "true",
                  "the cpu binding trains in fp32 (bf16 needs --device cuda)"});
   if (device == "cuda" && s.training.fp16)
@@ -150,6 +150,9 @@ void run_training(TrainOptions& o) {
   check_trainable(s, launched, o.device);
   validate(s);
   check_step_supports(s);  // layouts the step cannot build, before MPI starts
+  // FP8 needs bf16 or fp16 beside it (Megatron's rule, checked above); the cpu binding runs
+  // the FP8 GEMMs in software and everything else in fp32, its only precision.
+  if (o.device != "cuda" && s.training.fp8.enabled()) s.training.bf16 = s.training.fp16 = false;
   // A measured run's profiler effects are the simulator's adapter's (sim/profiler_effects.hpp),
   // not part of the step a real run trains.
   for (const auto& [field, set] :

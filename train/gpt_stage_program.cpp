@@ -18,6 +18,7 @@ void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward
   loss_sum_ = 0;
   loss_rows_ = 0;
   backward_done_.assign(chunks_.size(), false);
+  ++env_.step;  // FP8 layers quantize their weights once per step
 }
 
 double GptStageProgram::mean_loss() const {

@@ -235,6 +235,21 @@ void OpTracingDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwa
 void OpTracingDevice::copy_rows(Stream& s, const RowCopyArgs& a) {
   traced(s, buffer_key("copy_rows", a.from), [&] { inner_.copy_rows(s, a); });
 }
+// FP8: the GEMM keyed as gemm is, in the dtype of its output (the compute dtype); the
+// quantize by the (rows, cols) it reads.
+void OpTracingDevice::fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) {
+  traced(s, {"fp8_quantize", a.input.dtype, a.output.rows, a.output.cols, 0, 1},
+         [&] { inner_.fp8_quantize(s, a); });
+}
+void OpTracingDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
+  const std::int64_t m = a.transpose_a ? a.a.cols : a.a.rows;
+  const std::int64_t k = a.transpose_a ? a.a.rows : a.a.cols;
+  const std::int64_t n = a.transpose_b ? a.b.rows : a.b.cols;
+  traced(s, {"fp8_gemm", a.c.dtype, m, n, k, 1}, [&] { inner_.fp8_gemm(s, a); });
+}
+void OpTracingDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
+  traced(s, buffer_key("fp8_update_scale", a.amax_history), [&] { inner_.fp8_update_scale(s, a); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

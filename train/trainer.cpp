@@ -25,7 +25,8 @@ LayerOptions options_of(const Scenario& s) {
           .add_bias_linear = !m.disable_bias_linear,
           .flash_attn = m.use_flash_attn,
           .untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights,
-          .learned_position_embedding = m.position_embedding_type == "learned_absolute"};
+          .learned_position_embedding = m.position_embedding_type == "learned_absolute",
+          .fp8 = s.training.fp8};
 }
 
 std::vector<bool> moe_layers_of(const Scenario& s) {
@@ -157,6 +158,7 @@ void check_step_supports(const Scenario& s) {
   std::vector<Violation> v;
   check_attention_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
+  check_fp8_step(s.training.fp8, v);
   if (!v.empty()) throw ConfigError(v);
 }
 
@@ -234,6 +236,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   env.bias_gelu_fusion = t.bias_gelu_fusion;
   env.bias_dropout_fusion = t.bias_dropout_fusion;
+  env.amax_group = &need(groups_.dp, "dp");  // FP8 delayed scaling's amax reduction
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

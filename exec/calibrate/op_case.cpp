@@ -543,6 +543,48 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
   return std::nullopt;
 }
 
+// The FP8 ops (fp8_quantize over (m, n), per-tensor current scaling; fp8_gemm of (m, k) by
+// (k, n) codes, seeded bytes, unit scales; fp8_update_scale of one tensor's m-long history).
+std::optional<OpCase> fp8_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
+  const std::int64_t m = s.m, n = columns(s);
+  auto codes = [&](std::int64_t elements) { t.ints(Shape{(elements + 3) / 4}, 1 << 30); };
+  if (s.op == "fp8_quantize") {
+    t.floats({m, n}, s.dtype, -1, 1);
+    codes(m * n);
+    t.floats({1, 1}, DType::fp32, 1, 1);
+    return OpCase{device, t.take(), [m, n](Device& dev, Stream& st, T& x) {
+                    Fp8Tensor out{.codes = x[1], .scale_inv = x[2], .rows = m, .cols = n};
+                    dev.fp8_quantize(st, {.input = x[0], .output = out});
+                  }};
+  }
+  if (s.op == "fp8_gemm") {
+    require_positive(s, {{"n", s.n}, {"k", s.k}});
+    const std::int64_t k = s.k;
+    codes(m * k);
+    t.floats({1, 1}, DType::fp32, 1, 1);
+    codes(k * n);
+    t.floats({1, 1}, DType::fp32, 1, 1);
+    t.floats({m, n}, s.dtype, 0, 0);
+    return OpCase{device, t.take(), [m, n, k](Device& dev, Stream& st, T& x) {
+                    const Fp8Tensor a{.codes = x[0], .scale_inv = x[1], .rows = m, .cols = k};
+                    const Fp8Tensor b{.codes = x[2], .scale_inv = x[3], .rows = k, .cols = n};
+                    dev.fp8_gemm(st, {.a = a, .b = b, .c = x[4]});
+                  }};
+  }
+  if (s.op == "fp8_update_scale") {
+    t.floats({m}, DType::fp32, 0, 1);  // history
+    t.floats({1}, DType::fp32, 1, 1);  // scale
+    t.floats({1}, DType::fp32, 0, 1);  // amax
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    static constexpr Fp8Format kFormats[] = {Fp8Format::e4m3};
+                    dev.fp8_update_scale(
+                        st,
+                        {.amax_history = x[0], .scale = x[1], .amax = x[2], .formats = kFormats});
+                  }};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 const std::vector<std::string>& measurable_ops() {
@@ -555,7 +597,8 @@ OpCase make_op_case(Device& device, const OpShape& s, const OpCaseOptions& optio
                                 std::to_string(s.n) + ", k " + std::to_string(s.k) + ")");
   require_positive(s, {{"m", s.m}, {"batch", s.batch}});
   Tensors t(device, options.seed);
-  for (auto* family : {matrix_case, row_case, vocab_case, buffer_case, llama_case, moe_case})
+  for (auto* family :
+       {matrix_case, row_case, vocab_case, buffer_case, llama_case, moe_case, fp8_case})
     if (auto c = family(device, s, options, t)) return std::move(*c);
   std::string known;
   for (const auto& op : measurable_ops()) known += (known.empty() ? "" : ", ") + op;

@@ -81,6 +81,9 @@ class CpuDevice : public Device {
   void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
   void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;
   void moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& args) override;
+  void fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) override;  // cpu_device_fp8.cpp
+  void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override;
+  void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

@@ -9,6 +9,7 @@
 
 #include "exec/cuda/cuda_stream.hpp"
 #include "exec/cuda/device_memory_pool.hpp"
+#include "exec/fp8_arguments.hpp"
 #include "exec/op_arguments.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cublas_library.hpp"
@@ -582,6 +583,69 @@ void CudaDevice::adam(Stream& s, const AdamArgs& a) {
                                                   a.step);
   kc::adamw({cuda_stream_of(s), blas_}, f32(a.param), f32(a.grad), f32(a.exp_avg),
             f32(a.exp_avg_sq), a.param.numel(), step);
+}
+
+// FP8 (exec/fp8_arguments.hpp checks as on the cpu binding). The GEMM decodes both operands
+// into fp32 scratch (the values the cpu reference multiplies) and runs cuBLAS's fp32 GEMM on
+// them, into fp32 scratch when C is bf16: the cpu binding's arithmetic, not yet cuBLASLt's
+// FP8 tensor-core GEMM (the speed of which the simulator prices from the preset).
+void CudaDevice::fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) {
+  check_fp8_quantize("fp8_quantize", a);
+  const auto& l = a.output.layout;
+  const Scratch per_block =
+      scratch(static_cast<std::size_t>(a.output.scale_inv.numel()) * sizeof(float));
+  kc::fp8_quantize({cuda_stream_of(s), blas_},
+                   {.input = floats(a.input, "fp8_quantize"),
+                    .rows = a.output.rows,
+                    .cols = a.output.cols,
+                    .format = math_format(l.format),
+                    .blocks = {l.block_rows, l.block_cols},
+                    .rule = a.scale                          ? kernels::math::Fp8ScaleRule::given
+                            : l.scaling == Fp8Scaling::mx    ? kernels::math::Fp8ScaleRule::mx
+                            : l.scaling == Fp8Scaling::block ? kernels::math::Fp8ScaleRule::block
+                                                             : kernels::math::Fp8ScaleRule::current,
+                    .scale = a.scale ? f32(*a.scale) : nullptr},
+                   static_cast<std::uint8_t*>(address(a.output.codes)), f32(a.output.scale_inv),
+                   a.amax ? f32(*a.amax) : nullptr, static_cast<float*>(per_block.data()));
+}
+
+void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
+  const auto shape = check_fp8_gemm("fp8_gemm", a);
+  const kc::Context c{cuda_stream_of(s), blas_};
+  auto decode = [&](const Fp8Tensor& t, const Scratch& into) {
+    kc::fp8_dequantize(c, static_cast<const std::uint8_t*>(address(t.codes)), f32(t.scale_inv),
+                       t.rows, t.cols, math_format(t.layout.format),
+                       {t.layout.block_rows, t.layout.block_cols},
+                       {into.data(), kc::Precision::fp32});
+  };
+  const Scratch da = scratch(static_cast<std::size_t>(a.a.rows * a.a.cols) * sizeof(float));
+  const Scratch db = scratch(static_cast<std::size_t>(a.b.rows * a.b.cols) * sizeof(float));
+  decode(a.a, da);
+  decode(a.b, db);
+  const kc::Floats out = floats(a.c, "fp8_gemm");
+  const bool direct = out.precision == kc::Precision::fp32;
+  const Scratch dc = scratch(static_cast<std::size_t>(direct ? 1 : a.c.numel()) * sizeof(float));
+  const kc::Floats c32 = direct ? out : kc::Floats{dc.data(), kc::Precision::fp32};
+  if (!direct && a.beta != 0) kc::convert(c, out, c32, a.c.numel());
+  kc::gemm(c,
+           {.m = shape.m,
+            .n = shape.n,
+            .k = shape.k,
+            .transpose_a = a.transpose_a,
+            .transpose_b = a.transpose_b,
+            .alpha = a.alpha,
+            .beta = a.beta},
+           {da.data(), kc::Precision::fp32}, {db.data(), kc::Precision::fp32}, c32);
+  if (!direct) kc::convert(c, c32, out, a.c.numel());
+}
+
+void CudaDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
+  const auto shape = check_fp8_update_scale("fp8_update_scale", a);
+  std::uint64_t e5m2 = 0;
+  for (std::size_t t = 0; t < a.formats.size() && t < 64; ++t)
+    if (a.formats[t] == Fp8Format::e5m2) e5m2 |= std::uint64_t{1} << t;
+  kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history), shape.length, shape.tensors,
+                       f32(a.scale), f32(a.amax), e5m2, a.use_max, a.margin);
 }
 
 }  // namespace tandem

@@ -94,6 +94,9 @@ class CudaDevice final : public Device {
   void copy(Stream& s, const Tensor& from, Tensor& to) override;
   void copy_columns(Stream& s, const ColumnCopyArgs& args) override;
   void copy_rows(Stream& s, const RowCopyArgs& args) override;
+  void fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) override;
+  void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override;
+  void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;
 

@@ -39,8 +39,12 @@ void fp8_quantize(const Fp8QuantizeParams& p, std::uint8_t* codes, float* scale_
   for (std::int64_t r = 0; r < p.rows; ++r) {
     float* row_amax = block_amax.data() + (r / br) * grid.cols;
     const float* x = p.input + r * p.cols;
-    for (std::int64_t c = 0; c < p.cols; ++c)
-      row_amax[c / bc] = math::amax_step(row_amax[c / bc], x[c]);
+    if (grid.cols == 1) {
+      for (std::int64_t c = 0; c < p.cols; ++c) row_amax[0] = math::amax_step(row_amax[0], x[c]);
+    } else {
+      for (std::int64_t c = 0; c < p.cols; ++c)
+        row_amax[c / bc] = math::amax_step(row_amax[c / bc], x[c]);
+    }
   }
   if (amax) {
     float all = 0;
@@ -58,7 +62,11 @@ void fp8_quantize(const Fp8QuantizeParams& p, std::uint8_t* codes, float* scale_
     const float* s = scale.data() + (r / br) * grid.cols;
     const float* x = p.input + r * p.cols;
     std::uint8_t* q = codes + r * p.cols;
-    for (std::int64_t c = 0; c < p.cols; ++c) q[c] = math::fp8_encode(x[c] * s[c / bc], p.format);
+    if (grid.cols == 1) {  // one scale along the row: no division per element
+      for (std::int64_t c = 0; c < p.cols; ++c) q[c] = math::fp8_encode(x[c] * s[0], p.format);
+    } else {
+      for (std::int64_t c = 0; c < p.cols; ++c) q[c] = math::fp8_encode(x[c] * s[c / bc], p.format);
+    }
   }
 }
 
@@ -74,7 +82,11 @@ void fp8_dequantize(const std::uint8_t* codes, const float* scale_inv, std::int6
     const float* s = scale_inv + (r / br) * grid.cols;
     const std::uint8_t* q = codes + r * cols;
     float* y = out + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c) y[c] = table[q[c]] * s[c / bc];
+    if (grid.cols == 1) {
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = table[q[c]] * s[0];
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c) y[c] = table[q[c]] * s[c / bc];
+    }
   }
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/flash_attention.hpp"
+#include "kernels/cpu/fp8.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layer_norm.hpp"
 #include "kernels/cpu/moe.hpp"
@@ -125,6 +126,28 @@ inline constexpr int kSumSquaresBlocks = 256;
 void sum_squares(Context c, ConstFloats x, std::int64_t n, float* out, double* scratch);
 void adamw(Context c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
            std::int64_t n, const math::AdamStep& step);
+
+// ---- FP8 (fp8.cu), the contracts of cpu/fp8.hpp ---------------------------------------------
+struct Fp8Quantize {
+  ConstFloats input;  // (rows, cols)
+  std::int64_t rows = 0, cols = 0;
+  math::Fp8Format format = math::Fp8Format::e4m3;
+  cpu::Fp8Blocks blocks{};
+  math::Fp8ScaleRule rule = math::Fp8ScaleRule::current;
+  const float* scale = nullptr;  // (1) device, the given scale of Fp8ScaleRule::given
+};
+// codes (rows·cols) and scale_inv (cpu::fp8_scale_grid) written; amax (device, nullable) the
+// tensor's; scratch holds one float per scale block.
+void fp8_quantize(Context c, const Fp8Quantize& q, std::uint8_t* codes, float* scale_inv,
+                  float* amax, float* scratch);
+// out (rows, cols) = decode(codes) · their block's scale_inv.
+void fp8_dequantize(Context c, const std::uint8_t* codes, const float* scale_inv, std::int64_t rows,
+                    std::int64_t cols, math::Fp8Format format, cpu::Fp8Blocks blocks, Floats out);
+// Delayed scaling of n ≤ 64 tensors: each amax into its column of the (length, n) history
+// (row 0 the newest) and zeroed, each scale from its column; bit t of e5m2_mask set: tensor t
+// is E5M2 (else E4M3).
+void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t n, float* scale,
+                      float* amax, std::uint64_t e5m2_mask, bool use_max, int margin);
 
 // ---- GEMM (gemm.cpp, cuBLAS) -------------------------------------------------------------
 // C = α·op(A)·op(B) + β·C, row-major, as cpu::gemm. A and B share a precision; C is fp32 or

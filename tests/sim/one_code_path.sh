@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
-# the same number of Device ops and the same op sequence (context parallelism and the
-# mixture of experts with balanced routing included).
+# the same number of Device ops and the same op sequence (context parallelism, the
+# mixture of experts with balanced routing and FP8 linear layers included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -25,6 +25,10 @@ layouts=(
   "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall"
   "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 4 --moe-token-dispatcher-type allgather --moe-router-force-load-balancing true"
   "--world-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000 --recompute-granularity full"
+  # FP8 linear layers (on an H100 preset, which has an FP8 rate): delayed scaling with its
+  # amax reductions over tp and dp, and blockwise scaling with its columnwise copies
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --bf16 true --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --topology dgx-h100"
+  "--world-size 2 --use-distributed-optimizer true --recompute-granularity full --bf16 true --fp8-format e4m3 --fp8-recipe blockwise --topology dgx-h100"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

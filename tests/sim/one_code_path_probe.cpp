@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
     for (int i = 2; i + 1 < argc; i += 2) overrides.emplace_back(argv[i], argv[i + 1]);
     apply_overrides(s, overrides);
     validate(s);
+    // FP8 needs bf16 beside it (validate); the cpu binding computes fp32 only, so both
+    // bindings run fp32 around the FP8 GEMMs, as tandem train does on the cpu.
+    if (s.training.fp8.enabled()) s.training.bf16 = s.training.fp16 = false;
     return std::string(argv[1]) == "cpu" ? run_cpu(s) : run_sim(s);
   } catch (const std::exception& e) {
     std::cerr << "one_code_path_probe: " << e.what() << "\n";

@@ -202,6 +202,18 @@ class RecordingDevice : public Device {
     note("copy_rows", a.from);
     inner_.copy_rows(s, a);
   }
+  void fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) override {
+    note("fp8_quantize", a.input, a.output.codes);
+    inner_.fp8_quantize(s, a);
+  }
+  void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override {
+    note("fp8_gemm", a.a.codes, a.b.codes, a.c);
+    inner_.fp8_gemm(s, a);
+  }
+  void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override {
+    note("fp8_update_scale", a.amax_history, a.scale);
+    inner_.fp8_update_scale(s, a);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);

@@ -1,0 +1,129 @@
+#include "model/fp8_linear.hpp"
+
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace tandem {
+
+void Fp8LayerState::begin_step(ModelEnv& env) {
+  if (step_ == env.step) return;
+  step_ = env.step;
+  if (!delayed()) return;
+  Device& d = env.device;
+  if (!history_.storage) {  // the first step: nothing recorded yet
+    const std::int64_t length = config_.amax_history_len;
+    history_ = d.allocate(Shape{length, kSlots}, DType::fp32);
+    scale_ = d.allocate(Shape{kSlots}, DType::fp32);
+    amax_ = d.allocate(Shape{kSlots}, DType::fp32);
+    d.fill(env.stream, history_, 0.0f);
+    d.fill(env.stream, scale_, 1.0f);  // TE's initial scale
+    d.fill(env.stream, amax_, 0.0f);
+    for (int s = 0; s < kSlots; ++s) {
+      scale_views_[s] = scale_.view(Shape{1}, s);
+      amax_views_[s] = amax_.view(Shape{1}, s);
+    }
+    return;
+  }
+  // The amax reduction group: the largest |x| of a tensor split over tp, and over the
+  // data-parallel replicas' microbatches.
+  if (env.tp.size() > 1) env.tp.all_reduce(env.stream, amax_, ReduceOp::max)->wait();
+  if (env.amax_group && env.amax_group->size() > 1)
+    env.amax_group->all_reduce(env.stream, amax_, ReduceOp::max)->wait();
+  std::array<Fp8Format, kSlots> formats{};
+  for (int s = 0; s < kSlots; ++s) formats[s] = format(static_cast<Role>(s % 3));
+  d.fp8_update_scale(env.stream, {.amax_history = history_,
+                                  .scale = scale_,
+                                  .amax = amax_,
+                                  .formats = formats,
+                                  .use_max = config_.amax_compute_algo == "max",
+                                  .margin = config_.margin});
+}
+
+Fp8Tensor Fp8Linear::quantize(ModelEnv& env, const Tensor& t, std::int64_t rows, std::int64_t cols,
+                              Fp8LayerState::Role role, bool along_rows) {
+  const std::string& recipe = state_->config().recipe;
+  Fp8Layout layout{.format = state_->format(role)};
+  if (recipe == "blockwise") {
+    layout.scaling = Fp8Scaling::block;
+    const bool square = role == Fp8LayerState::weight;
+    layout.block_rows = square || along_rows ? 128 : 1;
+    layout.block_cols = square || !along_rows ? 128 : 1;
+  } else if (recipe == "mxfp8") {
+    layout.scaling = Fp8Scaling::mx;
+    layout.block_rows = along_rows ? 32 : 1;
+    layout.block_cols = along_rows ? 1 : 32;
+  }
+  Fp8Tensor q = allocate_fp8(env.device, rows, cols, layout);
+  env.device.fp8_quantize(env.stream, {.input = t,
+                                       .output = q,
+                                       .scale = state_->scale(slot(role)),
+                                       .amax = state_->amax(slot(role))});
+  return q;
+}
+
+void Fp8Linear::quantize_weight(ModelEnv& env, const Parameter& w) {
+  if (weight_step_ == state_->step()) return;
+  weight_step_ = state_->step();
+  const std::int64_t out = w.local_shape[0], in = w.local_shape[1];
+  weight_rowwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, false);
+  // MX blocks run along the reduction dimension: dgrad (dx = dy · w) reduces over out.
+  if (state_->config().recipe == "mxfp8")
+    weight_columnwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, true);
+}
+
+Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w) {
+  quantize_weight(env, w);
+  const std::int64_t rows = x.shape[0], in = x.shape[1], out = w.local_shape[0];
+  const Fp8Tensor xq = quantize(env, x, rows, in, Fp8LayerState::input, false);
+  Tensor y = allocate_like(env, Shape{rows, out});
+  env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});
+  return y;
+}
+
+Fp8Grad Fp8Linear::quantize_grad(ModelEnv& env, const Tensor& dy) {
+  return {.dy = &dy,
+          .rowwise = quantize(env, dy, dy.shape[0], dy.shape[1], Fp8LayerState::grad, false)};
+}
+
+Tensor Fp8Linear::input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w) {
+  const bool mx = state_->config().recipe == "mxfp8";
+  Tensor dx = allocate_like(env, Shape{g.dy->shape[0], w.local_shape[1]});
+  env.device.fp8_gemm(env.stream,
+                      {.a = g.rowwise, .b = mx ? weight_columnwise_ : weight_rowwise_, .c = dx});
+  return dx;
+}
+
+void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, Parameter& w) {
+  const Tensor& dy = *g.dy;
+  if (!state_->config().wgrad) {  // Megatron's --no-fp8-wgrad: this GEMM in the compute dtype
+    accumulate_weight_grad(env, dy, x, w);
+    return;
+  }
+  const std::int64_t rows = x.shape[0];
+  const bool per_tensor =
+      state_->config().recipe == "delayed" || state_->config().recipe == "tensorwise";
+  // wgrad reduces over the rows (tokens): block recipes need copies blocked along them.
+  const Fp8Tensor dyq =
+      per_tensor ? g.rowwise : quantize(env, dy, rows, dy.shape[1], Fp8LayerState::grad, true);
+  const Fp8Tensor xq = quantize(env, x, rows, x.shape[1], Fp8LayerState::input, !per_tensor);
+  if (env.gradient_accumulation_fusion || env.first_backward) {
+    const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
+    env.device.fp8_gemm(env.stream,
+                        {.a = dyq, .b = xq, .c = w.grad, .transpose_a = true, .beta = beta});
+    return;
+  }
+  Tensor fresh = allocate_like(env, w.grad.shape);
+  env.device.fp8_gemm(env.stream, {.a = dyq, .b = xq, .c = fresh, .transpose_a = true});
+  env.device.add(env.stream, w.grad, fresh, w.grad);
+}
+
+void check_fp8_step(const Fp8Config& config, std::vector<Violation>& out) {
+  if (!config.enabled()) return;
+  if (config.param_gather)
+    out.push_back({"fp8_param_gather", "true",
+                   "not in the training step yet: its weights are gathered in the compute dtype "
+                   "and quantized once per step; leave fp8_param_gather out"});
+}
+
+}  // namespace tandem

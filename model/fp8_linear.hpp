@@ -1,0 +1,106 @@
+// Megatron-Core's FP8 linear layers as Transformer Engine runs them (TE's Linear under
+// fp8_autocast with Megatron's recipe): the GEMMs of QKV, the attention projection, FC1 and
+// FC2 take FP8 operands — the input and the weight E4M3, the output gradient E4M3 or, under
+// the hybrid format, E5M2 — and write the compute dtype (or accumulate into the fp32 weight
+// gradient). The output layer and the attention core stay in the compute dtype.
+//
+//   recipe       input / grad (fprop, dgrad)   weight       input / grad (wgrad)
+//   delayed      per tensor, scale from the amax history (the same codes serve both GEMMs)
+//   tensorwise   per tensor, scale from the tensor's own amax
+//   blockwise    1 × 128 blocks                128 × 128    128 × 1 blocks (along tokens)
+//   mxfp8        1 × 32, E8M0 scales           1 × 32 and   32 × 1
+//                                              32 × 1
+//
+// Each GEMM's blocks run along its reduction dimension, as TE's rowwise and columnwise
+// copies do. The weights are quantized once per step (the first forward of the step) and
+// every microbatch reuses them. Delayed scaling keeps, per layer, the amax history and
+// scale of its 12 tensors (4 linears × input, weight, gradient); a step's amaxes are
+// max-accumulated, all-reduced (max) over tp and the data-parallel group (TE's amax
+// reduction group, Megatron's tp-dp-cp) and turned into the next scales once, at the step's
+// first forward of the layer. TE updates them at every microbatch's fp8_autocast exit;
+// updating once per step keeps every layout on the same scales (the single-process run
+// sees the dp ranks' microbatches in another order), so tp / pp / dp give the same losses.
+// The wgrad GEMM's input is quantized again in backward from the activation the layer
+// saved (TE saves the forward's FP8 copy): the scale is the same within a step, so are the
+// codes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/fp8_config.hpp"
+#include "model/parameters.hpp"
+#include "model/tensor_parallel.hpp"
+
+namespace tandem {
+
+// The FP8 state of one transformer layer: the recipe and, under delayed scaling, the amax
+// history and scale of each of its linear layers' three tensors (slot 3·linear + role).
+class Fp8LayerState {
+ public:
+  static constexpr int kLinears = 4;  // qkv, proj, fc1, fc2
+  static constexpr int kSlots = 3 * kLinears;
+  enum Role { input = 0, weight = 1, grad = 2 };
+
+  explicit Fp8LayerState(const Fp8Config& config) : config_(config) {}
+  const Fp8Config& config() const { return config_; }
+  bool delayed() const { return config_.recipe == "delayed"; }
+  Fp8Format format(Role role) const {
+    return role == grad && config_.hybrid() ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  }
+  // Once per step (env.step), at the layer's first forward: the previous step's amaxes
+  // reduced and turned into scales (delayed), the weights marked for quantization.
+  void begin_step(ModelEnv& env);
+  std::int64_t step() const { return step_; }
+  // Delayed scaling's (1) scale and amax of a slot; null under the other recipes.
+  const Tensor* scale(int slot) const { return delayed() ? &scale_views_[slot] : nullptr; }
+  Tensor* amax(int slot) { return delayed() ? &amax_views_[slot] : nullptr; }
+
+ private:
+  Fp8Config config_;
+  std::int64_t step_ = -1;
+  Tensor history_;  // (amax_history_len, kSlots) fp32, row 0 the newest
+  Tensor scale_;    // (kSlots) fp32
+  Tensor amax_;     // (kSlots) fp32, this step's so far
+  std::array<Tensor, kSlots> scale_views_, amax_views_;
+};
+
+// A quantized output gradient: the GEMMs' operands made from dy once per backward.
+struct Fp8Grad {
+  const Tensor* dy = nullptr;  // (rows, out) in the compute dtype
+  Fp8Tensor rowwise;           // for dgrad (and wgrad under per-tensor scaling)
+};
+
+// One linear layer of a layer's Fp8LayerState: `linear` is 0 qkv, 1 proj, 2 fc1, 3 fc2.
+class Fp8Linear {
+ public:
+  Fp8Linear(Fp8LayerState& state, int linear) : state_(&state), linear_(linear) {}
+
+  // y (rows, out) = x (rows, in) · wᵀ, both in FP8; no bias.
+  Tensor forward(ModelEnv& env, const Tensor& x, const Parameter& w);
+  Fp8Grad quantize_grad(ModelEnv& env, const Tensor& dy);
+  // dx (rows, in) = dy · w.
+  Tensor input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w);
+  // w.grad += dyᵀ · x (x: rows, in), in FP8 unless fp8_wgrad is off.
+  void weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, Parameter& w);
+
+ private:
+  int slot(Fp8LayerState::Role role) const { return 3 * linear_ + role; }
+  // (rows, cols) of `t` quantized for `role`, its blocks along rows (`along_rows`: the
+  // columnwise copy wgrad reads) or along columns.
+  Fp8Tensor quantize(ModelEnv& env, const Tensor& t, std::int64_t rows, std::int64_t cols,
+                     Fp8LayerState::Role role, bool along_rows);
+  void quantize_weight(ModelEnv& env, const Parameter& w);
+
+  Fp8LayerState* state_;
+  int linear_;
+  std::int64_t weight_step_ = -1;
+  Fp8Tensor weight_rowwise_, weight_columnwise_;  // the step's weight (columnwise: MX only)
+};
+
+// What the training step does not run yet with FP8, as violations naming the field.
+void check_fp8_step(const Fp8Config& config, std::vector<Violation>& out);
+
+}  // namespace tandem
