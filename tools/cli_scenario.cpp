@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/pipeline_layout.hpp"
 #include "model/flops.hpp"
 #include "tools/cli.hpp"
 
@@ -193,6 +194,11 @@ void add_scenario_command(CLI::App& app) {
                     {"ffn_hidden_size", ffn_hidden_size(s)},
                     {"pipeline_schedule", effective_pipeline_schedule(s)},
                     {"num_query_groups", num_query_groups(s)}};
+    // The pipeline partition (core/pipeline_layout.hpp): each stage's transformer layers.
+    std::vector<int> stage_layers;
+    for (int r = 0; r < s.parallelism.pipeline_model_parallel_size; ++r)
+      stage_layers.push_back(stage_num_layers(s, r));
+    j["derived"]["layers_per_pipeline_stage"] = stage_layers;
     // Megatron's parameter count and num_floating_point_operations (model/flops.hpp).
     const DenseShape shape = dense_shape(s);
     const auto params = parameter_count(shape);

@@ -514,7 +514,7 @@ TEST(CliScenario, LlamaScenariosHaveThePublishedParameterCounts) {
                                                       {"llama2-70b-512gpu", 68'976'648'192.0},
                                                       {"llama3-8b-64gpu", 8'030'261'248.0},
                                                       {"llama3-70b-1024gpu", 70'553'706'496.0},
-                                                      {"llama3-405b-7168gpu", 405'853'388'800.0}};
+                                                      {"llama3-405b-8192gpu", 405'853'388'800.0}};
   for (const auto& [name, count] : published) {
     const auto r =
         run("scenario " + std::string(TANDEM_SOURCE_DIR) + "/scenarios/" + name + ".json");
