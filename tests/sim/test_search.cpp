@@ -91,6 +91,32 @@ TEST(SearchSpace, InterleavingAutoTriesEveryDivisorOfTheStageDepth) {
                                               "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp"}));
 }
 
+TEST(SearchSpace, PlacesTheEmbeddingAndLossWhenVaried) {
+  Scenario s = small_model();
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=2");
+  vary(space, "vp=auto");
+  vary(space, "embed_split=false,true");
+  vary(space, "loss_split=false,true");
+  s.training.global_batch_size = 64;
+  const Enumeration e = enumerate(s, 16, space);
+  // Neither counted: 8 / 2 = 4 layers a stage, vp none, 1, 2. One of them: 9 / 2 does not
+  // split (one "none" candidate each, refused). Both: 10 / 2 = 5 a stage, vp none and 1.
+  EXPECT_EQ(e.enumerated, 1 + 3 + 1 + 1 + 2);
+  std::vector<std::string> labels;
+  for (const auto& c : e.valid)
+    if (!c.baseline) labels.push_back(c.label);
+  EXPECT_EQ(labels, (std::vector<std::string>{
+                        "tp1 pp2 mbs1 none tp-cp-ep-dp-pp", "tp1 pp2 vp1 mbs1 none tp-cp-ep-dp-pp",
+                        "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp",
+                        "tp1 pp2 embed-split loss-split mbs1 none tp-cp-ep-dp-pp",
+                        "tp1 pp2 vp1 embed-split loss-split mbs1 none tp-cp-ep-dp-pp"}));
+  // By default the base's placement only: no account_for candidate.
+  const Enumeration plain = enumerate(s, 16, fixed_space(s));
+  for (const auto& c : plain.valid) EXPECT_EQ(c.label.find("split"), std::string::npos);
+}
+
 TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
   SearchSpace space = default_space(small_model(), 16);
   EXPECT_THROW(vary(space, "tensor_paralel=2"), ConfigError);
