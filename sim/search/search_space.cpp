@@ -283,6 +283,15 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
       ++e.pruned["duplicate: sequence_parallel has no effect at tensor_model_parallel_size 1"];
       return;
     }
+    if (!baseline && s.parallelism.pipeline_model_parallel_size == 1 &&
+        (s.parallelism.account_for_embedding_in_pipeline_split ||
+         s.parallelism.account_for_loss_in_pipeline_split)) {
+      // One stage holds the embedding, every layer and the loss whatever is counted.
+      ++e.pruned
+            ["duplicate: account_for_*_in_pipeline_split has no effect at "
+             "pipeline_model_parallel_size 1"];
+      return;
+    }
     const std::string label = candidate_label(s);
     if (seen.count(label)) {
       ++e.pruned[baseline ? "duplicate: the baseline" : "duplicate: the baseline's layout"];

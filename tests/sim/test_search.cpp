@@ -115,6 +115,13 @@ TEST(SearchSpace, PlacesTheEmbeddingAndLossWhenVaried) {
   // By default the base's placement only: no account_for candidate.
   const Enumeration plain = enumerate(s, 16, fixed_space(s));
   for (const auto& c : plain.valid) EXPECT_EQ(c.label.find("split"), std::string::npos);
+  // On one stage the embedding, the layers and the loss share it whatever is counted: the
+  // three accounted variants duplicate the plain one.
+  fix(space, "pp=1");
+  const Enumeration one = enumerate(s, 16, space);
+  EXPECT_EQ(one.pruned.at("duplicate: account_for_*_in_pipeline_split has no effect at "
+                          "pipeline_model_parallel_size 1"),
+            3);
 }
 
 TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
