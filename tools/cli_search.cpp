@@ -536,7 +536,9 @@ void run_search(SearchCliOptions& o) {
   std::vector<Scenario> keyed;
   std::vector<std::size_t> key_of(e.valid.size());
   for (std::size_t i = 0; i < e.valid.size(); ++i) {
-    const std::string k = dry_run_key(e.valid[i].scenario, topology.node.gpus_per_node);
+    // The unit whose renumbering changes no route: the NVLink domain (a GB200 NVL72 rack's
+    // trays differ only in which NICs they own, and NCCL counts a rack's NICs together).
+    const std::string k = dry_run_key(e.valid[i].scenario, gpus_per_nvlink_domain(topology));
     auto [it, inserted] = key_index.emplace(k, keyed.size());
     if (inserted) keyed.push_back(e.valid[i].scenario);
     key_of[i] = it->second;
