@@ -13,6 +13,7 @@ struct Fp8FieldSpec {
   std::string help;
   Rule rule{};
   std::string flag{};
+  std::vector<std::string> aliases{};  // fp8_format: the flag's own name
 };
 
 // A descriptor for a member of TrainingConfig::fp8 (make_field of scenario_fields.cpp, one
@@ -21,7 +22,7 @@ template <class T>
 FieldDef fp8_field(T Fp8Config::*member, Fp8FieldSpec spec) {
   FieldDef f;
   f.meta = {"training",     spec.name, spec.flag.empty() ? kebab_flag(spec.name) : spec.flag,
-            type_name<T>(), spec.help, {}};
+            type_name<T>(), spec.help, spec.aliases};
   f.rule = spec.rule;
   f.get = [=](const Scenario& s) { return encode(s.training.fp8.*member); };
   f.set = [=, rule = spec.rule](Scenario& s, const json& j) {
@@ -48,7 +49,9 @@ std::vector<FieldDef> fp8_fields() {
       fp8_field(&F::format, {"fp8",
                              "FP8 linear layers: e4m3 (everywhere) or hybrid (E4M3 forward, "
                              "E5M2 gradients); empty: off",
-                             Rule{.one_of = {"", "e4m3", "hybrid"}}, "--fp8-format"}),
+                             Rule{.one_of = {"", "e4m3", "hybrid"}},
+                             "--fp8-format",
+                             {"fp8_format"}}),
       fp8_field(&F::recipe, {"fp8_recipe",
                              "FP8 scaling: delayed (amax history), tensorwise (current "
                              "scaling), blockwise (1x128 / 128x128 blocks), mxfp8 (32-element "
