@@ -212,15 +212,6 @@ void check_pipeline_layout(const Scenario& s, Violations& out) {
             " (the layout names every stage; Megatron's TransformerConfig refuses both)"));
   const ParsedLayout parsed = parse_pipeline_layout(text);
   if (!parsed.error.empty()) return add(parsed.error);
-  const auto stages = static_cast<I64>(parsed.stages.size());
-  if (pp < 1) return;
-  if (stages % pp != 0)
-    return add(cat("has ", stages, " stages, which must be a multiple of ",
-                   "pipeline_model_parallel_size = ", pp,
-                   " (each pp rank holds stages / pp virtual stages)"));
-  if (stages / pp > 1 && pp == 1)
-    add(cat("has ", stages, " stages on one pipeline rank: interleaving requires ",
-            "pipeline_model_parallel_size > 1"));
   I64 embeddings = 0, losses = 0, decoders = 0, mtps = 0;
   for (const auto& st : parsed.stages) {
     embeddings += std::count(st.begin(), st.end(), 'E');
@@ -231,6 +222,15 @@ void check_pipeline_layout(const Scenario& s, Violations& out) {
   if (mtps > 0)
     add(cat("names ", mtps, " multi-token-prediction layer", mtps > 1 ? "s" : "",
             " ('m'), which tandem does not build yet (no MTP module); remove them"));
+  const auto stages = static_cast<I64>(parsed.stages.size());
+  if (pp < 1) return;
+  if (stages % pp != 0)
+    return add(cat("has ", stages, " stages, which must be a multiple of ",
+                   "pipeline_model_parallel_size = ", pp,
+                   " (each pp rank holds stages / pp virtual stages)"));
+  if (stages / pp > 1 && pp == 1)
+    add(cat("has ", stages, " stages on one pipeline rank: interleaving requires ",
+            "pipeline_model_parallel_size > 1"));
   if (embeddings != 1)
     add(cat("names the embedding 'E' ", embeddings, " times; it must appear exactly once"));
   else if (parsed.stages.front().empty() || parsed.stages.front().front() != 'E')

@@ -255,6 +255,8 @@ TEST(PipelineRules, LayoutContents) {
   EXPECT_TRUE(Names(with(4, 2, "Ett|tLt"), field, "Ett|tLt", "must close its last stage"));
   EXPECT_TRUE(Names(with(4, 2, "EEtt|ttL"), field, "EEtt|ttL", "'E' 2 times"));
   EXPECT_TRUE(Names(with(4, 2, "Ett|ttmL"), field, "Ett|ttmL", "not build yet"));
+  // Named even when the stage count is wrong too (Megatron's example: 32 stages, pp 3).
+  EXPECT_TRUE(Names(with(60, 3, "Et*3|(tt|)*29,m|L"), field, "Et*3", "not build yet"));
   EXPECT_TRUE(Names(with(4, 2, "Ett|t?L"), field, "Ett|t?L", "unknown symbol '?'"));
   // Layers need not split evenly over pp any more.
   EXPECT_TRUE(with(5, 2, "Ett|tttL").empty());
