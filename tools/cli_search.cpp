@@ -523,6 +523,14 @@ void run_search(SearchCliOptions& o) {
   check_output("--csv", o.csv_path);
   check_output("--svg", o.svg_path);
   ss::SearchSpace space = ss::default_space(base, world);
+  // Tensor parallelism may span the nodes of an NVLink domain (a GB200 NVL72 rack's trays of
+  // 4): its sizes are the world's divisors up to the domain, not up to the node.
+  if (topology.nvlink_domain.gpus > 0) {
+    auto& tp = space.values["tensor_model_parallel_size"];
+    tp.clear();
+    for (int d = 1; d <= std::min(world, topology.nvlink_domain.gpus); ++d)
+      if (world % d == 0) tp.push_back(std::to_string(d));
+  }
   for (const auto& v : o.vary) ss::vary(space, v);
   for (const auto& f : o.fix) ss::fix(space, f);
 
