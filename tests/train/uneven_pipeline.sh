@@ -9,7 +9,10 @@
 #   layout  pp 2, "E|tttt|tttt|L": the embedding and the loss as stages of their own, so
 #           rank 0's first chunk and rank 1's last chunk hold no layer (2 chunks a rank);
 #   account pp 2, the embedding and loss counted as layers, 1 layer a virtual stage:
-#           (8 + 2) / 2 = 5 chunks a rank, the first and last holding no layer.
+#           (8 + 2) / 2 = 5 chunks a rank, the first and last holding no layer;
+#   empty   pp 2 × dp 2, "Et|tttt||tttL": rank 0's second chunk holds nothing at all (no
+#           parameter), with the distributed optimizer and overlapped gradient buckets (3
+#           microbatches a rank, so microbatch groups of 3 for the interleaved schedule).
 #   tests/train/uneven_pipeline.sh TANDEM_BINARY SCENARIO [NAME…]   (default: every one)
 set -euo pipefail
 tandem="$1"
@@ -27,9 +30,10 @@ declare -A layouts=(
   [uneven]="3|--pipeline-model-parallel-size 3 --num-virtual-stages-per-pipeline-rank 2 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2"
   [layout]="2|--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout E|tttt|tttt|L"
   [account]="2|--pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 1"
+  [empty]="4|--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tttt||tttL --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --microbatch-group-size-per-virtual-pipeline-stage 3"
 )
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(uneven layout account)
+[ "${#names[@]}" -gt 0 ] || names=(uneven layout account empty)
 
 reference=$("$tandem" train "$scenario" "${common[@]}" --world-size 1 --save "$work/reference" | losses)
 [ "$(echo "$reference" | wc -l)" -eq 5 ] || { echo "single-process run printed no 5 losses"; exit 1; }
