@@ -39,6 +39,23 @@ TEST(CliNcclTests, TextTableHasTheNcclTestsColumns) {
   EXPECT_NE(r.output.find("4194304"), std::string::npos);
 }
 
+// GB200 NVL72: one rack is one NVLink domain of 18 trays, so NCCL's NVLS runs over all 72
+// GPUs; two racks lose NVLS and ring over NVLink with one channel per NIC of a rack (72),
+// so the NICs do not bind (figures derived by hand in tests/sim/test_nvlink_domain.cpp).
+TEST(CliNcclTests, Gb200Nvl72OneRackIsOneNodeToNccl) {
+  auto r = testing::run("nccl-tests --topology gb200-nvl72 --gpus 72 --bytes 4G:4G");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all_reduce on 72 GPUs (18 nodes in 1 NVLink domain of gb200-nvl72)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("nvls/Simple"), std::string::npos) << r.output;
+  r = testing::run("nccl-tests --topology gb200-nvl72 --gpus 144 --bytes 4G:4G");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(36 nodes in 2 NVLink domains of gb200-nvl72)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ring/Simple x72"), std::string::npos) << r.output;
+}
+
 TEST(CliNcclTests, BadInputIsRejectedWithTheField) {
   auto r = testing::run("nccl-tests --bytes 1K");
   EXPECT_EQ(r.exit_code, 2);
