@@ -286,7 +286,7 @@ TEST(LaunchScript, Llama3_8bExampleSplitsItsFlagValueStrings) {
   EXPECT_EQ(value_of(cl, "rotary_base"), "1000000");
   EXPECT_EQ(value_of(cl, "vocab_size"), "128256");          // from the string "--vocab-size 128256"
   EXPECT_EQ(value_of(cl, "overlap_param_gather"), "true");  // appended with +=
-  EXPECT_EQ(value_of(cl, "fp8"), "hybrid");  // FP8 flags are scenario fields
+  EXPECT_EQ(value_of(cl, "fp8"), "hybrid");                 // FP8 flags are scenario fields
   EXPECT_EQ(value_of(cl, "fp8_amax_history_len"), "1024");
   EXPECT_EQ(value_of(cl, "fp8_amax_compute_algo"), "max");
   EXPECT_EQ(value_of(cl, "fp8_param_gather"), "true");
