@@ -2,11 +2,16 @@
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
 # the same number of Device ops and the same op sequence (context parallelism, the
-# mixture of experts with balanced routing and FP8 linear layers included).
+# mixture of experts with balanced routing, FP8 linear layers and uneven pipeline stages
+# included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
 layouts=(
+  # Uneven pipeline stages: 1 + 2 + 1 layers on pp 3, and the embedding and the loss as
+  # stages of their own, interleaved ("E|tt|tt|L": 2 chunks a rank, two with no layer)
+  "--world-size 3 --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1"
+  "--world-size 2 --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout E|tt|tt|L"
   "--world-size 2 --tensor-model-parallel-size 2"
   "--world-size 2 --pipeline-model-parallel-size 2"
   "--world-size 2 --overlap-grad-reduce true --ddp-bucket-size 20000"
