@@ -125,8 +125,11 @@ bool is_fused_attention(const std::string& op) {
 }
 
 double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op) {
+  const bool backward = op.op == "flash_attention_backward";
+  const double preset =
+      backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
   const double fraction =
-      op.op == "flash_attention_backward" ? kFlashBackwardFraction : kFlashForwardFraction;
+      preset > 0 ? preset : (backward ? kFlashBackwardFraction : kFlashForwardFraction);
   const double compute = op.flops / (gpu.peak(op.dtype).value * fraction);
   const double memory = op.bytes / (gpu.memory_bandwidth.value * gpu.memory_peak_fraction);
   return gpu.kernel_launch.value + std::max(compute, memory);

@@ -10,9 +10,11 @@
 //            backward 10·pairs·head_dim (S recomputed, dP, dV, dQ, dK: 2.5× forward)
 //   bytes    the compulsory traffic only — Q, K, V, O and the log-sum-exp, and in
 //            backward dO, dQ, dK, dV too; no Tq·Tk term, the scores never reach memory
-//   rate     tensor cores at peak(dtype) · kFlashForwardFraction (backward:
-//            kFlashBackwardFraction), what FlashAttention-2 reports on A100 (§4.1 of the
-//            paper: 50–73 % of peak); a calibration table rescales both per dtype.
+//   rate     tensor cores at peak(dtype) · the preset's fused_attention_forward_fraction
+//            (backward: fused_attention_backward_fraction), a published kernel benchmark
+//            of the GPU; where the preset has none, kFlashForwardFraction /
+//            kFlashBackwardFraction, what FlashAttention-2 reports on A100 (§4.1 of the
+//            paper: 50–73 % of peak). A calibration table rescales both per dtype.
 #pragma once
 
 #include <cstdint>

@@ -56,6 +56,11 @@ struct GpuSpec {
   // bytes): cuBLAS then cannot use its vectorised tensor-core kernels. 0: no penalty
   // (gemm_peak_fraction).
   double gemm_unaligned_peak_fraction = 0;
+  // The fraction of the tensor peak fused attention (cuDNN's or FlashAttention's kernel)
+  // reaches on long sequences, forward and backward. 0: FlashAttention-2's on A100
+  // (sim/op_cost_llama.hpp).
+  double fused_attention_forward_fraction = 0;
+  double fused_attention_backward_fraction = 0;
   // The fraction of memory_bandwidth a streaming kernel reaches (STREAM-like copies).
   double memory_peak_fraction = 1.0;
   int gemm_tile_m = 1;  // output tile of one thread block, rows

@@ -187,6 +187,8 @@ const std::vector<std::string>& gpu_keys() {
                                                 "kernel_launch_us",
                                                 "gemm_peak_fraction",
                                                 "gemm_unaligned_peak_fraction",
+                                                "fused_attention_forward_fraction",
+                                                "fused_attention_backward_fraction",
                                                 "memory_peak_fraction",
                                                 "gemm_tile",
                                                 "pcie_gbs",
@@ -273,6 +275,11 @@ GpuSpec read_gpu(const json& body, Violations& out) {
   g.gemm_peak_fraction = s.number("gemm_peak_fraction", Range::fraction);
   if (s.body().contains("gemm_unaligned_peak_fraction"))
     g.gemm_unaligned_peak_fraction = s.number("gemm_unaligned_peak_fraction", Range::fraction);
+  for (auto [key, field] :
+       {std::pair{"fused_attention_forward_fraction", &GpuSpec::fused_attention_forward_fraction},
+        std::pair{"fused_attention_backward_fraction",
+                  &GpuSpec::fused_attention_backward_fraction}})
+    if (s.body().contains(key)) g.*field = s.number(key, Range::fraction);
   g.memory_peak_fraction = s.number("memory_peak_fraction", Range::fraction);
   if (const json* tile = s.find("gemm_tile")) {
     const bool good = tile->is_array() && tile->size() == 2 &&
@@ -673,6 +680,8 @@ nlohmann::json to_json(const Topology& t) {
   };
   optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
   optional("gemm_unaligned_peak_fraction", g.gemm_unaligned_peak_fraction);
+  optional("fused_attention_forward_fraction", g.fused_attention_forward_fraction);
+  optional("fused_attention_backward_fraction", g.fused_attention_backward_fraction);
   optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);
   optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
   optional("host_microbatch_us", g.host_microbatch.value / kMicro);
