@@ -105,6 +105,10 @@ struct ParallelismConfig {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  // Megatron-Core's --tp-comm-overlap: with sequence parallelism, the tensor-parallel
+  // all-gathers and reduce-scatters of the linear layers run in ring steps under their
+  // GEMMs (Transformer Engine's userbuffers overlap).
+  bool tp_comm_overlap = false;
   // Elements per dp gradient bucket (with overlap_grad_reduce). Unset: Megatron-Core's
   // max(40M, 1M · dp·cp), or this rank's parameters / ddp_num_buckets.
   std::optional<std::int64_t> ddp_bucket_size;

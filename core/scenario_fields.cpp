@@ -421,6 +421,10 @@ std::vector<FieldDef> parallelism_fields() {
                  {"ddp_pad_buckets_for_high_nccl_busbw",
                   "distributed optimizer: pad every bucket to lcm(dp·cp, 128, 2^16) elements "
                   "instead of lcm(dp·cp, 128)"}),
+      make_field(p, &P::tp_comm_overlap,
+                 {"tp_comm_overlap",
+                  "with sequence parallelism, overlap the tensor-parallel all-gathers and "
+                  "reduce-scatters with the linear layers' GEMMs in ring steps"}),
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),

@@ -551,6 +551,10 @@ void check_sequence(const Scenario& s, Violations& out) {
                       tp, " × ", cp, " = ", tp * cp, " with sequence_parallel")
                 : cat("must be divisible by tensor_model_parallel_size = ", tp,
                       " with sequence_parallel")});
+  if (s.parallelism.tp_comm_overlap && !s.parallelism.sequence_parallel)
+    out.push_back({"tp_comm_overlap", "true",
+                   "requires sequence_parallel (as Megatron: the overlapped collectives are "
+                   "sequence parallelism's all-gathers and reduce-scatters)"});
   const I64 max_positions = s.model.max_position_embeddings.value_or(s.model.seq_length);
   if (max_positions < seq)
     out.push_back(

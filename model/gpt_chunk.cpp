@@ -168,10 +168,18 @@ Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
   s = Saved{};
   s.batch = mb;
   s.layers.resize(layers_.size());
+  auto needed = [&](const std::vector<int>& indices) {
+    if (needed_hook_) needed_hook_->on_params_needed(indices);
+  };
+  if (plan_.pre_process) needed(present({word_, position_}));
   Tensor x = plan_.pre_process ? embed(env, mb) : input;
-  for (std::size_t i = 0; i < layers_.size(); ++i) x = layers_[i].forward(env, x, s.layers[i]);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    needed(layers_[i].parameter_indices());
+    x = layers_[i].forward(env, x, s.layers[i]);
+  }
   if (!plan_.post_process) return x;
   if (env.observer) env.observer->around_output_layer(env.stream);
+  needed(present({final_ln_w_, final_ln_b_, output_}));
   head_forward(env, x, s);
   return Tensor{};
 }

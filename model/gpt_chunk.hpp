@@ -53,6 +53,15 @@ class GradReadyHook {
   virtual void on_grads_ready(int microbatch, const std::vector<int>& parameters) = 0;
 };
 
+// Told before forward reads a set of parameters — what Megatron-Core's forward pre-hooks
+// tell the distributed optimizer, so a parameter all-gather can run under the forward of the
+// layers before.
+class ParamsNeededHook {
+ public:
+  virtual ~ParamsNeededHook() = default;
+  virtual void on_params_needed(const std::vector<int>& parameters) = 0;
+};
+
 class GptChunk {
  public:
   GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan, Recompute recompute);
@@ -74,6 +83,7 @@ class GptChunk {
   // and the microbatches trained (empty without MoE layers).
   std::vector<std::int64_t> routed_per_expert() const;
   void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
+  void set_params_needed_hook(ParamsNeededHook* hook) { needed_hook_ = hook; }
 
  private:
   struct Saved {
@@ -95,6 +105,7 @@ class GptChunk {
   std::vector<int> present(std::initializer_list<int> indices) const;
   std::map<int, Saved> saved_;
   GradReadyHook* hook_ = nullptr;
+  ParamsNeededHook* needed_hook_ = nullptr;
 };
 
 }  // namespace tandem

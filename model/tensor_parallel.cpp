@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "model/fp8_linear.hpp"
+#include "model/tp_comm_overlap.hpp"
 
 namespace tandem {
 namespace {
@@ -117,6 +118,11 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                                const Parameter* b, Fp8Linear* fp8) {
   if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8);
+  if (env.tp_comm_overlap && fp8 == nullptr) {  // FP8 layers: refused by check_step_supports
+    Tensor y = ring_exchange_gather_gemm(env, x, w.compute, true);
+    if (b) env.device.bias_add(env.stream, y, b->compute);
+    return y;
+  }
   // The gathered input is not kept: backward gathers it again (Megatron saves the shard).
   return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b, fp8);
 }
@@ -148,17 +154,29 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
 
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
                             Fp8Linear* fp8) {
-  Tensor y = linear_forward(env, x, w, nullptr, fp8);
-  if (env.sequence_parallel)
-    y = reduce_scatter_to_sequence_parallel_region(env, y);
-  else
-    env.tp.all_reduce(env.stream, y, ReduceOp::sum)->wait();
+  Tensor y;
+  if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
+    y = gemm_pipelined_reduce_scatter(env, x, w.compute);
+  } else {
+    y = linear_forward(env, x, w, nullptr, fp8);
+    if (env.sequence_parallel)
+      y = reduce_scatter_to_sequence_parallel_region(env, y);
+    else
+      env.tp.all_reduce(env.stream, y, ReduceOp::sum)->wait();
+  }
   if (b) env.device.bias_add(env.stream, y, b->compute);  // after the reduction, once
   return y;
 }
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b, Fp8Linear* fp8) {
+  if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
+    Tensor total;  // the gathered output gradient, for the weight gradient
+    Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
+    linear_weight_grad(env, x, total, w, nullptr);
+    if (b) env.device.bias_grad(env.stream, dy, b->grad);
+    return dx;
+  }
   const Tensor total = env.sequence_parallel ? gather_from_sequence_parallel_region(env, dy) : dy;
   LinearBackward linear(env, total, fp8);
   Tensor dx = linear.input_grad(w);

@@ -64,6 +64,11 @@ struct ModelEnv {
   // Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward's input
   // gradient all-reduce overlaps its weight-gradient GEMM (off: it ends first).
   bool async_tensor_model_parallel_allreduce = true;
+  // Megatron-Core's --tp-comm-overlap (with sequence parallelism): the all-gather before a
+  // column-parallel forward and a row-parallel backward GEMM, and the reduce-scatter after a
+  // row-parallel forward GEMM, run as ring steps under the GEMM's blocks
+  // (model/tp_comm_overlap.hpp). The column-parallel backward already overlaps its own.
+  bool tp_comm_overlap = false;
   // Megatron's bias_gelu_fusion: fc1's bias is added inside the GeLU kernel (Device::
   // bias_gelu) instead of by a bias_add before it. Off (--no-bias-gelu-fusion), two kernels.
   bool bias_gelu_fusion = true;

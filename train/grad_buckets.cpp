@@ -151,24 +151,80 @@ void GradBuckets::finish() {
   }
 }
 
-void GradBuckets::start_param_gather() {
+void GradBuckets::launch_gather(Bucket& b, const Tensor& buffer) {
+  // In place: this rank's slice already sits in its block of the bucket.
+  const Tensor slice = buffer.view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+  Tensor whole = buffer.view(Shape{b.end - b.begin}, b.begin);
+  b.gather = b.group->all_gather(stream_, slice, whole);
+  b.gather_pending = false;
+}
+
+void GradBuckets::start_param_gather(bool chained) {
   if (reduction_ != GradReduction::reduce_scatter)
     throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
+  Tensor& compute = params_.compute_values();
+  const bool sixteen_bit = compute.storage != params_.values().storage;
   for (auto& b : buckets_) {
-    if (b.gather) throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
-    // In place: this rank's slice already sits in its block of the bucket.
-    const Tensor slice = params_.values().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
-    Tensor whole = params_.values().view(Shape{b.end - b.begin}, b.begin);
-    b.gather = b.group->all_gather(stream_, slice, whole);
+    if (b.gather || b.gather_pending)
+      throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
+    if (sixteen_bit) {  // Megatron's copy of the updated main slice into the model params
+      const Shape shape{b.slice_end - b.slice_begin};
+      Tensor rounded = compute.view(shape, b.slice_begin);
+      device_.copy(stream_, params_.values().view(shape, b.slice_begin), rounded);
+    }
+    b.gather_pending = true;
+  }
+  main_values_stale_ = sixteen_bit;
+  if (!chained)
+    for (auto& b : buckets_) launch_gather(b, compute);
+}
+
+bool GradBuckets::param_gather_pending() const {
+  return std::any_of(buckets_.begin(), buckets_.end(),
+                     [](const Bucket& b) { return b.gather_pending || b.gather; });
+}
+
+// Buckets hold the parameters in reverse order (backward fills the buffer front to back), so
+// forward needs the last pending bucket first.
+void GradBuckets::launch_next_gather() {
+  for (std::size_t k = buckets_.size(); k-- > 0;)
+    if (buckets_[k].gather_pending) {
+      launch_gather(buckets_[k], params_.compute_values());
+      return;
+    }
+}
+
+void GradBuckets::on_params_needed(const std::vector<int>& parameters) {
+  for (int i : parameters) {
+    if (i < 0) continue;
+    Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(i)])];
+    if (b.gather_pending) launch_gather(b, params_.compute_values());
+    if (!b.gather) continue;
+    b.gather->wait();
+    b.gather.reset();
+    launch_next_gather();
   }
 }
 
 void GradBuckets::finish_param_gather() {
   for (auto& b : buckets_)
+    if (b.gather_pending) launch_gather(b, params_.compute_values());
+  for (auto& b : buckets_)
     if (b.gather) {
       b.gather->wait();
       b.gather.reset();
     }
+}
+
+void GradBuckets::gather_main_values() {
+  finish_param_gather();
+  if (!main_values_stale_) return;
+  for (auto& b : buckets_) launch_gather(b, params_.values());
+  for (auto& b : buckets_) {
+    b.gather->wait();
+    b.gather.reset();
+  }
+  main_values_stale_ = false;
 }
 
 }  // namespace tandem

@@ -8,8 +8,16 @@
 // With overlap_grad_reduce, during the last microbatch's backward a bucket's reduction is
 // launched as soon as every parameter in it has its final gradient (Megatron's gradient
 // hooks); finish() launches the rest and waits for all (finish_grad_sync). Without it, the
-// buffer is one bucket reduced in finish(). With overlap_param_gather the all-gathers are
-// launched after the optimizer step and waited for before the parameters are next used.
+// buffer is one bucket reduced in finish().
+//
+// The parameter all-gather moves the parameters forward reads: under mixed precision the
+// 16-bit copy (each rank first rounds its own updated slice), as Megatron gathers its bf16/fp16
+// param buffer, not the fp32 main parameters; the other ranks' fp32 main values are then not
+// on this rank until gather_main_values(). With overlap_param_gather nothing is launched after
+// the optimizer step: the next step launches the bucket forward needs first
+// (launch_next_gather, Megatron-Core's zero_grad) and forward's pre-hooks (on_params_needed)
+// wait for a bucket and launch the next one (its forward pre-hook dispatching one bucket ahead,
+// which keeps the NCCL order fixed).
 //
 // The buffer's layout is Megatron-Core's (grad_buffer_layout below); its sizes are what every
 // binding reduces and allocates, so the simulator's bytes and memory follow it too.
@@ -57,7 +65,7 @@ DType grad_reduce_dtype(const TrainingConfig& t);
 
 enum class GradReduction { all_reduce, reduce_scatter };
 
-class GradBuckets : public GradReadyHook {
+class GradBuckets : public GradReadyHook, public ParamsNeededHook {
  public:
   // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
   // writes and what the parameter all-gather sends).
@@ -75,9 +83,21 @@ class GradBuckets : public GradReadyHook {
   // Launches any bucket not launched yet, then waits for every bucket's reduction.
   void finish();
 
-  // Distributed optimizer: all-gathers every bucket's parameters from the dp ranks' slices.
-  void start_param_gather();
-  void finish_param_gather();  // no-op when nothing is in flight
+  // Distributed optimizer, after the optimizer step: every bucket's parameters (the 16-bit
+  // copy under mixed precision) are to be all-gathered from the dp ranks' slices; launched
+  // at once, or, `chained` (overlap_param_gather), left pending for launch_next_gather and
+  // on_params_needed.
+  void start_param_gather(bool chained);
+  // Launches the pending bucket forward needs first (none pending: nothing).
+  void launch_next_gather();
+  bool param_gather_pending() const;
+  // Waits for the buckets holding `parameters`, launching the next bucket after each.
+  void on_params_needed(const std::vector<int>& parameters) override;
+  // Launches every bucket not launched yet and waits for all; no-op when nothing is pending.
+  void finish_param_gather();
+  // The fp32 main parameters of the other ranks' slices (a checkpoint reads all of them):
+  // all-gathered in place, blocking. No-op unless a 16-bit gather left them behind.
+  void gather_main_values();
 
   std::size_t num_buckets() const { return buckets_.size(); }
   // Buckets launched from inside backward in the last step (the rest waited for finish()).
@@ -94,8 +114,10 @@ class GradBuckets : public GradReadyHook {
     Tensor scattered;  // (slice) the reduce-scatter's output until it is written back
     Tensor reduced;    // the bucket in the reduce dtype while it is reduced (16-bit only)
     std::unique_ptr<Work> gather;
+    bool gather_pending = false;  // its parameters wait for a gather not yet launched
   };
   void launch(Bucket& b);
+  void launch_gather(Bucket& b, const Tensor& buffer);
   bool converts(const Bucket& b) const;  // reduced in reduce_dtype_ (16-bit, group > 1)
 
   ParameterSet& params_;
@@ -108,6 +130,7 @@ class GradBuckets : public GradReadyHook {
   std::vector<bool> ready_;     // parameter index → final this step
   int last_microbatch_ = 0;
   int launched_early_ = 0;
+  bool main_values_stale_ = false;  // other ranks' fp32 slices not gathered (16-bit gather)
 };
 
 }  // namespace tandem

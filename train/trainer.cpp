@@ -159,6 +159,10 @@ void check_step_supports(const Scenario& s) {
   check_attention_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
+  if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled())
+    v.push_back({"tp_comm_overlap", "true",
+                 "the ring-step GEMMs of the overlap are not built in FP8 yet; leave "
+                 "tp_comm_overlap out of FP8 runs"});
   if (!v.empty()) throw ConfigError(v);
 }
 
@@ -237,6 +241,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.bias_gelu_fusion = t.bias_gelu_fusion;
   env.bias_dropout_fusion = t.bias_dropout_fusion;
   env.amax_group = &need(groups_.dp, "dp");  // FP8 delayed scaling's amax reduction
+  env.tp_comm_overlap = scenario.parallelism.tp_comm_overlap;
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.
@@ -251,6 +256,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp, grad_reduce_dtype(t));
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
+  if (par.overlap_param_gather)
+    for (auto& c : chunks_) c->set_params_needed_hook(buckets_.get());
 }
 
 Trainer::~Trainer() = default;
@@ -355,7 +362,19 @@ StepResult Trainer::train_step() {
   const std::int64_t m = microbatches_.num_microbatches();
   const std::int64_t global = microbatches_.current_global_batch_size();
   const int dp = ctx_.sizes.dp * ctx_.sizes.cp;
-  parameters_ready();  // overlap_param_gather: the parameters are needed now
+  if (scenario_.parallelism.overlap_param_gather) {
+    // The previous step's parameter all-gathers: the first bucket's launched here (Megatron's
+    // zero_grad), each bucket waited for in forward (the chunks' params-needed hooks). The
+    // first step, or one after an evaluation or a load, gathers the whole parameters it
+    // already has, so that every step costs what a steady-state one does.
+    if (!buckets_->param_gather_pending()) {
+      parameters_ready();
+      buckets_->start_param_gather(true);
+    }
+    buckets_->launch_next_gather();
+  } else {
+    parameters_ready();
+  }
   device_.fill(stream_, params_.grads(), 0.0f);
   buckets_->begin_step(static_cast<int>(m) - 1);
   program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
@@ -366,23 +385,29 @@ StepResult Trainer::train_step() {
   StepContext step{device_, stream_, need(groups_.pp, "pp"),
                    scenario_.parallelism.variable_seq_lengths};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
+  buckets_->finish_param_gather();  // a stage whose forward needed none of them
   finalize_grads();
+  // Megatron averages the loss over dp for its log inside the step (the loss function), so
+  // it never queues behind the next step's parameter all-gathers.
+  const double loss = average_over_dp(program_->mean_loss());
   const double norm = global_grad_norm();
   // Megatron steps the optimizer at the rate of the scheduler's current step, then
   // advances the scheduler; the log shows the advanced rate.
   const double lr = learning_rate(lr_schedule_, optimizer_->steps());
   optimizer_->step(stream_, static_cast<float>(lr),
                    clip_coefficient(norm, scenario_.training.clip_grad));
-  compute_copy_stale_ = true;
   if (scenario_.parallelism.use_distributed_optimizer) {
-    // Every rank updated its slice: gather the parameters (Megatron's start_param_sync).
-    buckets_->start_param_gather();
-    if (!scenario_.parallelism.overlap_param_gather) buckets_->finish_param_gather();
+    // Every rank updated its slice: gather the parameters (Megatron's start_param_sync), the
+    // 16-bit copy under mixed precision, which the gather then keeps current.
+    const bool overlap = scenario_.parallelism.overlap_param_gather;
+    buckets_->start_param_gather(overlap);
+    if (!overlap) buckets_->finish_param_gather();
+  } else {
+    compute_copy_stale_ = true;
   }
   consumed_samples_ += global;
   ++iteration_;
-  return {average_over_dp(program_->mean_loss()), norm,
-          learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+  return {loss, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
 }
 
 double Trainer::evaluate() {
@@ -416,7 +441,7 @@ CheckpointState Trainer::checkpoint_state() {
     device_.download(stream_, t, ct.values);
     return ct;
   };
-  buckets_->finish_param_gather();
+  buckets_->gather_main_values();  // every rank's fp32 slices, not only the 16-bit copy
   CheckpointState st;
   st.iteration = iteration_;
   st.consumed_samples = consumed_samples_;

@@ -21,7 +21,10 @@
 # sequence's, so tensor (with and without sequence parallelism), pipeline and data
 # parallelism with full recomputation reproduce the single-process run too. Without gradient-accumulation fusion
 # (a separate add per weight gradient) every run reproduces the fused one. At dp 3 (hidden
-# 48) the distributed optimizer's padded, aligned buffer (Megatron-Core's) does too.
+# 48) the distributed optimizer's padded, aligned buffer (Megatron-Core's) does too. With
+# --tp-comm-overlap the tensor-parallel all-gathers and reduce-scatters run as ring steps under
+# the GEMMs' blocks (also with the distributed optimizer's parameter all-gathers waited for
+# bucket by bucket in forward, --overlap-param-gather).
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -51,6 +54,9 @@ layouts=(
   "4|--pipeline-model-parallel-size 4"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline"
   "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
+  "4|--tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
+  "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"
 )
 failed=0
 printf "%-150s %-10s %s\n" "layout" "max rel loss diff" "max abs param diff"
@@ -103,6 +109,7 @@ llama=(--group-query-attention --num-query-groups 2 --swiglu --normalization RMS
   --use-flash-attn)
 llama_layouts=(
   "2|--tensor-model-parallel-size 2"
+  "4|--tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
   "2|--context-parallel-size 2"

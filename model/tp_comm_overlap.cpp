@@ -1,0 +1,75 @@
+#include "model/tp_comm_overlap.hpp"
+
+#include <array>
+#include <memory>
+
+namespace tandem {
+namespace {
+
+Tensor row_block(const Tensor& t, std::int64_t block, std::int64_t rows) {
+  const std::int64_t cols = t.shape[1];
+  return t.view(Shape{rows, cols}, block * rows * cols);
+}
+
+}  // namespace
+
+Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w, bool transpose_w,
+                                 Tensor* gathered) {
+  const int tp = env.tp.size(), r = env.tp.rank();
+  const std::int64_t n = x.shape[0];
+  const std::int64_t out_cols = transpose_w ? w.shape[0] : w.shape[1];
+  Tensor y = allocate_like(env, Shape{n * tp, out_cols});
+  // Blocks arrive into their place in the gathered input; this rank's own stays in x.
+  Tensor total = allocate_like(env, Shape{n * tp, x.shape[1]});
+  auto block_of = [&](int j) { return j == r ? x : row_block(total, j, n); };
+  for (int k = 0; k < tp; ++k) {
+    const int held = (r + k) % tp;
+    std::unique_ptr<Work> exchange;
+    if (k + 1 < tp) {  // pass the held block on while it is multiplied
+      const std::array<P2POp, 2> ops{
+          P2POp{P2POp::Kind::send, block_of(held), (r - 1 + tp) % tp},
+          P2POp{P2POp::Kind::recv, row_block(total, (held + 1) % tp, n), (r + 1) % tp}};
+      exchange = env.tp.batch_p2p(env.stream, ops);
+    }
+    Tensor y_block = row_block(y, held, n);
+    env.device.gemm(env.stream,
+                    {.a = block_of(held), .b = w, .c = y_block, .transpose_b = transpose_w});
+    if (exchange) exchange->wait();
+  }
+  if (gathered) {
+    Tensor own = row_block(total, r, n);
+    env.device.copy(env.stream, x, own);
+    *gathered = total;
+  }
+  return y;
+}
+
+Tensor gemm_pipelined_reduce_scatter(ModelEnv& env, const Tensor& x, const Tensor& w) {
+  const int tp = env.tp.size(), r = env.tp.rank();
+  const std::int64_t n = x.shape[0] / tp, out_cols = w.shape[0];
+  Tensor sum;  // the running partial sum this rank passes on
+  std::unique_ptr<Work> exchange;
+  Tensor received;
+  for (int k = 0; k < tp; ++k) {
+    const int block = ((r - 1 - k) % tp + tp) % tp;
+    Tensor part = allocate_like(env, Shape{n, out_cols});
+    env.device.gemm(env.stream,
+                    {.a = row_block(x, block, n), .b = w, .c = part, .transpose_b = true});
+    if (exchange) {  // the previous step's partial sum of this block, from rank r − 1
+      exchange->wait();
+      env.device.add(env.stream, part, received, part);
+    }
+    sum = part;
+    if (k + 1 < tp) {
+      received = allocate_like(env, Shape{n, out_cols});
+      const std::array<P2POp, 2> ops{P2POp{P2POp::Kind::send, sum, (r + 1) % tp},
+                                     P2POp{P2POp::Kind::recv, received, (r - 1 + tp) % tp}};
+      exchange = env.tp.batch_p2p(env.stream, ops);
+    } else {
+      exchange.reset();
+    }
+  }
+  return sum;  // after tp steps: the sum of this rank's own rows
+}
+
+}  // namespace tandem
