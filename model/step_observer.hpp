@@ -1,6 +1,6 @@
-// Hooks on the training step's layer boundaries, for effects that are not the step's own: a
-// binding may hang its own instrumentation on them. The step calls them and does not know
-// what they do; without an observer nothing happens.
+// Hooks on the training step's structure, for what a binding adds beyond the ops themselves:
+// its own instrumentation, or the price of how the ops are issued. The step calls them and
+// does not know what they do; without an observer nothing happens.
 #pragma once
 
 #include "core/device.hpp"
@@ -14,6 +14,11 @@ class StepObserver {
   virtual void layer_pass(Stream& /*s*/) {}
   // Before the output layer's forward and after its backward (the last stage's head).
   virtual void around_output_layer(Stream& /*s*/) {}
+  // Around ops that one library call issues from its own C++ (Transformer Engine's
+  // userbuffers overlap: the blocks of a GEMM and their ring steps), not one by one from
+  // the framework.
+  virtual void begin_library_call(Stream& /*s*/) {}
+  virtual void end_library_call(Stream& /*s*/) {}
 };
 
 }  // namespace tandem

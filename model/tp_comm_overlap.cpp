@@ -11,6 +11,23 @@ Tensor row_block(const Tensor& t, std::int64_t block, std::int64_t rows) {
   return t.view(Shape{rows, cols}, block * rows * cols);
 }
 
+// The blocks and ring steps of one overlapped GEMM are one library call (model/
+// step_observer.hpp).
+class LibraryCall {
+ public:
+  explicit LibraryCall(ModelEnv& env) : env_(env) {
+    if (env_.observer) env_.observer->begin_library_call(env_.stream);
+  }
+  ~LibraryCall() {
+    if (env_.observer) env_.observer->end_library_call(env_.stream);
+  }
+  LibraryCall(const LibraryCall&) = delete;
+  LibraryCall& operator=(const LibraryCall&) = delete;
+
+ private:
+  ModelEnv& env_;
+};
+
 }  // namespace
 
 Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w, bool transpose_w,
@@ -18,6 +35,7 @@ Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w
   const int tp = env.tp.size(), r = env.tp.rank();
   const std::int64_t n = x.shape[0];
   const std::int64_t out_cols = transpose_w ? w.shape[0] : w.shape[1];
+  const LibraryCall call(env);
   Tensor y = allocate_like(env, Shape{n * tp, out_cols});
   // Blocks arrive into their place in the gathered input; this rank's own stays in x.
   Tensor total = allocate_like(env, Shape{n * tp, x.shape[1]});
@@ -47,6 +65,7 @@ Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w
 Tensor gemm_pipelined_reduce_scatter(ModelEnv& env, const Tensor& x, const Tensor& w) {
   const int tp = env.tp.size(), r = env.tp.rank();
   const std::int64_t n = x.shape[0] / tp, out_cols = w.shape[0];
+  const LibraryCall call(env);
   Tensor sum;  // the running partial sum this rank passes on
   std::unique_ptr<Work> exchange;
   Tensor received;

@@ -64,8 +64,13 @@ class HostIssueCommunicator : public Communicator {
     device_.host_waited();
   }
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
+    // Inside a library call (Transformer Engine's userbuffers) the exchange is ordered on
+    // streams; elsewhere it is Megatron's pipeline p2p, after which the host synchronizes.
+    const bool library = device_.in_library_call();
     issue();
-    return std::make_unique<HostWaitWork>(inner_.batch_p2p(s, ops), device_);
+    auto work = inner_.batch_p2p(s, ops);
+    if (library) return work;
+    return std::make_unique<HostWaitWork>(std::move(work), device_);
   }
   void barrier() override {
     inner_.barrier();
@@ -100,7 +105,10 @@ class HostIssueCommunicator : public Communicator {
   // Megatron returns before calling torch.distributed on a group of one (mappings.py:
   // "Bypass the function if we are using only 1 GPU"), so such a call costs the host nothing.
   void issue() {
-    if (inner_.size() > 1) device_.host_work(device_.host().collective_issue, "collective issue");
+    if (inner_.size() <= 1) return;
+    device_.host_work(
+        device_.library_issue() ? device_.host().library_launch : device_.host().collective_issue,
+        "collective issue");
   }
 
   Communicator& inner_;

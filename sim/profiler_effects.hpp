@@ -39,6 +39,27 @@ class ProfilerEffects : public StepObserver {
   bool sync_per_layer_, timestamps_, sync_output_layer_;
 };
 
+// The sim binding's observer of every step: how ops are issued (a library call's ops cost
+// the host a C++ launch each after the first: SimDevice::begin_library_call) and, when the
+// scenario asks for them, a profiler's effects.
+class SimStepObserver : public StepObserver {
+ public:
+  SimStepObserver(SimDevice& device, std::unique_ptr<ProfilerEffects> profiler)
+      : device_(device), profiler_(std::move(profiler)) {}
+  void layer_pass(Stream& s) override {
+    if (profiler_) profiler_->layer_pass(s);
+  }
+  void around_output_layer(Stream& s) override {
+    if (profiler_) profiler_->around_output_layer(s);
+  }
+  void begin_library_call(Stream& /*s*/) override { device_.begin_library_call(); }
+  void end_library_call(Stream& /*s*/) override { device_.end_library_call(); }
+
+ private:
+  SimDevice& device_;
+  std::unique_ptr<ProfilerEffects> profiler_;
+};
+
 // The observer a scenario asks for, or null when it sets none of the three.
 inline std::unique_ptr<ProfilerEffects> profiler_effects(const TrainingConfig& t,
                                                          SimDevice& device) {

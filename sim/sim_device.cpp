@@ -108,6 +108,9 @@ HostCosts host_costs(const GpuSpec& gpu, bool grad_copy_kernels) {
                               (grad_copy_kernels ? gpu.host_kernel_issue.value : 0.0),
           .unfused_softmax = gpu.host_unfused_softmax.value,
           .layer_timestamp = gpu.host_layer_timestamp.value,
+          // The preset's kernel launch: what a C++ host spends per kernel launched back to
+          // back (measured so on H100 with tandem's own cuda binding).
+          .library_launch = gpu.kernel_launch.value,
           .waits_for_collectives = gpu.host_waits_for_collectives};
 }
 
@@ -199,7 +202,8 @@ double SimDevice::issue_seconds(const OpDesc& op) const {
 
 void SimDevice::run(Stream& s, OpDesc op) {
   const PricedOp& p = priced(op);
-  host_work(p.issue_seconds, "kernel issue");
+  const double issue = library_issue() ? options_.host.library_launch : p.issue_seconds;
+  host_work(issue, "kernel issue");
   const double seconds = p.seconds;
   auto& stream = dynamic_cast<SimStream&>(s);
   const double starved_before = stream.host_starved();
@@ -208,8 +212,8 @@ void SimDevice::run(Stream& s, OpDesc op) {
   // cost is spread evenly over its kernels, and so is its GPU time: the first was issued
   // when the host clock read its present value less the other kernels' share.
   const double start =
-      p.kernels > 1 && p.issue_seconds > 0
-          ? stream.enqueue_kernels(seconds, host_ - p.issue_seconds * (p.kernels - 1) / p.kernels,
+      p.kernels > 1 && issue > 0
+          ? stream.enqueue_kernels(seconds, host_ - issue * (p.kernels - 1) / p.kernels,
                                    seconds / p.kernels)
           : stream.enqueue(seconds);
   if (observer_ && &stream == default_stream_.get())

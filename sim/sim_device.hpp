@@ -32,13 +32,16 @@ namespace tandem::sim {
 
 // What the issuing host spends (seconds), from the GPU preset (GpuSpec host_*).
 struct HostCosts {
-  double kernel_issue = 0;             // per kernel of a Device op (kernels_of_op in cost_model)
-  double collective_issue = 0;         // per collective or p2p group
-  double microbatch = 0;               // fixed per microbatch (charged after its forward pass)
-  double iteration = 0;                // fixed per iteration (charged when the step begins)
-  double optimizer_tensor = 0;         // per optimizer op (a tensor in a multi-tensor kernel)
-  double unfused_softmax = 0;          // per attention op with the unfused softmax, beyond kernels
-  double layer_timestamp = 0;          // per layer pass under a per-layer profiler
+  double kernel_issue = 0;      // per kernel of a Device op (kernels_of_op in cost_model)
+  double collective_issue = 0;  // per collective or p2p group
+  double microbatch = 0;        // fixed per microbatch (charged after its forward pass)
+  double iteration = 0;         // fixed per iteration (charged when the step begins)
+  double optimizer_tensor = 0;  // per optimizer op (a tensor in a multi-tensor kernel)
+  double unfused_softmax = 0;   // per attention op with the unfused softmax, beyond kernels
+  double layer_timestamp = 0;   // per layer pass under a per-layer profiler
+  // Per kernel or p2p group a library issues from its own C++ inside one framework call
+  // (SimDevice::begin_library_call), after the call's first.
+  double library_launch = 0;
   bool waits_for_collectives = false;  // the host sits through every collective's wait
 };
 // `grad_copy_kernels`: the optimizer step issues one kernel per parameter tensor besides
@@ -202,6 +205,16 @@ class SimDevice : public Device {
   // a collective's Work does not count: NCCL work orders the stream, not the host, so the
   // host runs ahead across tensor- and data-parallel collectives as PyTorch's does.
   void host_waited();
+  // Ops one library call issues from its own C++ (Transformer Engine's userbuffers overlap,
+  // model/tp_comm_overlap.hpp): between begin and end the first costs the host a framework
+  // op's issue and every later kernel or p2p group host().library_launch, and the host
+  // waits for none of the p2p (the library orders them on streams).
+  void begin_library_call() { library_call_ops_ = 0; }
+  void end_library_call() { library_call_ops_ = -1; }
+  bool in_library_call() const { return library_call_ops_ >= 0; }
+  // The host's issue of a kernel or p2p group inside a library call, after its first op:
+  // true when it costs host().library_launch instead of a framework op's issue.
+  bool library_issue() { return library_call_ops_ >= 0 && library_call_ops_++ > 0; }
   // Seconds the compute stream starved for the host (see SimStream::host_starved).
   double host_bound() const { return default_stream_->host_starved(); }
   // Seconds the host spent per kind of work, all iterations.
@@ -249,8 +262,9 @@ class SimDevice : public Device {
   Pricer price_;
   SimDeviceOptions options_;
   std::unordered_map<OpDesc, PricedOp, OpHash, OpEqual> priced_;
-  double host_ = 0;         // when the host finishes issuing what it was given so far
-  double host_waited_ = 0;  // the latest time the host waited until (host_waited())
+  double host_ = 0;            // when the host finishes issuing what it was given so far
+  double host_waited_ = 0;     // the latest time the host waited until (host_waited())
+  int library_call_ops_ = -1;  // ops issued inside the current library call; -1: none
   std::map<std::string, double> host_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;

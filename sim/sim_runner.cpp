@@ -52,7 +52,7 @@ struct RankRun {
   std::map<GroupKind, std::unique_ptr<TracingCommunicator>> traced;
   std::unique_ptr<SimCommunicator> world;
   RunTrace trace;
-  std::unique_ptr<ProfilerEffects> profiler;  // a measured run's profiler; null: none
+  std::unique_ptr<SimStepObserver> observer;  // issue pricing and a measured run's profiler
   std::unique_ptr<Trainer> trainer;
   double start = 0;
   std::vector<double> iteration_ends;
@@ -314,9 +314,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
         "rank " + std::to_string(rank), world.host(rank),
         [&rr, &s, &samples, groups, &o, &world, rank] {
           try {
-            rr.profiler = profiler_effects(s.training, *rr.device);
+            rr.observer = std::make_unique<SimStepObserver>(
+                *rr.device, profiler_effects(s.training, *rr.device));
             rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr,
-                                                   rr.profiler.get());
+                                                   rr.observer.get());
             rr.trainer->set_trace(&rr.trace);
             rr.device->default_stream().synchronize();
             rr.world->barrier();

@@ -15,6 +15,7 @@
 #include "sim/collective_cost.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/nccl_model.hpp"
+#include "sim/profiler_effects.hpp"
 #include "topology/placement.hpp"
 #include "train/trainer.hpp"
 
@@ -277,7 +278,8 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
   const NoSamples samples(2 * static_cast<std::int64_t>(s.training.global_batch_size),
                           s.model.seq_length);
   {
-    Trainer trainer(s, ctx, device, groups, samples, nullptr);
+    SimStepObserver observer(device, profiler_effects(s.training, device));
+    Trainer trainer(s, ctx, device, groups, samples, nullptr, &observer);
     device.default_stream().synchronize();
     built_bytes = device.memory().peak().value;
     if (built_bytes > memory_budget) return std::nullopt;
