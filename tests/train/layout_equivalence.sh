@@ -109,7 +109,7 @@ llama=(--group-query-attention --num-query-groups 2 --swiglu --normalization RMS
   --use-flash-attn)
 llama_layouts=(
   "2|--tensor-model-parallel-size 2"
-  "4|--tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
+  "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
   "2|--context-parallel-size 2"
