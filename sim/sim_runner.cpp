@@ -328,6 +328,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
               rr.host_bound_before = rr.device->host_bound();
               rr.device->host_work(rr.device->host().iteration, "iteration");
               rr.trainer->train_step();
+              // Megatron times iterations over its log interval: the next step's forward
+              // waits on the stream for this one's optimizer, so the period holds the
+              // optimizer's GPU time even where the host returned before it ended.
+              rr.device->default_stream().synchronize();
               // The step ends when the host returns from it: after the actor's last wait if
               // the host was still issuing then (Megatron times train_step on the host).
               rr.iteration_ends.push_back(std::max(sim_now(), rr.device->host_now()));
