@@ -31,6 +31,7 @@
 #include "core/error.hpp"
 #include "sim/calibration.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/fp8_gpu_rules.hpp"
 #include "sim/search/dry_run.hpp"
 #include "sim/search/search_space.hpp"
 #include "sim/sim_runner.hpp"
@@ -432,6 +433,7 @@ json candidate_json(const ss::Candidate& c, const Outcome& o) {
          {"overlap_grad_reduce", p.overlap_grad_reduce},
          {"overlap_param_gather", p.overlap_param_gather},
          {"order", p.order},
+         {"precision", ss::precision_of(s)},
          {"outcome", o.status},
          {"peak_memory_bytes", o.peak_memory_bytes},
          {"peak_memory_is_lower_bound", o.peak_is_lower_bound},
@@ -466,6 +468,7 @@ std::string csv_of(const json& cands) {
                                       "overlap_grad_reduce",
                                       "overlap_param_gather",
                                       "order",
+                                      "precision",
                                       "peak_memory_bytes",
                                       "peak_memory_is_lower_bound",
                                       "lower_bound_seconds",
@@ -534,7 +537,10 @@ void run_search(SearchCliOptions& o) {
   for (const auto& v : o.vary) ss::vary(space, v);
   for (const auto& f : o.fix) ss::fix(space, f);
 
-  const ss::Enumeration e = ss::enumerate(base, world, space);
+  // FP8 recipes the GPU lacks (MXFP8 before Blackwell, FP8 before Ada) are pruned under
+  // Transformer Engine's rule, as tandem simulate refuses them.
+  const ss::Enumeration e = ss::enumerate(
+      base, world, space, [&topology](const Scenario& s) { sim::check_fp8_gpu(s, topology.gpu); });
   if (e.valid.empty()) throw ConfigError("search space", "", "no candidate passes the validator");
   const bool tty = root && !o.quiet && isatty(STDERR_FILENO);
   const ScratchDir scratch(ranks.rank);
@@ -921,7 +927,9 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--svg", opts->svg_path, "Throughput vs memory per GPU with the Pareto front");
   cmd->add_option("--vary", opts->vary,
                   "FIELD=V1,V2,…: search these values (tp, pp, cp, vp, mbs, recompute, sp, "
-                  "distopt, overlap_grad, overlap_param, order, or the Megatron names)");
+                  "distopt, overlap_grad, overlap_param, order, embed_split, loss_split, or the "
+                  "Megatron names; precision=bf16,fp8,fp8-tensorwise,fp8-blockwise,mxfp8 "
+                  "compares bf16 with FP8 recipes)");
   cmd->add_option("--fix", opts->fix, "FIELD=VALUE: search only this value");
   cmd->add_option("--memory-headroom", opts->memory_headroom,
                   "Fraction of GPU memory to keep free (0.1: prune above 90 %)")

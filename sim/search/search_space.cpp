@@ -90,10 +90,45 @@ bool to_bool(const std::string& field, const std::string& v) {
 // The rule with its numbers dropped, so that one rule broken by many sizes counts once.
 std::string rule_class(const Violation& v) {
   std::string rule = v.rule;
-  const auto cut = rule.find_first_of("0123456789=(");
-  if (cut != std::string::npos) rule = rule.substr(0, cut);
+  // A number starts where a digit follows a non-alphanumeric character ("MXFP8" is a word).
+  std::size_t cut = 0;
+  for (; cut < rule.size(); ++cut) {
+    const char c = rule[cut];
+    if (c == '=' || c == '(') break;
+    if (std::isdigit(static_cast<unsigned char>(c)) &&
+        (cut == 0 || !std::isalnum(static_cast<unsigned char>(rule[cut - 1]))))
+      break;
+  }
+  rule = rule.substr(0, cut);
   while (!rule.empty() && (rule.back() == ' ' || rule.back() == ',')) rule.pop_back();
   return v.field + ": " + rule;
+}
+
+// Sets the training precision from a search value (see precision_values()): bf16 turns FP8
+// off; an FP8 value sets bf16 (Megatron's FP8 runs alongside it) and the recipe, keeping the
+// base's other FP8 settings (amax history, margin, bf16 first/last layers) or Megatron's
+// defaults when the base runs without FP8.
+void set_precision(Scenario& s, const std::string& value) {
+  const auto& known = precision_values();
+  const auto it = known.find(value);
+  if (it == known.end()) {
+    std::string list;
+    for (const auto& [name, _] : known) list += (list.empty() ? "" : ", ") + name;
+    throw ConfigError("precision", value, "must be one of " + list);
+  }
+  auto& t = s.training;
+  t.bf16 = true;
+  t.fp16 = false;
+  if (it->second.empty()) {
+    t.fp8.format.clear();
+    return;
+  }
+  const bool was_fp8 = t.fp8.enabled();
+  if (!was_fp8) t.fp8 = Fp8Config{};
+  // MXFP8 blocks take E4M3 everywhere in Megatron-Bridge's recipes; the per-tensor and
+  // block recipes keep the base's format, else hybrid (E4M3 forward, E5M2 gradients).
+  t.fp8.format = it->second == "mxfp8" ? "e4m3" : (was_fp8 ? t.fp8.format : "hybrid");
+  t.fp8.recipe = it->second;
 }
 
 // Sets `field` of `s` to `value` (flag text).
@@ -128,6 +163,9 @@ void set_field(Scenario& s, const std::string& field, const std::string& value) 
     p.account_for_embedding_in_pipeline_split = to_bool(field, value);
   else if (field == "account_for_loss_in_pipeline_split")
     p.account_for_loss_in_pipeline_split = to_bool(field, value);
+  else if (field == "precision") {
+    if (value != "base") set_precision(s, value);
+  }
 }
 
 // Layers a pp rank splits into chunks: num_layers / pp, with the embedding and the loss
@@ -150,8 +188,24 @@ const std::vector<std::string>& search_fields() {
       "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
       "num_layers_per_virtual_pipeline_stage", "micro_batch_size", "recompute_granularity",
       "sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce",
-      "overlap_param_gather", "order"};
+      "overlap_param_gather", "order", "precision"};
   return fields;
+}
+
+const std::map<std::string, std::string>& precision_values() {
+  static const std::map<std::string, std::string> values{{"bf16", ""},
+                                                         {"fp8", "delayed"},
+                                                         {"fp8-delayed", "delayed"},
+                                                         {"fp8-tensorwise", "tensorwise"},
+                                                         {"fp8-blockwise", "blockwise"},
+                                                         {"mxfp8", "mxfp8"}};
+  return values;
+}
+
+std::string precision_of(const Scenario& s) {
+  const auto& t = s.training;
+  if (!t.fp8.enabled()) return t.bf16 ? "bf16" : (t.fp16 ? "fp16" : "fp32");
+  return t.fp8.recipe == "mxfp8" ? "mxfp8" : "fp8-" + t.fp8.recipe;
 }
 
 SearchSpace default_space(const Scenario& base, int world_size) {
@@ -183,16 +237,34 @@ SearchSpace default_space(const Scenario& base, int world_size) {
       flag(base.parallelism.account_for_embedding_in_pipeline_split);
   v["account_for_loss_in_pipeline_split"] =
       flag(base.parallelism.account_for_loss_in_pipeline_split);
+  // The base's precision unless --vary precision=bf16,fp8,… compares them (fp16 and fp32
+  // bases keep theirs: "base" leaves the training precision as it is).
+  const std::string own = precision_of(base);
+  v["precision"] = {precision_values().count(own) ? own : "base"};
   return sp;
 }
 
+namespace {
+// The values checked before any work where a bad one would otherwise surface only once a
+// candidate is built.
+void check_values(const std::string& field, const std::vector<std::string>& values) {
+  if (field != "precision") return;
+  for (const auto& v : values) {
+    Scenario probe;
+    if (v != "base") set_precision(probe, v);
+  }
+}
+}  // namespace
+
 void vary(SearchSpace& space, const std::string& assignment) {
   auto [field, values] = parse_assignment(assignment);
+  check_values(field, values);
   space.values[field] = values;
 }
 
 void fix(SearchSpace& space, const std::string& assignment) {
   auto [field, values] = parse_assignment(assignment);
+  check_values(field, values);
   if (values.size() != 1)
     throw ConfigError("--fix", assignment, "fixes one value (use --vary for a list)");
   space.values[field] = values;
@@ -227,6 +299,7 @@ std::string candidate_label(const Scenario& s) {
   if (p.overlap_grad_reduce) l += " ogr";
   if (p.overlap_param_gather) l += " opg";
   l += " " + p.order;
+  if (s.training.fp8.enabled()) l += " " + precision_of(s);
   return l;
 }
 
@@ -259,7 +332,8 @@ std::string placement_key(const Scenario& s, int gpus_per_node) {
   return key;
 }
 
-Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace& space) {
+Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace& space,
+                      const std::function<void(const Scenario&)>& check) {
   Scenario base = base_in;
   base.cluster.world_size = world_size;
   Enumeration e;
@@ -268,12 +342,13 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
     if (!space.values.count(f) || space.values.at(f).empty())
       throw ConfigError(f, "", "the search space gives it no value");
 
-  std::map<std::string, int> seen;  // label → candidate
+  std::map<std::string, int> seen;  // label and precision → candidate
   auto add = [&](Scenario s, bool baseline) {
     ++e.enumerated;
     try {
       validate(s);
       check_step_supports(s);
+      if (check) check(s);
     } catch (const ConfigError& err) {
       ++e.pruned["invalid: " + rule_class(err.violations().front())];
       return;
@@ -293,13 +368,15 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
       return;
     }
     const std::string label = candidate_label(s);
-    if (seen.count(label)) {
+    // The label names FP8 only; fp16 and bf16 layouts differ too.
+    const std::string key = label + " " + precision_of(s);
+    if (seen.count(key)) {
       ++e.pruned[baseline ? "duplicate: the baseline" : "duplicate: the baseline's layout"];
       return;
     }
     const int id = static_cast<int>(e.valid.size());
     s.name = baseline ? base_in.name : base_in.name + "-search-" + std::to_string(id);
-    seen[label] = id;
+    seen[key] = id;
     e.valid.push_back({id, std::move(s), label, baseline});
   };
   add(base, true);

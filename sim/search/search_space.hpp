@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,8 +17,17 @@ namespace tandem::sim::search {
 
 // Searched fields, in enumeration order (Megatron's names; "recompute_granularity" takes
 // none | selective | full). A value "auto" of num_layers_per_virtual_pipeline_stage means
-// every divisor of the layers per stage that interleaves (plus "none").
+// every divisor of the layers per stage that interleaves (plus "none"). "precision" is
+// tandem's: one of precision_values(), each a Megatron flag set (bf16 alone, or bf16 with
+// --fp8-format and --fp8-recipe).
 const std::vector<std::string>& search_fields();
+
+// The precision field's values → the FP8 recipe they set ("" for bf16 without FP8): bf16,
+// fp8 (= fp8-delayed, Megatron's default recipe), fp8-delayed, fp8-tensorwise,
+// fp8-blockwise (hybrid format) and mxfp8 (E4M3 in 32-element blocks, Blackwell).
+const std::map<std::string, std::string>& precision_values();
+// A scenario's precision in those words (fp16 / fp32 for runs without bf16).
+std::string precision_of(const Scenario& s);
 
 struct SearchSpace {
   std::map<std::string, std::vector<std::string>> values;  // field → values as flag text
@@ -27,11 +37,12 @@ struct SearchSpace {
 // world up to the GPUs per node, pp the divisors of the world up to num_layers, cp 1 (2, 4
 // and 8 too from 8192 tokens on), interleaving "auto", micro batch 1, 2, 4, 8, recompute
 // none / selective / full, sequence parallelism, distributed optimizer and both overlaps
-// on and off, rank order tp-cp-ep-dp-pp and tp-cp-ep-pp-dp.
+// on and off, rank order tp-cp-ep-dp-pp and tp-cp-ep-pp-dp, and the base's precision.
 SearchSpace default_space(const Scenario& base, int world_size);
 
 // "FIELD=V1,V2,…": replaces the field's values (a Megatron name, its flag spelling or the
-// short names tp, pp, cp, vp, mbs, recompute, sp, distopt, overlap_grad, overlap_param).
+// short names tp, pp, cp, vp, mbs, recompute, sp, distopt, overlap_grad, overlap_param,
+// precision).
 // Throws ConfigError naming the field for an unknown field or an empty list.
 void vary(SearchSpace& space, const std::string& assignment);
 void fix(SearchSpace& space, const std::string& assignment);  // "FIELD=VALUE"
@@ -53,8 +64,10 @@ struct Enumeration {
 
 // Enumerates the space around `base` (world size set to `world_size`); the base scenario
 // itself is always candidate 0 when valid (baseline = true), as `tandem search` reports
-// where it ranks.
-Enumeration enumerate(const Scenario& base, int world_size, const SearchSpace& space);
+// where it ranks. `check`, when given, is one more rule a candidate must pass (a ConfigError
+// prunes it under its rule): the rules that need the cluster, as FP8 recipes the GPU lacks.
+Enumeration enumerate(const Scenario& base, int world_size, const SearchSpace& space,
+                      const std::function<void(const Scenario&)>& check = {});
 
 std::string candidate_label(const Scenario& s);
 

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/fp8_gpu_rules.hpp"
 #include "sim/search/dry_run.hpp"
 #include "sim/search/search_space.hpp"
 #include "sim/sim_runner.hpp"
@@ -130,6 +131,80 @@ TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
   EXPECT_THROW(vary(space, "tp="), ConfigError);
   EXPECT_THROW(fix(space, "tp=1,2"), ConfigError);
   EXPECT_THROW(vary(space, "tp"), ConfigError);
+}
+
+// --vary precision: each value is Megatron's flag set (bf16; bf16 + --fp8-format hybrid +
+// --fp8-recipe), the base's own precision by default, and the GPU's FP8 rules prune what it
+// lacks (MXFP8 needs Blackwell, FP8 at all needs compute capability 8.9).
+TEST(SearchSpace, ComparesPrecisionsWhenVariedAndPrunesWhatTheGpuLacks) {
+  Scenario s = small_model();  // fp16
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=1");
+  EXPECT_EQ(space.values.at("precision"), std::vector<std::string>{"base"});
+  vary(space, "precision=bf16,fp8,fp8-tensorwise,mxfp8");
+  auto on = [](const char* topology) {
+    const GpuSpec gpu = load_topology(topology).gpu;
+    return [gpu](const Scenario& c) { check_fp8_gpu(c, gpu); };
+  };
+  const Enumeration h100 = enumerate(s, 16, space, on("dgx-h100"));
+  std::vector<std::string> got;
+  for (const auto& c : h100.valid)
+    got.push_back(c.label + " | " + precision_of(c.scenario) + " " +
+                  (c.scenario.training.bf16 ? "bf16" : "") + " " + c.scenario.training.fp8.format);
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "tp1 pp1 mbs1 none tp-cp-ep-dp-pp | fp16  ",  // the baseline
+                     "tp1 pp1 mbs1 none tp-cp-ep-dp-pp | bf16 bf16 ",
+                     "tp1 pp1 mbs1 none tp-cp-ep-dp-pp fp8-delayed | fp8-delayed bf16 hybrid",
+                     "tp1 pp1 mbs1 none tp-cp-ep-dp-pp fp8-tensorwise | fp8-tensorwise bf16 "
+                     "hybrid"}));
+  std::int64_t mx = 0;
+  for (const auto& [rule, n] : h100.pruned)
+    if (rule.rfind("invalid: fp8_recipe: MXFP8 needs a Blackwell GPU", 0) == 0) mx += n;
+  EXPECT_EQ(mx, 1);
+  // On Blackwell MXFP8 runs (E4M3 in 32-element blocks); on an A100 no FP8 recipe does.
+  const Enumeration b200 = enumerate(s, 16, space, on("dgx-b200"));
+  ASSERT_EQ(b200.valid.size(), 5u);
+  EXPECT_EQ(b200.valid.back().scenario.training.fp8.recipe, "mxfp8");
+  EXPECT_EQ(b200.valid.back().scenario.training.fp8.format, "e4m3");
+  const Enumeration a100 = enumerate(s, 16, space, on("dgx-a100-80g"));
+  EXPECT_EQ(a100.valid.size(), 2u);
+  EXPECT_THROW(vary(space, "precision=fp4"), ConfigError);
+}
+
+// An FP8 candidate's GEMMs are priced at the GPU's FP8 tensor rate (1979 TFLOP/s on an H100,
+// twice bf16's 989): a GEMM-bound layout (one GPU, hidden 4096, two 4096-token sequences a
+// microbatch) is bounded lower with FP8 than without. (A small model at tp 8 is bound by the
+// host's issue instead, where FP8's extra quantize and amax ops make it slower.)
+TEST(DryRun, AnFp8CandidateIsBoundedBelowItsBf16Twin) {
+  Scenario s = small_model();
+  s.model.hidden_size = 4096;
+  s.model.num_attention_heads = 32;
+  s.model.seq_length = 4096;
+  s.model.num_layers = 2;
+  s.cluster.topology = "dgx-h100";
+  s.cluster.world_size = 1;
+  s.training.global_batch_size = 4;
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=1");
+  fix(space, "mbs=2");
+  vary(space, "precision=bf16,fp8");
+  const Enumeration e = enumerate(s, 1, space);
+  std::vector<Scenario> picked;
+  for (const auto& c : e.valid)
+    if (!c.baseline) picked.push_back(c.scenario);
+  ASSERT_EQ(picked.size(), 2u);
+  const nlohmann::json dry = in_child([&] {
+    const Topology t = load_topology("dgx-h100");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
+    return out;
+  });
+  ASSERT_FALSE(dry.is_object()) << dry.dump();
+  EXPECT_FALSE(picked[0].training.fp8.enabled());
+  EXPECT_TRUE(picked[1].training.fp8.enabled());
+  EXPECT_LT(dry[1].get<double>(), 0.9 * dry[0].get<double>());
 }
 
 // Many candidates of the default space of a small model on 16 GPUs (tp, pp, interleaving,

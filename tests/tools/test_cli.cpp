@@ -198,6 +198,7 @@ TEST(Cli, NumbersOutOfRangeNameTheOptionValueAndRule) {
       {"schedule --pp 0", "--pp: value 0: must be > 0"},
       {"schedule --forward-time -1", "--forward-time: value -1: must be ≥ 0"},
       {"search --top many", "--top: value many: must be a number"},
+      {"search --vary precision=bf16,fp4", "precision = fp4: must be one of bf16, fp8"},
   };
   for (const auto& [args, expect] : cases) {
     const auto r = run(args);
