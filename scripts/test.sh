@@ -68,8 +68,10 @@ TANDEM_TARGETS="tandem_unit_tests" \
   bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCHMARKS=OFF
 phase "unit tests (ASan + UBSan)"
+# The cases ctest lists under the unit label, one process per test program rather than per
+# case (an ASan process takes a quarter second to start; scripts/run_unit_programs.py).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+  python3 scripts/run_unit_programs.py build-asan "$jobs"
 phase ""
 echo "== done in $SECONDS s"
 printf '%s\n' "${summary[@]}"
