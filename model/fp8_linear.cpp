@@ -12,17 +12,10 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
   if (!delayed()) return;
   Device& d = env.device;
   if (!history_.storage) {  // the first step: nothing recorded yet
-    const std::int64_t length = config_.amax_history_len;
-    history_ = d.allocate(Shape{length, kSlots}, DType::fp32);
-    scale_ = d.allocate(Shape{kSlots}, DType::fp32);
-    amax_ = d.allocate(Shape{kSlots}, DType::fp32);
+    allocate(d);
     d.fill(env.stream, history_, 0.0f);
     d.fill(env.stream, scale_, 1.0f);  // TE's initial scale
     d.fill(env.stream, amax_, 0.0f);
-    for (int s = 0; s < kSlots; ++s) {
-      scale_views_[s] = scale_.view(Shape{1}, s);
-      amax_views_[s] = amax_.view(Shape{1}, s);
-    }
     return;
   }
   // The amax reduction group: the largest |x| of a tensor split over tp, and over the
@@ -38,6 +31,22 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
                                   .formats = formats,
                                   .use_max = config_.amax_compute_algo == "max",
                                   .margin = config_.margin});
+}
+
+void Fp8LayerState::allocate(Device& d) {
+  history_ = d.allocate(Shape{config_.amax_history_len, kSlots}, DType::fp32);
+  scale_ = d.allocate(Shape{kSlots}, DType::fp32);
+  amax_ = d.allocate(Shape{kSlots}, DType::fp32);
+  for (int s = 0; s < kSlots; ++s) {
+    scale_views_[s] = scale_.view(Shape{1}, s);
+    amax_views_[s] = amax_.view(Shape{1}, s);
+  }
+}
+
+void Fp8LayerState::allocate_for_restore(Device& d) {
+  if (!delayed()) return;
+  if (!history_.storage) allocate(d);
+  step_ = -1;
 }
 
 Fp8Tensor Fp8Linear::quantize(ModelEnv& env, const Tensor& t, std::int64_t rows, std::int64_t cols,

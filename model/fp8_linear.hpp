@@ -58,7 +58,20 @@ class Fp8LayerState {
   const Tensor* scale(int slot) const { return delayed() ? &scale_views_[slot] : nullptr; }
   Tensor* amax(int slot) { return delayed() ? &amax_views_[slot] : nullptr; }
 
+  // What a checkpoint keeps of delayed scaling (TE's extra state): the amax history, the
+  // scales and this step's amaxes, not yet reduced. None before the layer's first step or
+  // under the other recipes, which keep no state between steps.
+  bool has_checkpoint_state() const { return delayed() && history_.storage != nullptr; }
+  Tensor& amax_history() { return history_; }
+  Tensor& scales() { return scale_; }
+  Tensor& step_amaxes() { return amax_; }
+  // Allocates that state for a checkpoint's values to be uploaded into: the next step then
+  // reduces the saved amaxes and updates the scales as the uninterrupted run would.
+  void allocate_for_restore(Device& d);
+
  private:
+  void allocate(Device& d);
+
   Fp8Config config_;
   std::int64_t step_ = -1;
   Tensor history_;  // (amax_history_len, kSlots) fp32, row 0 the newest

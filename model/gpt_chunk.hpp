@@ -82,6 +82,8 @@ class GptChunk {
   // Copies sent to each expert by this rank's tokens, summed over the chunk's MoE layers
   // and the microbatches trained (empty without MoE layers).
   std::vector<std::int64_t> routed_per_expert() const;
+  // The chunk's layers (their global index and FP8 state, for checkpoints).
+  std::vector<TransformerLayer>& layers() { return layers_; }
   void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
   void set_params_needed_hook(ParamsNeededHook* hook) { needed_hook_ = hook; }
 

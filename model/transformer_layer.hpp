@@ -80,6 +80,9 @@ struct LayerActivations {
 
 class TransformerLayer {
  public:
+  // The layer's FP8 scaling state (checkpoints), null when it runs without FP8.
+  Fp8LayerState* fp8_state() { return fp8_state_.get(); }
+  int index() const { return index_; }
   // Registers the layer's parameters in `params` under "layers.{index}.…".
   TransformerLayer(ParameterSet& params, int index, const LayerDims& dims, Recompute recompute);
 

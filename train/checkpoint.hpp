@@ -1,5 +1,7 @@
 // Per-rank checkpoints: everything a rank needs to continue exactly where it stopped —
-// parameters, Adam moments, optimizer step count, iteration, consumed samples — plus the
+// parameters, Adam moments, optimizer step count, iteration, consumed samples, FP8 delayed
+// scaling's amax histories and scales ("fp8.layers.{i}.amax_history" / ".scale" /
+// ".amax", Transformer Engine's extra state) — plus the
 // scenario it was written under, so a resume with an incompatible model or layout is
 // refused before any work. Layout, Megatron-like:
 //   {dir}/iter_{N:07d}/rank_{R:05d}.ckpt  and  {dir}/latest_checkpointed_iteration.txt

@@ -435,6 +435,13 @@ double Trainer::evaluate() {
   return average_over_dp(sum / static_cast<double>(std::max<std::int64_t>(1, iters)));
 }
 
+namespace {
+// Checkpoint names of a layer's FP8 state, by its global index as parameters are named.
+std::string fp8_state_name(int layer) {
+  return "fp8.layers." + std::to_string(layer) + ".";
+}
+}  // namespace
+
 CheckpointState Trainer::checkpoint_state() {
   auto grab = [&](const std::string& name, const Tensor& t) {
     CheckpointTensor ct{name, std::vector<float>(static_cast<std::size_t>(t.numel()))};
@@ -453,6 +460,14 @@ CheckpointState Trainer::checkpoint_state() {
   st.tensors.push_back(grab("params", params_.values()));
   st.tensors.push_back(grab("exp_avg", optimizer_->exp_avg()));
   st.tensors.push_back(grab("exp_avg_sq", optimizer_->exp_avg_sq()));
+  for (auto& c : chunks_)
+    for (auto& layer : c->layers())
+      if (Fp8LayerState* f = layer.fp8_state(); f && f->has_checkpoint_state()) {
+        const std::string name = fp8_state_name(layer.index());
+        st.tensors.push_back(grab(name + "amax_history", f->amax_history()));
+        st.tensors.push_back(grab(name + "scale", f->scales()));
+        st.tensors.push_back(grab(name + "amax", f->step_amaxes()));
+      }
   return st;
 }
 
@@ -488,6 +503,23 @@ void Trainer::restore(const CheckpointState& st) {
   put("params", params_.values());
   put("exp_avg", optimizer_->exp_avg());
   put("exp_avg_sq", optimizer_->exp_avg_sq());
+  // Delayed scaling continues from the saved amax history and scales. A checkpoint without
+  // them (written without FP8, or with a recipe that keeps no state) starts them afresh, as
+  // a run switching to FP8 at this iteration would.
+  auto has = [&](const std::string& name) {
+    return std::any_of(st.tensors.begin(), st.tensors.end(),
+                       [&](const CheckpointTensor& t) { return t.name == name; });
+  };
+  for (auto& c : chunks_)
+    for (auto& layer : c->layers()) {
+      Fp8LayerState* f = layer.fp8_state();
+      const std::string name = fp8_state_name(layer.index());
+      if (!f || !f->delayed() || !has(name + "amax_history")) continue;
+      f->allocate_for_restore(device_);
+      put(name + "amax_history", f->amax_history());
+      put(name + "scale", f->scales());
+      put(name + "amax", f->step_amaxes());
+    }
   compute_copy_stale_ = true;
   iteration_ = st.iteration;
   consumed_samples_ = st.consumed_samples;
