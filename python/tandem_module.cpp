@@ -258,7 +258,7 @@ py::object schedule(py::handle scenario, std::optional<int> pp, std::optional<in
                         : spec.pp == 1  ? "none"
                                         : "1f1b";
   const auto parsed = parse_schedule_kind(k);
-  if (!parsed) throw ConfigError("kind", k, "must be one of none, gpipe, 1f1b, interleaved");
+  if (!parsed) throw ConfigError("kind", k, "must be one of none, gpipe, 1f1b, interleaved, zb-h1");
   spec.kind = *parsed;
   for (auto [name, ms] :
        {std::pair{"forward_ms", forward_ms}, {"backward_ms", backward_ms}, {"p2p_ms", p2p_ms}})
@@ -272,7 +272,7 @@ py::object schedule(py::handle scenario, std::optional<int> pp, std::optional<in
     json list = json::array();
     for (const auto& op : ops) {
       if (op.is_compute()) {
-        list.push_back({{"type", op.type == OpType::forward ? "F" : "B"},
+        list.push_back({{"type", describe(op, false).substr(0, 1)},
                         {"microbatch", op.microbatch},
                         {"chunk", op.chunk}});
         continue;

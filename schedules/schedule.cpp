@@ -22,13 +22,15 @@ std::string_view schedule_kind_name(ScheduleKind k) {
       return "1f1b";
     case ScheduleKind::interleaved:
       return "interleaved";
+    case ScheduleKind::zb_h1:
+      return "zb-h1";
   }
   throw std::logic_error("unknown schedule kind");
 }
 
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view name) {
   for (auto k : {ScheduleKind::none, ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
-                 ScheduleKind::interleaved})
+                 ScheduleKind::interleaved, ScheduleKind::zb_h1})
     if (schedule_kind_name(k) == name) return k;
   return std::nullopt;
 }
@@ -73,7 +75,7 @@ std::string_view p2p_call_name(P2PCall c) {
 
 std::string describe(const ScheduleOp& op, bool with_chunk) {
   if (op.type == OpType::p2p) return std::string(p2p_call_name(op.call));
-  std::string s = op.type == OpType::forward ? "F" : "B";
+  std::string s = op.type == OpType::forward ? "F" : op.type == OpType::backward ? "B" : "W";
   s += std::to_string(op.microbatch);
   if (with_chunk) s += "." + std::to_string(op.chunk);
   return s;
@@ -117,7 +119,21 @@ void validate_schedule_spec(const ScheduleSpec& spec) {
                        " must be 0 or ≥ pipeline_model_parallel_size (" + num(spec.pp) +
                        "); otherwise the interleaved schedule has dependency bubbles"});
   }
+  if (spec.kind == ScheduleKind::zb_h1 && spec.pp < 2)
+    v.push_back({"pipeline_model_parallel_size", num(spec.pp),
+                 "the zb-h1 schedule fills a pipeline's bubble and needs "
+                 "pipeline_model_parallel_size ≥ 2 (use 'none' at 1)"});
+  if (spec.kind == ScheduleKind::zb_h1 && spec.delay_wgrad_compute)
+    v.push_back({"delay_wgrad_compute", "true",
+                 "the zb-h1 schedule places the weight gradients itself; leave "
+                 "delay_wgrad_compute out"});
   if (!v.empty()) throw ConfigError(v);
+}
+
+bool has_weight_op(const std::vector<ScheduleOp>& ops, int microbatch, int chunk) {
+  return std::any_of(ops.begin(), ops.end(), [&](const ScheduleOp& op) {
+    return op.type == OpType::weight && op.microbatch == microbatch && op.chunk == chunk;
+  });
 }
 
 std::vector<MicrobatchChunk> interleaved_schedule_table(int num_microbatches, int vpp,
@@ -143,6 +159,7 @@ int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank) {
       warmup = total;
       break;
     case ScheduleKind::one_f_one_b:
+    case ScheduleKind::zb_h1:  // the same warm-up (Qi et al. 2024, §3.1)
       warmup = spec.pp - pp_rank - 1;
       break;
     case ScheduleKind::interleaved: {
@@ -161,6 +178,7 @@ class OpListBuilder {
  public:
   void forward(int mb, int chunk) { ops_.push_back({OpType::forward, mb, chunk, {}, {}}); }
   void backward(int mb, int chunk) { ops_.push_back({OpType::backward, mb, chunk, {}, {}}); }
+  void weight(int mb, int chunk) { ops_.push_back({OpType::weight, mb, chunk, {}, {}}); }
   void p2p(P2PCall call, std::vector<Transfer> transfers) {
     if (!transfers.empty()) ops_.push_back({OpType::p2p, 0, 0, call, std::move(transfers)});
   }
@@ -222,9 +240,19 @@ std::vector<ScheduleOp> build_gpipe(const ScheduleSpec& spec, StageInfo st) {
   return b.take();
 }
 
-// forward_backward_pipelining_without_interleaving.
-std::vector<ScheduleOp> build_one_f_one_b(const ScheduleSpec& spec, StageInfo st) {
+// forward_backward_pipelining_without_interleaving. With `w_delay` ≥ 0 (ZB-H1) every
+// backward is split and the Ws follow the Bs `w_delay` microbatches behind: the k-th W
+// with the (k + w_delay)-th B, the rest at the end. In the steady state the W goes before
+// send_backward_recv_forward: that call also waits for the next forward's input, which the
+// stage ahead sends after its own next forward, and the W fills the wait (after the call it
+// would idle in it: the timeline then loses one W per stage); after a call that only sends.
+std::vector<ScheduleOp> build_one_f_one_b(const ScheduleSpec& spec, StageInfo st,
+                                          int w_delay = -1) {
   OpListBuilder b;
+  int next_w = 0;  // the next microbatch whose W is due
+  auto weight_after = [&](int bwd) {
+    if (w_delay >= 0 && bwd >= w_delay) b.weight(next_w++, 0);
+  };
   const int m = spec.num_microbatches;
   const int warmup = num_warmup_microbatches(spec, st.rank);
   const int remaining = m - warmup;
@@ -266,18 +294,45 @@ std::vector<ScheduleOp> build_one_f_one_b(const ScheduleSpec& spec, StageInfo st
     b.forward(fwd, 0);
     b.p2p(P2PCall::send_forward_recv_backward, concat(send_fwd(fwd), recv_bwd(bwd)));
     b.backward(bwd, 0);
-    if (last_iteration)
+    if (last_iteration) {
       b.p2p(P2PCall::send_backward, send_bwd(bwd));
-    else
+      weight_after(bwd);
+    } else {
+      weight_after(bwd);
       b.p2p(P2PCall::send_backward_recv_forward, concat(send_bwd(bwd), recv_fwd(fwd + 1)));
+    }
   }
   for (int i = 0; i < warmup && !spec.forward_only; ++i) {
     const int bwd = remaining + i;
     b.p2p(P2PCall::recv_backward, recv_bwd(bwd));
     b.backward(bwd, 0);
     b.p2p(P2PCall::send_backward, send_bwd(bwd));
+    weight_after(bwd);
   }
+  while (w_delay >= 0 && !spec.forward_only && next_w < m) b.weight(next_w++, 0);
   return b.take();
+}
+
+// Megatron's delay_wgrad_compute on a schedule of whole backwards: each backward split, its W
+// after the p2p call right behind it when that call sends its input gradient (the gradient
+// leaves before the weight GEMMs run), else right after it.
+std::vector<ScheduleOp> delay_weight_grads(std::vector<ScheduleOp> ops) {
+  std::vector<ScheduleOp> out;
+  out.reserve(ops.size() * 3 / 2);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    out.push_back(ops[i]);
+    if (ops[i].type != OpType::backward) continue;
+    const ScheduleOp w{OpType::weight, ops[i].microbatch, ops[i].chunk, {}, {}};
+    const bool sends = i + 1 < ops.size() && ops[i + 1].type == OpType::p2p &&
+                       std::any_of(ops[i + 1].transfers.begin(), ops[i + 1].transfers.end(),
+                                   [&](const Transfer& t) {
+                                     return t.direction == P2PDirection::send_prev &&
+                                            t.microbatch == w.microbatch && t.chunk == w.chunk;
+                                   });
+    if (sends) out.push_back(ops[++i]);
+    out.push_back(w);
+  }
+  return out;
 }
 
 }  // namespace
@@ -293,15 +348,23 @@ std::vector<ScheduleOp> make_rank_schedule(const ScheduleSpec& spec, int pp_rank
         "pp_rank", std::to_string(pp_rank),
         "must lie in [0, pipeline_model_parallel_size) = [0, " + std::to_string(spec.pp) + ")");
   const StageInfo st{pp_rank, spec.pp};
+  auto delayed = [&](std::vector<ScheduleOp> ops) {
+    return spec.delay_wgrad_compute && !spec.forward_only ? delay_weight_grads(std::move(ops))
+                                                          : ops;
+  };
   switch (spec.kind) {
     case ScheduleKind::none:
-      return build_no_pipelining(spec);
+      return delayed(build_no_pipelining(spec));
     case ScheduleKind::gpipe:
-      return build_gpipe(spec, st);
+      return delayed(build_gpipe(spec, st));
     case ScheduleKind::one_f_one_b:
-      return build_one_f_one_b(spec, st);
+      return delayed(build_one_f_one_b(spec, st));
     case ScheduleKind::interleaved:
-      return build_interleaved_schedule(spec, pp_rank);
+      return delayed(build_interleaved_schedule(spec, pp_rank));
+    case ScheduleKind::zb_h1:
+      // Stage r's Ws trail its Bs by r microbatches (Qi et al. 2024, §3.1: "adjusts the
+      // starting points of W depending on the number of warm-up microbatches").
+      return build_one_f_one_b(spec, st, pp_rank);
   }
   throw std::logic_error("unknown schedule kind");
 }

@@ -10,6 +10,13 @@
 //   rank 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
 // Interleaved, pp = 4, vpp = 2, m = 8, rank 0 (warmup = (4−0−1)·2 + (2−1)·4 = 10; Fm.c):
 //   F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 F6.0 B0.1 F7.0 B1.1 F4.1 B2.1 …
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B's order with each
+// backward split into B (the input gradient, which the previous stage waits for) and W
+// (the weight gradients, which nothing waits for); stage r runs its first W after its
+// (r + 1)-th B, so every stage keeps pp microbatches in flight (the first stage's 1F1B
+// peak) and the cool-down's Ws fill the cool-down bubble. pp = 4, m = 8:
+//   rank 0: F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7
+//   rank 3: F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7
 #pragma once
 
 #include <optional>
@@ -24,9 +31,11 @@ enum class ScheduleKind {
   gpipe,        // all forwards, then all backwards
   one_f_one_b,  // PipeDream-Flush: warmup, steady 1F1B, cooldown
   interleaved,  // Megatron-Core's interleaved 1F1B over virtual chunks
+  zb_h1,        // zero bubble, handcrafted 1 (Qi et al. 2024): 1F1B with W delayed per stage
 };
 
-std::string_view schedule_kind_name(ScheduleKind k);  // "none", "gpipe", "1f1b", "interleaved"
+// "none", "gpipe", "1f1b", "interleaved", "zb-h1"
+std::string_view schedule_kind_name(ScheduleKind k);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view name);
 
 // Which way a tensor moves, seen from the rank that runs the op.
@@ -64,12 +73,15 @@ struct Transfer {
   bool operator==(const Transfer&) const = default;
 };
 
-enum class OpType { forward, backward, p2p };
+// A backward whose (microbatch, chunk) has a weight op later in the same list is split: it
+// computes the input gradient only (B) and the weight op the weight gradients (W). Without
+// a weight op a backward computes both.
+enum class OpType { forward, backward, p2p, weight };
 
 struct ScheduleOp {
   OpType type = OpType::forward;
-  int microbatch = 0;                    // forward / backward
-  int chunk = 0;                         // forward / backward: virtual pipeline chunk
+  int microbatch = 0;                    // forward / backward / weight
+  int chunk = 0;                         // forward / backward / weight: virtual pipeline chunk
   P2PCall call = P2PCall::recv_forward;  // p2p only
   std::vector<Transfer> transfers;  // p2p only; never empty (calls with nothing to do are dropped)
 
@@ -84,6 +96,10 @@ struct ScheduleSpec {
   int num_microbatches = 1;
   int microbatch_group_size = 0;  // interleaved: microbatches per virtual stage group; 0 → pp
   bool forward_only = false;      // evaluation: every forward, in order, and no backward
+  // Megatron's delay_wgrad_compute: every backward is split and its weight gradients run
+  // after the p2p call that sends its input gradient on (right after the backward where no
+  // call follows it), not before. Not with zb_h1, which places its Ws itself.
+  bool delay_wgrad_compute = false;
 };
 
 struct Schedule {
@@ -112,7 +128,10 @@ std::vector<MicrobatchChunk> interleaved_schedule_table(int num_microbatches, in
 // get_pp_rank_microbatches).
 int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank);
 
-// "F3", "B0.1", "send_forward_recv_backward" — for printing.
+// Whether `ops` splits the backward of (microbatch, chunk): a weight op of it is in the list.
+bool has_weight_op(const std::vector<ScheduleOp>& ops, int microbatch, int chunk);
+
+// "F3", "B0.1", "W2", "send_forward_recv_backward" — for printing.
 std::string describe(const ScheduleOp& op, bool with_chunk);
 
 }  // namespace tandem

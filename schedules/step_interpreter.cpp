@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -9,6 +10,18 @@
 #include "core/error.hpp"
 
 namespace tandem {
+
+Tensor StageProgram::backward_input(int microbatch, int chunk, const Tensor&) {
+  throw ScheduleError("this stage program cannot split the backward of microbatch " +
+                      std::to_string(microbatch) + " chunk " + std::to_string(chunk) +
+                      " into input and weight gradients");
+}
+
+void StageProgram::backward_weights(int microbatch, int chunk) {
+  throw ScheduleError("this stage program has no weight gradients left for microbatch " +
+                      std::to_string(microbatch) + " chunk " + std::to_string(chunk));
+}
+
 namespace {
 
 using Key = std::pair<int, int>;  // (microbatch, chunk)
@@ -136,6 +149,9 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
 void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, StepContext& ctx) {
   InFlight f;
   const Tensor none{};
+  std::set<Key> split;  // backwards with a weight op later in the list
+  for (const auto& op : ops)
+    if (op.type == OpType::weight) split.insert({op.microbatch, op.chunk});
   for (const auto& op : ops) {
     const Key key{op.microbatch, op.chunk};
     switch (op.type) {
@@ -150,10 +166,14 @@ void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, Ste
         auto it = f.output_grads.find(key);
         Tensor grad =
             it == f.output_grads.end() ? none : take(f.output_grads, key, "output gradient");
-        Tensor in_grad = program.backward(op.microbatch, op.chunk, grad);
+        Tensor in_grad = split.count(key) ? program.backward_input(op.microbatch, op.chunk, grad)
+                                          : program.backward(op.microbatch, op.chunk, grad);
         if (!in_grad.shape.dims().empty()) f.input_grads[key] = std::move(in_grad);
         break;
       }
+      case OpType::weight:
+        program.backward_weights(op.microbatch, op.chunk);
+        break;
       case OpType::p2p:
         run_p2p(op, program, ctx, f);
         break;

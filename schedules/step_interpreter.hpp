@@ -30,6 +30,12 @@ class StageProgram {
   virtual ~StageProgram() = default;
   virtual Tensor forward(int microbatch, int chunk, const Tensor& input) = 0;
   virtual Tensor backward(int microbatch, int chunk, const Tensor& grad_output) = 0;
+  // The split backward of schedules with weight ops (ZB-H1, delay_wgrad_compute):
+  // backward_input returns what backward returns and leaves the weight gradients to
+  // backward_weights of the same (microbatch, chunk), which the schedule runs later. A
+  // program that cannot split throws ScheduleError (the default).
+  virtual Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output);
+  virtual void backward_weights(int microbatch, int chunk);
   // Shape and dtype of the activation exchanged between stages (Megatron's tensor_shape:
   // (seq / cp [/ tp with sequence parallelism], micro batch, hidden)).
   virtual Shape activation_shape(int microbatch) const = 0;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -96,6 +97,23 @@ Timeline make_timeline(const Schedule& s, const IdealCosts& costs) {
   for (int r = 0; r < n; ++r) tl.ranks[r].resize(s.ranks[r].size());
   std::vector<int> next(n, 0);  // index of the op each stage is at
   std::vector<Seconds> clock(n, Seconds(0));
+  // Per stage, the (microbatch, chunk) whose backward is split (a W follows).
+  std::vector<std::set<std::pair<int, int>>> split(n);
+  for (int r = 0; r < n; ++r)
+    for (const auto& op : s.ranks[r])
+      if (op.type == OpType::weight) split[r].insert({op.microbatch, op.chunk});
+  auto compute_cost = [&](int r, const ScheduleOp& op) {
+    switch (op.type) {
+      case OpType::forward:
+        return costs.forward;
+      case OpType::weight:
+        return costs.backward * costs.weight_fraction;
+      default:
+        return split[r].count({op.microbatch, op.chunk})
+                   ? costs.backward * (1.0 - costs.weight_fraction)
+                   : costs.backward;
+    }
+  };
 
   // An op is posted once its stage reaches it; its start is then final.
   auto posted = [&](const TransferPeer& p) { return next[p.rank] >= p.op; };
@@ -109,7 +127,7 @@ Timeline make_timeline(const Schedule& s, const IdealCosts& costs) {
         auto& timed = tl.ranks[r][i];
         timed.start = clock[r];
         if (op.is_compute()) {
-          timed.end = timed.start + (op.type == OpType::forward ? costs.forward : costs.backward);
+          timed.end = timed.start + compute_cost(r, op);
         } else {
           const auto& ps = tl.peers[r][i];
           if (!std::all_of(ps.begin(), ps.end(), posted)) break;

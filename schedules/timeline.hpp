@@ -19,6 +19,9 @@ struct IdealCosts {
   Seconds forward{1.0};   // one forward of one chunk of one microbatch
   Seconds backward{2.0};  // one backward of one chunk of one microbatch
   Seconds p2p{0.0};       // one activation or gradient transfer between stages
+  // The share of a split backward that is its W (weight gradients); its B (input gradient)
+  // takes the rest. A transformer's backward is two GEMMs per forward GEMM, one for each.
+  double weight_fraction = 0.5;
 };
 
 // Where the other end of a transfer is: the stage and op index holding the matching
@@ -48,7 +51,7 @@ struct Timeline {
   std::vector<std::vector<std::vector<TransferPeer>>> peers;
   Seconds makespan{0};
 
-  // Fraction of [0, makespan] that `rank` spends outside forward and backward ops.
+  // Fraction of [0, makespan] that `rank` spends outside compute (F, B and W) ops.
   double bubble_fraction(int rank) const;
   // Mean over stages.
   double bubble_fraction() const;

@@ -19,7 +19,10 @@ Trace timeline_to_trace(const Timeline& tl) {
                        trace_thread::compute,   t.start, t.end - t.start,
                        nlohmann::json::object()};
       if (op.is_compute()) {
-        slice.category = op.type == OpType::forward ? "forward" : "backward";
+        // A split backward's W is a class of its own ("weight"); its B stays "backward".
+        slice.category = op.type == OpType::forward    ? "forward"
+                         : op.type == OpType::backward ? "backward"
+                                                       : "weight";
         slice.args = {{"microbatch", op.microbatch}, {"chunk", op.chunk}};
       } else {
         slice.category = "p2p";

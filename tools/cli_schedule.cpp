@@ -40,19 +40,27 @@ ScheduleSpec spec_from(const ScheduleOptions& o, const Scenario& s) {
   else
     kind = spec.vpp > 1 ? "interleaved" : spec.pp == 1 ? "none" : "1f1b";
   const auto k = parse_schedule_kind(kind);
-  if (!k) throw ConfigError("--kind", kind, "must be one of none, gpipe, 1f1b, interleaved");
+  if (!k) throw ConfigError("--kind", kind, "must be one of none, gpipe, 1f1b, interleaved, zb-h1");
   spec.kind = *k;
+  // The scenario's --delay-wgrad-compute (any scenario flag reaches the command).
+  spec.delay_wgrad_compute = s.parallelism.delay_wgrad_compute && spec.kind != ScheduleKind::zb_h1;
   return spec;
 }
 
-double closed_form_bubble(const ScheduleSpec& s) {
+// The papers' bubble share: (p − 1) / (v·m + p − 1); for ZB-H1 (Qi et al. 2024, §3.1,
+// m ≥ p) an idle time of (p − 1)(T_F + T_B − T_W) beside m(T_F + T_B + T_W) of work.
+double closed_form_bubble(const ScheduleSpec& s, const IdealCosts& c) {
   const double p = s.pp, m = s.num_microbatches, v = s.vpp;
-  return (p - 1) / (v * m + p - 1);
+  if (s.kind != ScheduleKind::zb_h1) return (p - 1) / (v * m + p - 1);
+  const double f = c.forward.value, w = c.backward.value * c.weight_fraction,
+               b = c.backward.value - w;
+  const double idle = (p - 1) * (f + b - w);
+  return idle / (m * (f + b + w) + idle);
 }
 
 nlohmann::json op_json(const ScheduleOp& op) {
   if (op.is_compute())
-    return {{"type", op.type == OpType::forward ? "F" : "B"},
+    return {{"type", describe(op, false).substr(0, 1)},
             {"microbatch", op.microbatch},
             {"chunk", op.chunk}};
   auto transfers = nlohmann::json::array();
@@ -83,7 +91,7 @@ nlohmann::json schedule_json(const Timeline& tl) {
             {"p2p_ms", tl.costs.p2p.value * 1e3},
             {"iteration_ms", tl.makespan.value * 1e3},
             {"bubble_fraction", tl.bubble_fraction()},
-            {"closed_form_bubble_fraction", closed_form_bubble(spec)}}}};
+            {"closed_form_bubble_fraction", closed_form_bubble(spec, tl.costs)}}}};
 }
 
 void print_schedule(const Timeline& tl, bool with_p2p) {
@@ -100,10 +108,11 @@ void print_schedule(const Timeline& tl, bool with_p2p) {
       if (with_p2p || op.is_compute()) line += " " + describe(op, spec.vpp > 1);
     std::printf("rank %zu:%s\n", r, line.c_str());
   }
-  std::printf(
-      "idealised iteration %.3f ms, bubble fraction %.2f%% (closed form (p-1)/(v*m+p-1) "
-      "= %.2f%%)\n",
-      tl.makespan.value * 1e3, 100 * tl.bubble_fraction(), 100 * closed_form_bubble(spec));
+  std::printf("idealised iteration %.3f ms, bubble fraction %.2f%% (closed form %s = %.2f%%)\n",
+              tl.makespan.value * 1e3, 100 * tl.bubble_fraction(),
+              spec.kind == ScheduleKind::zb_h1 ? "(p-1)(F+B-W) / (m(F+B+W) + (p-1)(F+B-W))"
+                                               : "(p-1)/(v*m+p-1)",
+              100 * closed_form_bubble(spec, tl.costs));
 }
 
 }  // namespace
@@ -120,7 +129,7 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--microbatches", opts->microbatches, "Microbatches per iteration")
       ->check(positive());
   cmd->add_option("--kind", opts->kind,
-                  "none | gpipe | 1f1b | interleaved (default: from pp and vpp)");
+                  "none | gpipe | 1f1b | interleaved | zb-h1 (default: from pp and vpp)");
   cmd->add_option("--group-size", opts->group_size,
                   "Interleaving: microbatches per virtual-stage group (Megatron's "
                   "microbatch_group_size_per_vp_stage; default pp)");

@@ -111,6 +111,101 @@ TEST(Schedule, WarmupCounts) {
   EXPECT_EQ(num_warmup_microbatches({ScheduleKind::one_f_one_b, 8, 1, 16}, 2), 5);
 }
 
+TEST(Schedule, ZbH1GoldenOrders) {
+  // Qi et al. 2024, §3.1 and Figure 3 (top), derived by hand for pp 4, m 8: 1F1B's warm-up
+  // (pp − r − 1 forwards) and F/B order, each backward split into B and W, and stage r's
+  // first W after its (r + 1)-th B ("adjusts the starting points of W depending on the
+  // number of warm-up microbatches"), so every stage holds pp microbatches in flight; after
+  // the last B the Ws left run back to back.
+  const ScheduleSpec spec{ScheduleKind::zb_h1, 4, 1, 8};
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false),
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 1), false),
+            "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 2), false),
+            "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7");
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 3), false),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  // Fewer microbatches than stages: pp 3, m 2 (warm-up capped at m).
+  const ScheduleSpec few{ScheduleKind::zb_h1, 3, 1, 2};
+  EXPECT_EQ(compute_order(make_rank_schedule(few, 0), false), "F0 F1 B0 W0 B1 W1");
+  EXPECT_EQ(compute_order(make_rank_schedule(few, 1), false), "F0 F1 B0 B1 W0 W1");
+  EXPECT_EQ(compute_order(make_rank_schedule(few, 2), false), "F0 B0 F1 B1 W0 W1");
+}
+
+TEST(Schedule, ZbH1CallsTheP2POf1F1B) {
+  // Only compute ops are added: the p2p calls are 1F1B's, in 1F1B's order.
+  for (int pp = 2; pp <= 5; ++pp)
+    for (int m = 1; m <= 9; ++m)
+      for (int r = 0; r < pp; ++r) {
+        const auto zb = make_rank_schedule({ScheduleKind::zb_h1, pp, 1, m}, r);
+        const auto base = make_rank_schedule({ScheduleKind::one_f_one_b, pp, 1, m}, r);
+        std::vector<ScheduleOp> zb_rest;
+        for (const auto& op : zb)
+          if (op.type != OpType::weight) zb_rest.push_back(op);
+        EXPECT_EQ(zb_rest, base) << "pp " << pp << " m " << m << " rank " << r;
+      }
+  // Where the Ws sit among the calls, pp 2, m 3, the last stage (its Ws one microbatch
+  // behind): a steady-state W before send_backward_recv_forward, whose receive waits for
+  // the stage ahead's next forward (the W fills that wait: with blocking calls a W after it
+  // would idle there), and after the calls that only send.
+  std::vector<std::string> names;
+  for (const auto& op : make_rank_schedule({ScheduleKind::zb_h1, 2, 1, 3}, 1))
+    names.push_back(describe(op, false));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "recv_forward", "F0", "B0", "send_backward_recv_forward", "F1", "B1", "W0",
+                       "send_backward_recv_forward", "F2", "B2", "send_backward", "W1", "W2"}));
+}
+
+TEST(ScheduleProperties, ZbH1KeepsMemoryWithin1F1Bs) {
+  // Per rank, microbatches forwarded and not yet through B (the whole activations) never
+  // exceed 1F1B's count on that rank; forwarded and not yet through W (the inputs of the
+  // linear layers still held) never exceed min(pp, m), the first stage's 1F1B peak — the
+  // paper's "maximum peak memory over all workers does not exceed 1F1B's".
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = 1; m <= 20; ++m)
+      for (int r = 0; r < pp; ++r) {
+        auto peaks = [](const std::vector<ScheduleOp>& ops) {
+          int f = 0, b = 0, w = 0, peak_fb = 0, peak_fw = 0;
+          bool split = false;
+          for (const auto& op : ops) split |= op.type == OpType::weight;
+          for (const auto& op : ops) {
+            f += op.type == OpType::forward;
+            b += op.type == OpType::backward;
+            w += op.type == (split ? OpType::weight : OpType::backward);
+            peak_fb = std::max(peak_fb, f - b);
+            peak_fw = std::max(peak_fw, f - w);
+          }
+          return std::pair{peak_fb, peak_fw};
+        };
+        const auto [zb_fb, zb_fw] = peaks(make_rank_schedule({ScheduleKind::zb_h1, pp, 1, m}, r));
+        const auto [base_fb, base_fw] =
+            peaks(make_rank_schedule({ScheduleKind::one_f_one_b, pp, 1, m}, r));
+        EXPECT_LE(zb_fb, base_fb) << "pp " << pp << " m " << m << " rank " << r;
+        EXPECT_LE(zb_fw, std::min(pp, m)) << "pp " << pp << " m " << m << " rank " << r;
+        EXPECT_EQ(base_fw, std::min(pp - r, m));  // 1F1B's own peak, for reference
+      }
+}
+
+TEST(Schedule, DelayWgradComputePutsEachWAfterTheCallSendingItsGradient) {
+  // 1F1B, pp 2, m 2, stage 1: each W right after the call that sends its B's gradient.
+  const ScheduleSpec spec{.kind = ScheduleKind::one_f_one_b,
+                          .pp = 2,
+                          .num_microbatches = 2,
+                          .delay_wgrad_compute = true};
+  std::vector<std::string> names;
+  for (const auto& op : make_rank_schedule(spec, 1)) names.push_back(describe(op, false));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"recv_forward", "F0", "B0", "send_backward_recv_forward",
+                                      "W0", "F1", "B1", "send_backward", "W1"}));
+  // Stage 0 sends no gradient: its W follows its B.
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false), "F0 F1 B0 W0 B1 W1");
+  // Evaluation has no backward to split.
+  ScheduleSpec eval = spec;
+  eval.forward_only = true;
+  EXPECT_EQ(compute_order(make_rank_schedule(eval, 1), false), "F0 F1");
+}
+
 // ---- properties over a sweep -------------------------------------------------------
 
 std::vector<ScheduleSpec> sweep() {
@@ -120,6 +215,11 @@ std::vector<ScheduleSpec> sweep() {
     for (int m = 1; m <= 20; ++m) {
       specs.push_back({ScheduleKind::one_f_one_b, pp, 1, m});
       specs.push_back({ScheduleKind::gpipe, pp, 1, m});
+      if (pp >= 2) specs.push_back({ScheduleKind::zb_h1, pp, 1, m});
+      specs.push_back({.kind = ScheduleKind::one_f_one_b,
+                       .pp = pp,
+                       .num_microbatches = m,
+                       .delay_wgrad_compute = true});
     }
   for (int pp = 2; pp <= 8; ++pp)
     for (int vpp = 2; vpp <= 4; ++vpp)
@@ -128,6 +228,8 @@ std::vector<ScheduleSpec> sweep() {
           ScheduleSpec s{ScheduleKind::interleaved, pp, vpp, m, g};
           const int rest = m % g;
           if (rest == 0 || rest >= pp) specs.push_back(s);
+          s.delay_wgrad_compute = true;
+          if ((rest == 0 || rest >= pp) && vpp == 2) specs.push_back(s);
         }
   return specs;
 }
@@ -135,19 +237,23 @@ std::vector<ScheduleSpec> sweep() {
 std::string name_of(const ScheduleSpec& s) {
   std::ostringstream o;
   o << schedule_kind_name(s.kind) << " pp=" << s.pp << " vpp=" << s.vpp
-    << " m=" << s.num_microbatches << " g=" << s.microbatch_group_size;
+    << " m=" << s.num_microbatches << " g=" << s.microbatch_group_size
+    << (s.delay_wgrad_compute ? " delay_wgrad" : "");
   return o.str();
 }
 
 TEST(ScheduleProperties, EachMicrobatchChunkForwardedOnceThenBackwardedOnce) {
   for (const auto& spec : sweep()) {
     const auto sched = make_schedule(spec);
+    const bool split = spec.kind == ScheduleKind::zb_h1 || spec.delay_wgrad_compute;
     for (int r = 0; r < spec.pp; ++r) {
-      std::map<std::pair<int, int>, int> fwd_at, bwd_at;
+      std::map<std::pair<int, int>, int> fwd_at, bwd_at, w_at;
       const auto& ops = sched.ranks[r];
       for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
         if (!ops[i].is_compute()) continue;
-        auto& seen = ops[i].type == OpType::forward ? fwd_at : bwd_at;
+        auto& seen = ops[i].type == OpType::forward    ? fwd_at
+                     : ops[i].type == OpType::backward ? bwd_at
+                                                       : w_at;
         const auto key = std::make_pair(ops[i].microbatch, ops[i].chunk);
         ASSERT_FALSE(seen.count(key))
             << name_of(spec) << " rank " << r << " repeats " << describe(ops[i], true);
@@ -159,6 +265,10 @@ TEST(ScheduleProperties, EachMicrobatchChunkForwardedOnceThenBackwardedOnce) {
       for (const auto& [key, i] : bwd_at)
         ASSERT_LT(fwd_at.at(key), i)
             << name_of(spec) << " rank " << r << " backward before forward";
+      // A split backward's W comes once, after its B; an unsplit schedule has none.
+      ASSERT_EQ(w_at.size(), split ? bwd_at.size() : 0u) << name_of(spec);
+      for (const auto& [key, i] : w_at)
+        ASSERT_LT(bwd_at.at(key), i) << name_of(spec) << " rank " << r << " W before B";
     }
   }
 }

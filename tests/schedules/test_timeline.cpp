@@ -2,6 +2,9 @@
 // papers, hand-computed small timelines, deadlock and mismatch detection.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "core/error.hpp"
 #include "core/trace.hpp"
 #include "schedules/timeline.hpp"
@@ -22,6 +25,27 @@ TEST(Timeline, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
               << "p=" << p << " m=" << m << " b=" << b;
         EXPECT_DOUBLE_EQ(tl.makespan.value, (m + p - 1) * (1.0 + b));
       }
+}
+
+TEST(Timeline, ZbH1IdleIsPMinusOneTimesFPlusBMinusW) {
+  // Qi et al. 2024, §3.1: ZB-H1's idle time per stage is (p − 1)(T_F + T_B − T_W) (m ≥ p),
+  // against 1F1B's (p − 1)(T_F + T_B + T_W); with T_F = T_B = T_W a third of it. Here F = 1
+  // and a whole backward 2 (B = W = 1), so the makespan is 3m + (p − 1).
+  for (int p = 2; p <= 8; ++p)
+    for (int m = p; m <= 24; ++m) {
+      const auto zb = make_timeline(make_schedule({ScheduleKind::zb_h1, p, 1, m}),
+                                    {Seconds(1.0), Seconds(2.0), Seconds(0.0)});
+      const auto base = make_timeline(make_schedule({ScheduleKind::one_f_one_b, p, 1, m}),
+                                      {Seconds(1.0), Seconds(2.0), Seconds(0.0)});
+      EXPECT_DOUBLE_EQ(zb.makespan.value, 3.0 * m + (p - 1)) << "p=" << p << " m=" << m;
+      EXPECT_DOUBLE_EQ(base.makespan.value, 3.0 * m + 3.0 * (p - 1));
+      for (int r = 0; r < p; ++r)
+        EXPECT_NEAR(zb.bubble_fraction(r), (p - 1.0) / (3.0 * m + (p - 1)), 1e-12);
+    }
+  // Fewer microbatches than stages still gain: pp 4, m 2.
+  const auto zb = make_timeline(make_schedule({ScheduleKind::zb_h1, 4, 1, 2}), {});
+  const auto base = make_timeline(make_schedule({ScheduleKind::one_f_one_b, 4, 1, 2}), {});
+  EXPECT_LT(zb.makespan.value, base.makespan.value);
 }
 
 TEST(Timeline, GPipeHasTheSameBubbleAsOneFOneB) {
@@ -118,6 +142,17 @@ TEST(TimelineTrace, IsAWellFormedChromeTrace) {
   }
   EXPECT_EQ(flows, 2 * (4 * 2 - 1) * 8);  // one arrow per send
   EXPECT_GE(slices, 4 * 2 * 8 * 2);       // every F and B at least
+}
+
+TEST(TimelineTrace, ZbH1WeightOpsAreAClassOfTheirOwn) {
+  const auto tl = make_timeline(make_schedule({ScheduleKind::zb_h1, 2, 1, 3}), {});
+  const auto j = timeline_to_trace(tl).to_json();
+  std::map<std::string, int> by_category;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") ++by_category[e["cat"].get<std::string>()];
+  EXPECT_EQ(by_category["forward"], 2 * 3);
+  EXPECT_EQ(by_category["backward"], 2 * 3);
+  EXPECT_EQ(by_category["weight"], 2 * 3);
 }
 
 }  // namespace
