@@ -192,8 +192,12 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
                            " was not run forward");
   Saved s = std::move(it->second);
   saved_.erase(it);
+  // In a split backward the gradients are final only after their queued weight work.
   auto ready = [&](std::vector<int> indices) {
-    if (hook_) hook_->on_grads_ready(microbatch, indices);
+    if (!hook_) return;
+    weight_grad_work(env, [hook = hook_, microbatch, indices = std::move(indices)](ModelEnv&) {
+      hook->on_grads_ready(microbatch, indices);
+    });
   };
   Tensor g = plan_.post_process ? head_backward(env, s, loss_scale) : grad_output;
   if (plan_.post_process && env.observer) env.observer->around_output_layer(env.stream);
@@ -213,6 +217,36 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
   embed_backward(env, g, s.batch);
   ready(present({word_, position_}));
   return Tensor{};
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+Tensor GptChunk::backward_input(ModelEnv& env, int microbatch, const Tensor& grad_output,
+                                float loss_scale) {
+  if (deferred_.count(microbatch))
+    throw std::logic_error("GptChunk::backward_input: microbatch " + std::to_string(microbatch) +
+                           " still has weight gradients to run");
+  WeightGradQueue& queue = deferred_[microbatch];
+  // The queue takes the weight work for the length of this backward only.
+  struct Divert {
+    ModelEnv& env;
+    WeightGradQueue* before;
+    ~Divert() { env.wgrad_queue = before; }
+  } divert{env, env.wgrad_queue};
+  env.wgrad_queue = &queue;
+  return backward(env, microbatch, grad_output, loss_scale);
+}
+
+void GptChunk::backward_weights(ModelEnv& env, int microbatch) {
+  auto it = deferred_.find(microbatch);
+  if (it == deferred_.end())
+    throw std::logic_error("GptChunk::backward_weights: microbatch " + std::to_string(microbatch) +
+                           " was not run backward_input");
+  WeightGradQueue queue = std::move(it->second);
+  deferred_.erase(it);
+  queue.run(env);
 }
 
 }  // namespace tandem

@@ -73,6 +73,13 @@ class GptChunk {
   // `loss_scale` multiplies the loss gradient (1 / number of microbatches in the step).
   Tensor forward(ModelEnv& env, int microbatch, const Tensor& input, const MicrobatchTensors& mb);
   Tensor backward(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);
+  // The split backward (ZB-H1's B and W, Megatron's delay_wgrad_compute): backward_input
+  // returns what backward returns and keeps the linear layers' weight and bias gradients, and
+  // the GradReadyHook calls that follow them, for backward_weights, which runs them in the
+  // order backward would have. The layer norms' and embeddings' gradients come out of the
+  // kernels that compute the input gradient, so they stay in B.
+  Tensor backward_input(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);
+  void backward_weights(ModelEnv& env, int microbatch);
   // Drops what forward saved for `microbatch` (forward-only evaluation).
   void discard(int microbatch) { saved_.erase(microbatch); }
 
@@ -106,6 +113,7 @@ class GptChunk {
   int output_ = -1;  // the output layer's weight: word_ when tied
   std::vector<int> present(std::initializer_list<int> indices) const;
   std::map<int, Saved> saved_;
+  std::map<int, WeightGradQueue> deferred_;  // per microbatch: backward_input's W
   GradReadyHook* hook_ = nullptr;
   ParamsNeededHook* needed_hook_ = nullptr;
 };

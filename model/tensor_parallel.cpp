@@ -37,6 +37,13 @@ HiddenDropout hidden_dropout_at(const ModelEnv& env, std::uint64_t site, const T
           .row_offset = env.sequence_parallel ? rows * env.tp.rank() : 0};
 }
 
+void weight_grad_work(ModelEnv& env, std::function<void(ModelEnv&)> work) {
+  if (env.wgrad_queue != nullptr)
+    env.wgrad_queue->work.push_back(std::move(work));
+  else
+    work(env);
+}
+
 Tensor allocate_fp32(Device& d, const Shape& shape) {
   return d.allocate(shape, DType::fp32);
 }
@@ -71,14 +78,21 @@ struct LinearBackward {
   }
   void weight_grad(const Tensor& x, Parameter& w, Parameter* b) {
     if (!fp8) return linear_weight_grad(env, x, dy, w, b);
-    fp8->weight_grad(env, grad, x, w);
-    if (b) env.device.bias_grad(env.stream, dy, b->grad);
+    // Deferred work outlives this frame: it keeps its own handle of dy for the Fp8Grad.
+    weight_grad_work(env, [f = fp8, g = grad, d = dy, x, &w, b](ModelEnv& e) {
+      Fp8Grad here = g;
+      here.dy = &d;
+      f->weight_grad(e, here, x, w);
+      if (b) e.device.bias_grad(e.stream, d, b->grad);
+    });
   }
 };
 
 }  // namespace
 
-void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
+namespace {
+
+void accumulate_weight_grad_now(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
   if (env.gradient_accumulation_fusion || env.first_backward) {
     // The buffer is zero at the step's start, so the first unfused GEMM may write it.
     const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
@@ -91,10 +105,18 @@ void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Pa
   env.device.add(env.stream, w.grad, fresh, w.grad);
 }
 
+}  // namespace
+
+void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
+  weight_grad_work(env, [dy, x, &w](ModelEnv& e) { accumulate_weight_grad_now(e, dy, x, w); });
+}
+
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                         Parameter* b) {
-  accumulate_weight_grad(env, dy, x, w);
-  if (b) env.device.bias_grad(env.stream, dy, b->grad);
+  weight_grad_work(env, [x, dy, &w, b](ModelEnv& e) {
+    accumulate_weight_grad_now(e, dy, x, w);
+    if (b) e.device.bias_grad(e.stream, dy, b->grad);
+  });
 }
 
 Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w) {
@@ -174,7 +196,8 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
     Tensor total;  // the gathered output gradient, for the weight gradient
     Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
     linear_weight_grad(env, x, total, w, nullptr);
-    if (b) env.device.bias_grad(env.stream, dy, b->grad);
+    if (b)
+      weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
     return dx;
   }
   const Tensor total = env.sequence_parallel ? gather_from_sequence_parallel_region(env, dy) : dy;
@@ -182,7 +205,7 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
   Tensor dx = linear.input_grad(w);
   linear.weight_grad(x, w, nullptr);
   // The bias was added to the (sharded) output: its gradient is the shard's column sums.
-  if (b) env.device.bias_grad(env.stream, dy, b->grad);
+  if (b) weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
   return dx;
 }
 

@@ -18,6 +18,9 @@
 //                              parameter is marked sequence_parallel: all-reduced over tp)
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include "core/communicator.hpp"
 #include "core/device.hpp"
 #include "model/parameters.hpp"
@@ -27,6 +30,20 @@ namespace tandem {
 
 // How context parallelism moves keys and values: model/context_parallel_attention.hpp.
 enum class CpCommType { p2p, all_gather };
+
+struct ModelEnv;
+
+// The weight-gradient work of a split backward (ZB-H1's W, Megatron's delay_wgrad_compute),
+// in the order the backward met it: the linear layers' weight GEMMs and bias sums, and the
+// data-parallel hooks told that a set of gradients is final. Each entry holds the tensors it
+// reads and runs with the ModelEnv of the pass that runs it (GptChunk::backward_weights).
+struct WeightGradQueue {
+  std::vector<std::function<void(ModelEnv&)>> work;
+  void run(ModelEnv& env) {
+    for (auto& w : work) w(env);
+    work.clear();
+  }
+};
 
 struct ModelEnv {
   Device& device;
@@ -86,7 +103,13 @@ struct ModelEnv {
   // FP8 delayed scaling's amax reduction beyond tp: the data-parallel (× cp) group; null:
   // none.
   Communicator* amax_group = nullptr;
+  // A split backward (GptChunk::backward_input) in progress: weight-gradient work goes here
+  // instead of running (weight_grad_work); null: it runs at once.
+  WeightGradQueue* wgrad_queue = nullptr;
 };
+
+// Runs `work` now, or queues it on env.wgrad_queue during a split backward.
+void weight_grad_work(ModelEnv& env, std::function<void(ModelEnv&)> work);
 
 class Fp8Linear;  // model/fp8_linear.hpp
 
@@ -114,7 +137,8 @@ Tensor allocate_fp32(Device& d, const Shape& shape);
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
                       Fp8Linear* fp8 = nullptr);
 // w.grad += dyᵀ · x: one accumulating GEMM, or (gradient_accumulation_fusion off) a GEMM
-// into a fresh gradient and an add.
+// into a fresh gradient and an add. Weight-gradient work (weight_grad_work), as are the
+// weight and bias gradients of every linear layer below.
 void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w);
 // w.grad += dyᵀ · x; b.grad += column sums of dy.
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,

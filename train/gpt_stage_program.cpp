@@ -9,7 +9,11 @@
 namespace tandem {
 
 GptStageProgram::GptStageProgram(ModelEnv env, std::vector<GptChunk*> chunks, const GptDims& dims)
-    : env_(env), chunks_(std::move(chunks)), dims_(dims), backward_done_(chunks_.size(), false) {}
+    : env_(env),
+      chunks_(std::move(chunks)),
+      dims_(dims),
+      backward_done_(chunks_.size(), false),
+      weights_done_(chunks_.size(), false) {}
 
 void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward_only) {
   batch_ = std::move(batch);
@@ -18,6 +22,7 @@ void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward
   loss_sum_ = 0;
   loss_rows_ = 0;
   backward_done_.assign(chunks_.size(), false);
+  weights_done_.assign(chunks_.size(), false);
   ++env_.step;  // FP8 layers quantize their weights once per step
 }
 
@@ -92,28 +97,50 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
     loss_rows_ += losses.numel();
   }
   if (forward_only_) c.discard(microbatch);
-  record("F", microbatch, chunk, start);
+  record('F', microbatch, chunk, start);
   return out;
 }
 
-Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
+Tensor GptStageProgram::run_backward(int microbatch, int chunk, const Tensor& grad_output,
+                                     bool split) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   env_.dropout_microbatch = dropout_microbatch(microbatch);
-  env_.first_backward = !backward_done_.at(static_cast<std::size_t>(chunk));
-  backward_done_[static_cast<std::size_t>(chunk)] = true;
-  Tensor g = chunks_.at(static_cast<std::size_t>(chunk))
-                 ->backward(env_, microbatch, grad_output, loss_scale_);
-  record("B", microbatch, chunk, start);
+  const auto c = static_cast<std::size_t>(chunk);
+  env_.first_backward = !backward_done_.at(c);
+  backward_done_[c] = true;
+  if (!split) weights_done_[c] = true;
+  GptChunk& ch = *chunks_.at(c);
+  Tensor g = split ? ch.backward_input(env_, microbatch, grad_output, loss_scale_)
+                   : ch.backward(env_, microbatch, grad_output, loss_scale_);
+  record('B', microbatch, chunk, start);
   return g;
 }
 
-void GptStageProgram::record(const char* type, int microbatch, int chunk,
+Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
+  return run_backward(microbatch, chunk, grad_output, false);
+}
+
+Tensor GptStageProgram::backward_input(int microbatch, int chunk, const Tensor& grad_output) {
+  return run_backward(microbatch, chunk, grad_output, true);
+}
+
+void GptStageProgram::backward_weights(int microbatch, int chunk) {
+  const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
+  const auto c = static_cast<std::size_t>(chunk);
+  // Without gradient-accumulation fusion the first weight GEMM of the step writes the buffer.
+  env_.first_backward = !weights_done_.at(c);
+  weights_done_[c] = true;
+  chunks_.at(c)->backward_weights(env_, microbatch);
+  record('W', microbatch, chunk, start);
+}
+
+void GptStageProgram::record(char type, int microbatch, int chunk,
                              RunTrace::Clock::time_point start) {
   if (!trace_) return;
   std::string name = type + std::to_string(microbatch);
   if (name_chunks_) name += "." + std::to_string(chunk);
-  trace_->slice(name, type[0] == 'F' ? "forward" : "backward", trace_thread::compute, start,
-                env_.device.trace_time(env_.stream),
+  const char* category = type == 'F' ? "forward" : type == 'B' ? "backward" : "weight";
+  trace_->slice(name, category, trace_thread::compute, start, env_.device.trace_time(env_.stream),
                 {{"microbatch", microbatch}, {"chunk", chunk}});
 }
 

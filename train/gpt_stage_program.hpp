@@ -35,6 +35,9 @@ class GptStageProgram : public StageProgram {
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
+  // The split backward: B (recorded as "B", category backward) and W ("W", category weight).
+  Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output) override;
+  void backward_weights(int microbatch, int chunk) override;
   Shape activation_shape(int microbatch) const override;
   DType activation_dtype() const override { return env_.compute; }
   // Megatron's scatter_gather_tensors_in_pipeline (only without sequence parallelism,
@@ -46,7 +49,8 @@ class GptStageProgram : public StageProgram {
 
  private:
   MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
-  void record(const char* type, int microbatch, int chunk, RunTrace::Clock::time_point start);
+  void record(char type, int microbatch, int chunk, RunTrace::Clock::time_point start);
+  Tensor run_backward(int microbatch, int chunk, const Tensor& grad_output, bool split);
   // ModelEnv::dropout_microbatch of a microbatch of this step.
   std::uint64_t dropout_microbatch(int microbatch) const;
 
@@ -59,6 +63,7 @@ class GptStageProgram : public StageProgram {
   RunTrace* trace_ = nullptr;
   bool name_chunks_ = false;
   std::vector<bool> backward_done_;  // per chunk: has this step run a backward of it yet
+  std::vector<bool> weights_done_;   // per chunk: has this step run its weight gradients yet
   bool scatter_gather_ = false;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;
