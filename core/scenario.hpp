@@ -96,8 +96,13 @@ struct ParallelismConfig {
   bool account_for_loss_in_pipeline_split = false;
   std::optional<std::string> pipeline_model_parallel_layout;
   std::optional<int> microbatch_group_size_per_vp_stage;  // default pp
-  std::string pipeline_schedule = "auto";  // auto | none | gpipe | 1f1b | interleaved
-  std::string order = "tp-cp-ep-dp-pp";    // rank generator order, tp fastest varying
+  // auto | none | gpipe | 1f1b | interleaved | zb-h1 (tandem's own key: Megatron-LM has no
+  // zero-bubble schedule; "auto" never picks zb-h1).
+  std::string pipeline_schedule = "auto";
+  // Megatron-Core's --delay-wgrad-compute: each backward's weight gradients run after the
+  // p2p call that sends its input gradient on (schedules/schedule.hpp).
+  bool delay_wgrad_compute = false;
+  std::string order = "tp-cp-ep-dp-pp";  // rank generator order, tp fastest varying
   // How context parallelism moves keys and values: p2p (a ring, Megatron's default) |
   // all_gather | a2a | a2a+p2p (Megatron accepts all four; the step runs the first two).
   std::string cp_comm_type = "p2p";

@@ -395,8 +395,14 @@ std::vector<FieldDef> parallelism_fields() {
                   {"microbatch_group_size_per_virtual_pipeline_stage"},
                   "--microbatch-group-size-per-virtual-pipeline-stage"}),
       make_field(p, &P::pipeline_schedule,
-                 {"pipeline_schedule", "auto | none | gpipe | 1f1b | interleaved",
-                  choices({"auto", "none", "gpipe", "1f1b", "interleaved"})}),
+                 {"pipeline_schedule",
+                  "auto | none | gpipe | 1f1b | interleaved | zb-h1 (zero bubble, Qi et al. "
+                  "2024: 1F1B with each backward split into B and a delayed W)",
+                  choices({"auto", "none", "gpipe", "1f1b", "interleaved", "zb-h1"})}),
+      make_field(p, &P::delay_wgrad_compute,
+                 {"delay_wgrad_compute",
+                  "split each backward: its weight gradients after the p2p call that sends "
+                  "its input gradient (Megatron-Core's)"}),
       make_field(p, &P::order,
                  {"order", "rank-generator order, tp fastest varying (e.g. tp-cp-ep-dp-pp)"}),
       make_field(p, &P::sequence_parallel,

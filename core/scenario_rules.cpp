@@ -629,10 +629,17 @@ void check_schedule(const Scenario& s, Violations& out) {
                    "needs more than one model chunk per stage: set "
                    "num_layers_per_virtual_pipeline_stage or "
                    "virtual_pipeline_model_parallel_size"});
-  if ((kind == "1f1b" || kind == "gpipe") && vpp > 1)
+  if ((kind == "1f1b" || kind == "gpipe" || kind == "zb-h1") && vpp > 1)
     out.push_back({"pipeline_schedule", kind,
                    cat("runs one model chunk per stage, but there are ", vpp,
                        " (virtual pipeline); use \"interleaved\" or \"auto\"")});
+  if (kind == "zb-h1" && pp < 2)
+    out.push_back({"pipeline_schedule", kind,
+                   "fills a pipeline's bubble and needs pipeline_model_parallel_size ≥ 2; use "
+                   "\"none\" or \"auto\" at 1"});
+  if (kind == "zb-h1" && s.parallelism.delay_wgrad_compute)
+    out.push_back({"delay_wgrad_compute", "true",
+                   "zb-h1 places every weight gradient itself; leave delay_wgrad_compute out"});
 }
 
 std::vector<std::string> split(const std::string& text, char sep) {

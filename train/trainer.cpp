@@ -379,9 +379,13 @@ StepResult Trainer::train_step() {
   buckets_->begin_step(static_cast<int>(m) - 1);
   program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
                        false);
-  const ScheduleSpec spec{schedule_kind_, ctx_.sizes.pp, virtual_pipeline_size(scenario_),
-                          static_cast<int>(m),
-                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0)};
+  const ScheduleSpec spec{
+      .kind = schedule_kind_,
+      .pp = ctx_.sizes.pp,
+      .vpp = virtual_pipeline_size(scenario_),
+      .num_microbatches = static_cast<int>(m),
+      .microbatch_group_size = scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
+      .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute};
   StepContext step{device_, stream_, need(groups_.pp, "pp"),
                    scenario_.parallelism.variable_seq_lengths};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);

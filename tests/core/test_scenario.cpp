@@ -152,6 +152,30 @@ TEST(Scenario, EffectiveSchedule) {
   EXPECT_EQ(effective_pipeline_schedule(forced), "gpipe");
 }
 
+TEST(Scenario, ZbH1AndDelayWgradComputeRules) {
+  Scenario zb = default_scenario();  // pp 2, one chunk a stage
+  zb.parallelism.pipeline_schedule = "zb-h1";
+  EXPECT_NO_THROW(validate(zb));
+  EXPECT_EQ(effective_pipeline_schedule(zb), "zb-h1");
+  // auto never picks it.
+  EXPECT_NE(effective_pipeline_schedule(default_scenario()), "zb-h1");
+  Scenario one = zb;
+  one.parallelism.pipeline_model_parallel_size = 1;
+  one.cluster.world_size = 4;
+  EXPECT_TRUE(Names(invalid(one), "pipeline_schedule", "zb-h1", "≥ 2"));
+  Scenario chunks = interleaved();
+  chunks.parallelism.pipeline_schedule = "zb-h1";
+  EXPECT_TRUE(Names(invalid(chunks), "pipeline_schedule", "zb-h1", "one model chunk per stage"));
+  Scenario both = zb;
+  both.parallelism.delay_wgrad_compute = true;
+  EXPECT_TRUE(Names(invalid(both), "delay_wgrad_compute", "true", "zb-h1"));
+  Scenario delay = interleaved();
+  delay.parallelism.delay_wgrad_compute = true;
+  EXPECT_NO_THROW(validate(delay));
+  // Megatron's flag sets the field; an unknown schedule is refused with the choices.
+  EXPECT_TRUE(rejected(default_scenario(), {{"--pipeline-schedule", "zb-h2"}}).size() == 1);
+}
+
 TEST(Scenario, ClosestMatch) {
   const std::vector<std::string> known = {"tensor_model_parallel_size",
                                           "pipeline_model_parallel_size", "seq_length", "lr"};
