@@ -119,21 +119,26 @@ DType compute_dtype(const Scenario& s) {
   return DType::fp32;
 }
 
-// The forward/backward slices of one rank since `from` (seconds): their first start, last
-// end and summed duration, in nanoseconds.
+// The forward, backward and weight-gradient (split backward's W) slices of one rank since
+// `from` (seconds): their first start, last end and summed duration, in nanoseconds, and
+// the duration per category.
 struct PassSpan {
   std::int64_t first = -1, last = 0, busy = 0;
+  std::map<std::string, std::int64_t> by_category;
 };
 PassSpan passes_of(const RunTrace& trace, double from_seconds) {
   const auto from = static_cast<std::int64_t>(from_seconds * 1e9);
   PassSpan p;
   trace.visit([&](const TraceEvent& e) {
-    if (e.phase != 'X' || (e.category != "forward" && e.category != "backward")) return;
+    if (e.phase != 'X' ||
+        (e.category != "forward" && e.category != "backward" && e.category != "weight"))
+      return;
     const std::int64_t s = e.start_ns, f = e.end_ns;
     if (s < from) return;
     p.first = p.first < 0 ? s : std::min(p.first, s);
     p.last = std::max(p.last, f);
     p.busy += f - s;
+    p.by_category[e.category] += f - s;
   });
   return p;
 }
@@ -428,6 +433,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
                                                          static_cast<double>(last - first))
                                : 0.0;
     bubble_sum += rank.bubble_fraction;
+    for (const auto& [category, ns] : span.by_category)
+      rank.pass_seconds[category] = static_cast<double>(ns) * 1e-9;
     for (const auto& [kind, secs] : world.stats(run->ctx.rank).exposed) {
       rank.exposed_seconds[kind] = secs / o.iterations;
       r.exposed_seconds[kind] = std::max(r.exposed_seconds[kind], secs / o.iterations);
@@ -478,6 +485,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"host_seconds", k.host_seconds},
                      {"host_bound_seconds", k.host_bound_seconds},
                      {"bubble_fraction", k.bubble_fraction},
+                     {"pass_seconds", k.pass_seconds},
                      {"exposed_seconds", k.exposed_seconds},
                      {"peer_wait_seconds", k.peer_wait_seconds}});
   }
@@ -544,6 +552,14 @@ std::string format_report(const SimReport& r) {
       r.peak_flops_per_gpu / 1e12);
   put("  pipeline bubble          %10.1f %% of the pipeline span (mean over ranks)",
       100 * r.bubble_fraction);
+  // A split backward (zb-h1, delay_wgrad_compute): the busiest rank's B and W, apart (every
+  // rank's in the JSON).
+  for (const auto& k : r.ranks)
+    if (k.rank == r.breakdown.rank && k.pass_seconds.count("weight"))
+      put("  passes of rank %-4d      F %.4f s, B (input grads) %.4f s, W (weight grads) %.4f s",
+          k.rank, k.pass_seconds.count("forward") ? k.pass_seconds.at("forward") : 0.0,
+          k.pass_seconds.count("backward") ? k.pass_seconds.at("backward") : 0.0,
+          k.pass_seconds.at("weight"));
   for (const auto& [kind, secs] : r.exposed_seconds)
     put("  exposed %-9s comm    %10.4f s per iteration (max over ranks; waiting for peers "
         "%.4f s)",

@@ -49,6 +49,9 @@ struct RankReport {
   std::map<std::string, double> host_seconds;
   double host_bound_seconds = 0;
   double bubble_fraction = 0;  // idle share of the compute stream in forward/backward
+  // The last iteration's passes by trace category: "forward", "backward" (a split
+  // backward's B: the input gradient) and "weight" (its W: the weight gradients), seconds.
+  std::map<std::string, double> pass_seconds;
   std::map<std::string, double> exposed_seconds;    // group kind → per iteration
   std::map<std::string, double> peer_wait_seconds;  // group kind → per iteration
   std::vector<IssuedOp> ops;                        // with record_ops

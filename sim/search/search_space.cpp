@@ -26,6 +26,7 @@ const std::map<std::string, std::string>& short_names() {
       {"overlap_param", "overlap_param_gather"},
       {"embed_split", "account_for_embedding_in_pipeline_split"},
       {"loss_split", "account_for_loss_in_pipeline_split"},
+      {"schedule", "pipeline_schedule"},
   };
   return names;
 }
@@ -165,7 +166,8 @@ void set_field(Scenario& s, const std::string& field, const std::string& value) 
     p.account_for_loss_in_pipeline_split = to_bool(field, value);
   else if (field == "precision") {
     if (value != "base") set_precision(s, value);
-  }
+  } else if (field == "pipeline_schedule")
+    p.pipeline_schedule = value;  // the validator names a value it does not know
 }
 
 // Layers a pp rank splits into chunks: num_layers / pp, with the embedding and the loss
@@ -186,9 +188,9 @@ const std::vector<std::string>& search_fields() {
       // before the interleaving, whose "auto"
       // values depend on them
       "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-      "num_layers_per_virtual_pipeline_stage", "micro_batch_size", "recompute_granularity",
-      "sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce",
-      "overlap_param_gather", "order", "precision"};
+      "num_layers_per_virtual_pipeline_stage", "pipeline_schedule", "micro_batch_size",
+      "recompute_granularity", "sequence_parallel", "use_distributed_optimizer",
+      "overlap_grad_reduce", "overlap_param_gather", "order", "precision"};
   return fields;
 }
 
@@ -223,6 +225,9 @@ SearchSpace default_space(const Scenario& base, int world_size) {
                                    ? std::vector<std::string>{"1", "2", "4", "8"}
                                    : std::vector<std::string>{"1"};
   v["num_layers_per_virtual_pipeline_stage"] = {"auto"};
+  // Megatron's choice for the layout, and the zero-bubble schedule where it applies (pp ≥ 2,
+  // one chunk per stage; the validator prunes it elsewhere).
+  v["pipeline_schedule"] = {"auto", "zb-h1"};
   v["micro_batch_size"] = {"1", "2", "4", "8"};
   v["recompute_granularity"] = {"none", "selective", "full"};
   v["sequence_parallel"] = {"false", "true"};
@@ -292,6 +297,8 @@ std::string candidate_label(const Scenario& s) {
   if (p.account_for_embedding_in_pipeline_split) l += " embed-split";
   if (p.account_for_loss_in_pipeline_split) l += " loss-split";
   if (p.pipeline_model_parallel_layout) l += " layout " + *p.pipeline_model_parallel_layout;
+  if (p.pipeline_schedule == "zb-h1") l += " zb-h1";
+  if (p.delay_wgrad_compute) l += " delay-wgrad";
   l +=
       " mbs" + std::to_string(s.training.micro_batch_size) + " " + s.training.recompute_granularity;
   if (p.sequence_parallel) l += " sp";

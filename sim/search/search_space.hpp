@@ -37,12 +37,13 @@ struct SearchSpace {
 // world up to the GPUs per node, pp the divisors of the world up to num_layers, cp 1 (2, 4
 // and 8 too from 8192 tokens on), interleaving "auto", micro batch 1, 2, 4, 8, recompute
 // none / selective / full, sequence parallelism, distributed optimizer and both overlaps
-// on and off, rank order tp-cp-ep-dp-pp and tp-cp-ep-pp-dp, and the base's precision.
+// on and off, rank order tp-cp-ep-dp-pp and tp-cp-ep-pp-dp, pipeline_schedule auto and
+// zb-h1 (valid at pp ≥ 2 without interleaving), and the base's precision.
 SearchSpace default_space(const Scenario& base, int world_size);
 
 // "FIELD=V1,V2,…": replaces the field's values (a Megatron name, its flag spelling or the
-// short names tp, pp, cp, vp, mbs, recompute, sp, distopt, overlap_grad, overlap_param,
-// precision).
+// short names tp, pp, cp, vp, schedule, mbs, recompute, sp, distopt, overlap_grad,
+// overlap_param, precision).
 // Throws ConfigError naming the field for an unknown field or an empty list.
 void vary(SearchSpace& space, const std::string& assignment);
 void fix(SearchSpace& space, const std::string& assignment);  // "FIELD=VALUE"

@@ -2,8 +2,8 @@
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
 # the same number of Device ops and the same op sequence (context parallelism, the
-# mixture of experts with balanced routing, FP8 linear layers and uneven pipeline stages
-# included).
+# mixture of experts with balanced routing, FP8 linear layers, uneven pipeline stages and
+# the split backward of ZB-H1 and --delay-wgrad-compute included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -14,6 +14,10 @@ layouts=(
   "--world-size 2 --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout E|tt|tt|L"
   "--world-size 2 --tensor-model-parallel-size 2"
   "--world-size 2 --pipeline-model-parallel-size 2"
+  # Weight gradients split from input gradients: ZB-H1 (Ws held back, so more held in
+  # memory on the later stage), and --delay-wgrad-compute interleaved over dp with buckets
+  "--world-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
+  "--world-size 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --delay-wgrad-compute true --overlap-grad-reduce true --ddp-bucket-size 20000"
   "--world-size 2 --overlap-grad-reduce true --ddp-bucket-size 20000"
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "--world-size 2 --tensor-model-parallel-size 2 --sequence-parallel true"

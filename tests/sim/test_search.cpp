@@ -47,8 +47,9 @@ Scenario small_model() {
 
 SearchSpace fixed_space(const Scenario& s) {
   SearchSpace space = default_space(s, s.cluster.world_size);
-  for (const char* f : {"vp=none", "mbs=1", "recompute=none", "sp=false", "distopt=false",
-                        "overlap_grad=false", "overlap_param=false", "order=tp-cp-ep-dp-pp"})
+  for (const char* f :
+       {"vp=none", "mbs=1", "recompute=none", "sp=false", "distopt=false", "overlap_grad=false",
+        "overlap_param=false", "order=tp-cp-ep-dp-pp", "schedule=auto"})
     fix(space, f);
   return space;
 }
@@ -123,6 +124,32 @@ TEST(SearchSpace, PlacesTheEmbeddingAndLossWhenVaried) {
   EXPECT_EQ(one.pruned.at("duplicate: account_for_*_in_pipeline_split has no effect at "
                           "pipeline_model_parallel_size 1"),
             3);
+}
+
+TEST(SearchSpace, ZeroBubbleScheduleIsADimension) {
+  Scenario s = small_model();
+  EXPECT_EQ(default_space(s, 16).values.at("pipeline_schedule"),
+            (std::vector<std::string>{"auto", "zb-h1"}));
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  vary(space, "pp=1,2");
+  vary(space, "vp=auto");
+  vary(space, "schedule=auto,zb-h1");
+  s.training.global_batch_size = 64;
+  const Enumeration e = enumerate(s, 16, space);
+  // pp 1: vp none only (the baseline's layout), zb-h1 refused (no pipeline). pp 2: vp none,
+  // 1, 2 under auto; zb-h1 runs one chunk a stage, so only with vp none.
+  std::vector<std::string> labels;
+  for (const auto& c : e.valid) labels.push_back(c.label);
+  EXPECT_EQ(labels,
+            (std::vector<std::string>{
+                "tp1 pp1 mbs1 none tp-cp-ep-dp-pp", "tp1 pp2 mbs1 none tp-cp-ep-dp-pp",
+                "tp1 pp2 zb-h1 mbs1 none tp-cp-ep-dp-pp", "tp1 pp2 vp1 mbs1 none tp-cp-ep-dp-pp",
+                "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp"}));
+  std::int64_t refused = 0;
+  for (const auto& [rule, n] : e.pruned)
+    if (rule.rfind("invalid: pipeline_schedule", 0) == 0) refused += n;
+  EXPECT_EQ(refused, 1 + 2);  // zb-h1 at pp 1, and at pp 2 with vp 1 and 2
 }
 
 TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
