@@ -214,7 +214,16 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
     ready(layers_[i].parameter_indices());
   }
   if (!plan_.pre_process) return g;
-  embed_backward(env, g, s.batch);
+  // The embeddings' gradients are weight gradients only: in a split backward they are W
+  // work too, after the output layer's when the chunk holds both (a tied word embedding's
+  // first unfused GEMM writes the buffer, as in the whole backward). Their dropout mask is
+  // this microbatch's.
+  weight_grad_work(env, [this, g, batch = s.batch, mb = env.dropout_microbatch](ModelEnv& e) {
+    const auto was = e.dropout_microbatch;
+    e.dropout_microbatch = mb;
+    embed_backward(e, g, batch);
+    e.dropout_microbatch = was;
+  });
   ready(present({word_, position_}));
   return Tensor{};
 }

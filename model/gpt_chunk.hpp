@@ -76,8 +76,8 @@ class GptChunk {
   // The split backward (ZB-H1's B and W, Megatron's delay_wgrad_compute): backward_input
   // returns what backward returns and keeps the linear layers' weight and bias gradients, and
   // the GradReadyHook calls that follow them, for backward_weights, which runs them in the
-  // order backward would have. The layer norms' and embeddings' gradients come out of the
-  // kernels that compute the input gradient, so they stay in B.
+  // order backward would have; the embeddings' gradients are W work too. The layer norms'
+  // gradients come out of the kernels that compute the input gradient, so they stay in B.
   Tensor backward_input(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);
   void backward_weights(ModelEnv& env, int microbatch);
   // Drops what forward saved for `microbatch` (forward-only evaluation).

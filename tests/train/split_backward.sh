@@ -13,6 +13,11 @@
 #              re-gathered inputs);
 #   delay_pp2  --delay-wgrad-compute on 1F1B, pp 2;
 #   delay_vpp  --delay-wgrad-compute on the interleaved schedule, pp 2 × 2 chunks;
+#   delay_one  --delay-wgrad-compute on one rank without gradient-accumulation fusion: the
+#              tied word embedding's output-layer GEMM writes the buffer first, then the
+#              embedding's gradient adds to it, as in the whole backward;
+#   zb_dropout ZB-H1 on pp 3 with attention and hidden dropout (each mask the B's own
+#              microbatch's, whatever ran between);
 # and a mixture of experts (8 experts, top-2, a shared expert, aux loss; the experts', the
 # router's and the shared expert's weight gradients deferred):
 #   moe_zb     ZB-H1 on pp 2 × ep 2 (alltoall dispatcher);
@@ -40,6 +45,7 @@ moe=(--group-query-attention --num-query-groups 2 --swiglu --normalization RMSNo
   --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear
   --use-flash-attn --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32
   --moe-shared-expert-intermediate-size 32 --moe-aux-loss-coeff 0.01)
+dropout=(--attention-dropout 0.1 --hidden-dropout 0.1)
 fp8=(--bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4
   --fp8-amax-compute-algo max)
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
@@ -54,19 +60,22 @@ declare -A cases=(
   [zb_tp]="dense|4|--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
   [delay_pp2]="dense|2|--pipeline-model-parallel-size 2 --delay-wgrad-compute"
   [delay_vpp]="dense|2|--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 --delay-wgrad-compute --microbatch-group-size-per-virtual-pipeline-stage 6"
+  [zb_dropout]="dropout|3|--pipeline-model-parallel-size 3 --pipeline-schedule zb-h1"
+  [delay_one]="dense|1|--delay-wgrad-compute --gradient-accumulation-fusion false"
   [moe_zb]="moe|4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --pipeline-model-parallel-size 2|--pipeline-schedule zb-h1"
   [moe_delay]="moe|4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel|--delay-wgrad-compute"
   [fp8_zb]="fp8|2|--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
   [fp8_delay]="fp8|4|--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2|--delay-wgrad-compute"
 )
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(zb_pp2 zb_pp4 zb_dp zb_tp delay_pp2 delay_vpp moe_zb moe_delay fp8_zb
-  fp8_delay)
+[ "${#names[@]}" -gt 0 ] || names=(zb_pp2 zb_pp4 zb_dp zb_tp zb_dropout delay_pp2 delay_vpp delay_one moe_zb
+  moe_delay fp8_zb fp8_delay)
 
 family_flags() {
   case "$1" in
     moe) echo "${moe[*]}" ;;
     fp8) echo "${fp8[*]}" ;;
+    dropout) echo "${dropout[*]} --num-layers 9" ;;
   esac
 }
 declare -A reference=()
