@@ -338,6 +338,7 @@ std::string render_trace_svg(const nlohmann::json& trace, const SvgOptions& o) {
   for (const auto& [label, colour] : std::vector<std::pair<std::string, std::string>>{
            {"forward", base_colour("F")},
            {"backward", base_colour("B")},
+           {"weight gradients (split backward's W)", base_colour("W")},
            {"later chunks: lighter", lighten(base_colour("F"), 0.3)},
            {"communication", base_colour("reduce")},
            {"idle (bubble)", "#f1f1f1"}}) {
