@@ -48,6 +48,9 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;  // Megatron's add_bias_linear = false
   bool use_flash_attn = false;
+  // Megatron-Core's --qk-layernorm: the normalization (LayerNorm or RMSNorm, as the
+  // layer's) over each query and key head, one kv_channels-wide weight each for q and k.
+  bool qk_layernorm = false;
   // Megatron's --attention-dropout on the attention probabilities. Megatron's default is
   // 0.1; tandem's is 0 (none), so a scenario that wants Megatron's says so.
   double attention_dropout = 0.0;

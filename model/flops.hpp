@@ -46,6 +46,7 @@ struct DenseShape {
   double ffn = 0;           // MLP hidden width
   double padded_vocab = 0, seq = 0, max_positions = 0;
   bool swiglu = false, bias = true, rmsnorm = false, learned_positions = true, untied = false;
+  bool qk_layernorm = false;  // a norm of kv_channels over each query head and each key head
   // Mixture of experts (moe_layers = 0: dense): experts of width moe_ffn, top_k per token,
   // a shared expert of width shared_ffn (0: none), in moe_layers of the layers.
   double experts = 0, top_k = 0, moe_ffn = 0, shared_ffn = 0, moe_layers = 0;
@@ -70,6 +71,7 @@ inline DenseShape dense_shape(const Scenario& s) {
   d.rmsnorm = m.normalization == "RMSNorm";
   d.learned_positions = m.position_embedding_type == "learned_absolute";
   d.untied = m.untie_embeddings_and_output_weights;
+  d.qk_layernorm = m.qk_layernorm;
   if (m.num_experts) {
     d.experts = *m.num_experts;
     d.top_k = m.moe_router_topk;
@@ -100,7 +102,8 @@ inline double num_floating_point_operations(const DenseShape& d, double batch) {
 
 // Parameters, as Megatron-Core's GPT holds them. One layer: QKV h·(q + 2kv) and output
 // q·h projections, the MLP h·ffn·(2 with SwiGLU, else 1) in and ffn·h out, biases of each
-// unless disabled, and two norms (weight, plus bias for LayerNorm). An MoE layer has, in
+// unless disabled, and two norms (weight, plus bias for LayerNorm); with qk_layernorm two
+// more of kv_channels (q_layernorm, k_layernorm), replicated over tp. An MoE layer has, in
 // place of the MLP, the router's h·E weight (no bias), E expert MLPs of width moe_ffn and
 // the shared expert's MLP; a token uses top_k of the experts (the active parameters).
 // Around the layers: the word embedding V·h, learned positions max_positions·h, the final
@@ -115,6 +118,11 @@ struct ParameterCount {
   double active = 0;  // what one token's forward uses (= total for a dense model)
 };
 
+// qk_layernorm's two norms over a head's kv_channels (weight, plus bias for LayerNorm).
+inline double qk_norm_parameters(const DenseShape& d) {
+  return d.qk_layernorm ? 2.0 * (d.rmsnorm ? 1.0 : 2.0) * d.kv_channels : 0.0;
+}
+
 // An MLP of width `ffn` on hidden `h`: fc1 (twice as wide with SwiGLU) and fc2, with biases.
 inline double mlp_parameters(const DenseShape& d, double ffn) {
   const double fc1 = d.swiglu ? 2.0 * ffn : ffn;
@@ -124,8 +132,8 @@ inline double mlp_parameters(const DenseShape& d, double ffn) {
 inline ParameterCount parameter_count(const DenseShape& d) {
   const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
-  const double attention =
-      d.hidden * (q + 2.0 * kv) + q * d.hidden + (d.bias ? (q + 2.0 * kv) + d.hidden : 0.0);
+  const double attention = d.hidden * (q + 2.0 * kv) + q * d.hidden +
+                           (d.bias ? (q + 2.0 * kv) + d.hidden : 0.0) + qk_norm_parameters(d);
   const double shared = d.shared_ffn > 0 ? mlp_parameters(d, d.shared_ffn) : 0.0;
   const double router = d.hidden * d.experts;
   ParameterCount c;
@@ -159,7 +167,7 @@ inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 
                                   const std::vector<ChunkPlan>& partition = {}) {
   const ParameterCount c = parameter_count(d);
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
-  const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0);
+  const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0) + qk_norm_parameters(d);
   const double layer = (c.per_layer - replicated) / tp + replicated;
   const double router = d.hidden * d.experts;
   const double moe =

@@ -46,6 +46,10 @@ struct ParameterSpec {
   // gradient is reduced over the expert-data-parallel group, not the data-parallel one
   // (Megatron's allreduce = False), and its buckets hold expert weights only.
   bool expert = false;
+  // Replicated over tp, but each rank's gradient covers only its own attention heads
+  // (qk_layernorm's q and k norm weights): the gradient is summed over tp with or without
+  // sequence parallelism (Megatron's finalize_model_grads picks q_layernorm / k_layernorm).
+  bool heads_partial_grad = false;
 };
 
 struct Parameter {

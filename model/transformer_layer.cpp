@@ -41,6 +41,10 @@ Heads heads_of(const LayerDims& d) {
 
 }  // namespace
 
+std::int64_t head_dim_of(const LayerDims& d) {
+  return d.options.kv_channels > 0 ? d.options.kv_channels : d.hidden / d.heads;
+}
+
 TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerDims& dims,
                                    Recompute recompute)
     : params_(params), index_(index), dims_(dims), recompute_(recompute) {
@@ -65,6 +69,7 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
     return params.add({p + n, Shape{size}, kind, 0, 0, false, false, replicated && sp});
   };
   const Heads h = heads_of(dims);
+  const std::int64_t hd = head_dim_of(dims), q_width = dims.heads * hd;  // query columns
   if (o.flash_attn && h.groups % params.tp_size() != 0)
     throw std::invalid_argument("num_query_groups " + std::to_string(h.groups) +
                                 " is not divisible by tensor_model_parallel_size " +
@@ -72,13 +77,25 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   ln1_w_ = norm("input_layernorm.weight", 1.0f);
   if (!rms) ln1_b_ = norm("input_layernorm.bias", 0.0f);
   // Fused attention reads Megatron's grouped QKV: a tp rank's rows are whole query groups.
-  const std::int64_t qkv_rows =
-      o.flash_attn ? h.groups * (h.per_group + 2) * (C / dims.heads) : 3 * C;
+  const std::int64_t qkv_rows = o.flash_attn ? h.groups * (h.per_group + 2) * hd : 3 * q_width;
   const ShardKind qkv_kind = o.flash_attn ? ShardKind::rows : ShardKind::qkv_rows;
   qkv_w_ = linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
   if (bias) qkv_b_ = linear_bias("attention.qkv.bias", qkv_rows, qkv_kind);
-  proj_w_ = linear("attention.dense.weight", Shape{C, C}, ShardKind::columns, out_std);
+  proj_w_ = linear("attention.dense.weight", Shape{C, q_width}, ShardKind::columns, out_std);
   if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
+  if (o.qk_layernorm) {
+    // One weight over a head's channels, shared by the heads of every tp rank: each rank's
+    // gradient holds its heads' share, summed over tp (heads_partial_grad).
+    auto head_norm = [&](const std::string& n, float v) {
+      ParameterSpec spec{p + n, Shape{hd}, ShardKind::replicated, 0.0f, v, false, false, false};
+      spec.heads_partial_grad = true;
+      return params.add(std::move(spec));
+    };
+    q_norm_w_ = head_norm("attention.q_layernorm.weight", 1.0f);
+    if (!rms) q_norm_b_ = head_norm("attention.q_layernorm.bias", 0.0f);
+    k_norm_w_ = head_norm("attention.k_layernorm.weight", 1.0f);
+    if (!rms) k_norm_b_ = head_norm("attention.k_layernorm.bias", 0.0f);
+  }
   ln2_w_ = norm("post_attention_layernorm.weight", 1.0f);
   if (!rms) ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
   if (dims.moe.num_experts > 0) {
@@ -106,8 +123,8 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
 
 std::vector<int> TransformerLayer::parameter_indices() const {
   std::vector<int> out;
-  for (int i : {ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_, ln2_w_, ln2_b_, fc1_w_, fc1_b_,
-                fc2_w_, fc2_b_})
+  for (int i : {ln1_w_, ln1_b_, qkv_w_, qkv_b_, q_norm_w_, q_norm_b_, k_norm_w_, k_norm_b_, proj_w_,
+                proj_b_, ln2_w_, ln2_b_, fc1_w_, fc1_b_, fc2_w_, fc2_b_})
     if (i >= 0) out.push_back(i);
   if (moe_)
     for (int i : moe_->parameter_indices()) out.push_back(i);
@@ -153,7 +170,7 @@ namespace {
 // with the first `rotated` heads of each group rotated.
 void apply_rope(ModelEnv& env, const LayerDims& dims, Tensor x, std::int64_t rotated, bool inverse,
                 std::int64_t position_offset = 0) {
-  const std::int64_t hd = dims.hidden / dims.heads;
+  const std::int64_t hd = head_dim_of(dims);
   const auto rotary_dim =
       static_cast<std::int64_t>(static_cast<float>(hd) * dims.options.rotary_percent) / 2 * 2;
   env.device.rope(env.stream, {.x = x,
@@ -165,6 +182,79 @@ void apply_rope(ModelEnv& env, const LayerDims& dims, Tensor x, std::int64_t rot
 }
 
 }  // namespace
+
+namespace {
+
+// Where the query and key heads lie in a rank's QKV activation, seen as (rows, width):
+// fused attention's grouped layout has a row per (t, b, query group), its queries in the
+// first per_group·head_dim columns and its key in the next head_dim; the unfused
+// [q | k | v] layout a row per (t, b), its queries in the first heads·head_dim columns and
+// its keys in the next heads·head_dim. Either way the keys start at column q_width.
+struct QkColumns {
+  std::int64_t rows = 0, width = 0;
+  std::int64_t q_width = 0, k_width = 0;
+};
+
+QkColumns qk_columns(const LayerDims& dims, std::int64_t local_qkv_rows) {
+  const std::int64_t hd = head_dim_of(dims), tokens = std::int64_t{dims.seq} * dims.micro_batch;
+  if (dims.options.flash_attn) {
+    const Heads h = heads_of(dims);
+    const std::int64_t group = (h.per_group + 2) * hd;
+    return {tokens * (local_qkv_rows / group), group, h.per_group * hd, hd};
+  }
+  const std::int64_t q = local_qkv_rows / 3;
+  return {tokens, local_qkv_rows, q, q};
+}
+
+}  // namespace
+
+// Megatron-Core's q_layernorm and k_layernorm (SelfAttention.get_query_key_value_tensors):
+// the query heads and the key heads copied out of the QKV into blocks of their own, one row
+// per head, normalized over head_dim and copied back, before RoPE.
+void TransformerLayer::qk_norm_forward(ModelEnv& env, LayerActivations& a) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const QkColumns c = qk_columns(dims_, params_[qkv_w_].local_shape[0]);
+  const std::int64_t hd = head_dim();
+  Tensor wide = a.qkv.view(Shape{c.rows, c.width});
+  auto normalize = [&](std::int64_t column, std::int64_t width, int w, int b, Tensor& in,
+                       Tensor& mean, Tensor& rstd) {
+    in = allocate_like(env, Shape{c.rows, width});
+    d.copy_columns(s, {.from = wide, .to = in, .from_column = column, .width = width});
+    const Shape heads{c.rows * width / hd, hd};
+    Tensor out = allocate_like(env, heads);
+    norm_forward(env, in.view(heads), w, b, out, mean, rstd);
+    d.copy_columns(
+        s,
+        {.from = out.view(Shape{c.rows, width}), .to = wide, .to_column = column, .width = width});
+  };
+  normalize(0, c.q_width, q_norm_w_, q_norm_b_, a.q_in, a.q_mean, a.q_rstd);
+  normalize(c.q_width, c.k_width, k_norm_w_, k_norm_b_, a.k_in, a.k_mean, a.k_rstd);
+}
+
+// The norms' backward on the query and key columns of d_qkv, in place; the value columns
+// pass.
+void TransformerLayer::qk_norm_backward(ModelEnv& env, Tensor& d_qkv, LayerActivations& a) {
+  Device& d = env.device;
+  Stream& s = env.stream;
+  const QkColumns c = qk_columns(dims_, params_[qkv_w_].local_shape[0]);
+  const std::int64_t hd = head_dim();
+  Tensor wide = d_qkv.view(Shape{c.rows, c.width});
+  auto backward = [&](std::int64_t column, std::int64_t width, int w, int b, const Tensor& in,
+                      const Tensor& mean, const Tensor& rstd) {
+    const Shape heads{c.rows * width / hd, hd};
+    Tensor dy = allocate_like(env, Shape{c.rows, width});
+    d.copy_columns(s, {.from = wide, .to = dy, .from_column = column, .width = width});
+    Tensor dx = allocate_like(env, heads);
+    norm_backward(env, dy.view(heads), in.view(heads), w, b, mean, rstd, dx);
+    d.copy_columns(
+        s,
+        {.from = dx.view(Shape{c.rows, width}), .to = wide, .to_column = column, .width = width});
+  };
+  backward(c.q_width, c.k_width, k_norm_w_, k_norm_b_, a.k_in, a.k_mean, a.k_rstd);
+  backward(0, c.q_width, q_norm_w_, q_norm_b_, a.q_in, a.q_mean, a.q_rstd);
+  a.q_in = a.q_mean = a.q_rstd = a.k_in = a.k_mean = a.k_rstd = Tensor{};
+}
 
 AttentionDropout TransformerLayer::attention_dropout(const ModelEnv& env,
                                                      std::int64_t local_heads) const {
@@ -317,6 +407,7 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   a.ln1_out = allocate_like(env, x.shape);
   norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
   a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
+  if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
   attention_forward(env, a, keep_probs);
   a.residual = allocate_like(env, x.shape);
   residual_add(
@@ -366,7 +457,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Stream& s = env.stream;
   if (recompute_ == Recompute::full) forward_all(env, a.input, a, true);
   if (env.observer) env.observer->layer_pass(s);
-  const std::int64_t C = dims_.hidden, hd = C / dims_.heads, T = dims_.seq, B = dims_.micro_batch;
+  const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
   if (!dims_.options.flash_attn && a.probs.shape.dims().empty()) {
     // selective: recompute the attention core
     const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
@@ -406,6 +497,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
       params_[proj_w_], bias(proj_b_), fp8(1));
   Tensor d_qkv = attention_backward(env, d_attn, a);
   d_attn = Tensor{};
+  if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
   Tensor d_ln1 =
       column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
   d_qkv = Tensor{};

@@ -11,7 +11,13 @@
 // rows [--swiglu], fused attention that keeps no (T, T) matrix [--use-flash-attn] and
 // grouped-query attention [--group-query-attention --num-query-groups G]. Fused attention
 // uses Megatron's grouped QKV layout, (groups, heads_per_group + 2, head_dim) per row, so
-// a tensor-parallel rank's contiguous rows are its G / tp whole query groups.
+// a tensor-parallel rank's contiguous rows are its G / tp whole query groups. Heads are
+// kv_channels wide [--kv-channels] (hidden / heads unless set): the QKV projection makes
+// heads·kv_channels query and groups·kv_channels key and value columns, the output
+// projection takes heads·kv_channels back to the hidden size. With qk_layernorm
+// [--qk-layernorm] the layer's normalization runs over each query and each key head after
+// the QKV projection and before RoPE, one kv_channels-wide weight for the queries and one
+// for the keys, as Megatron-Core's q_layernorm and k_layernorm.
 #pragma once
 
 #include <memory>
@@ -42,6 +48,8 @@ struct LayerOptions {
   float rotary_percent = 1.0f;  // fraction of head_dim rotated
   bool add_bias_linear = true;
   bool flash_attn = false;
+  int kv_channels = 0;        // a head's width; 0: hidden / heads (Megatron's default)
+  bool qk_layernorm = false;  // normalize each query and key head (Megatron-Core's)
   // The model's, not the layer's: an output layer of its own; a learned absolute position
   // embedding (false with rope, or Megatron's position_embedding_type none).
   bool untie_embeddings_and_output_weights = false;
@@ -71,12 +79,18 @@ struct LayerDims {
 // keeps the per-row log-sum-exp (lse) instead of probs; RMSNorm leaves the means empty.
 struct LayerActivations {
   Tensor input, ln1_out, ln1_mean, ln1_rstd, qkv, probs, lse, attn_out;
+  // qk_layernorm: the query and key heads before their norms, (heads·rows, head_dim) each,
+  // and the norms' statistics.
+  Tensor q_in, q_mean, q_rstd, k_in, k_mean, k_rstd;
   // Context parallelism: the keys and values backward meets again (p2p: this rank's, sent
   // round the ring once more; all_gather: the whole sequence's).
   Tensor context_kv;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
   MoeActivations moe;  // the MoE MLP's, in a mixture-of-experts layer
 };
+
+// A head's width: kv_channels, or hidden / heads when it is not set.
+std::int64_t head_dim_of(const LayerDims& dims);
 
 class TransformerLayer {
  public:
@@ -108,6 +122,10 @@ class TransformerLayer {
                     Tensor& rstd);
   void norm_backward(ModelEnv& env, const Tensor& dy, const Tensor& x, int w, int b,
                      const Tensor& mean, const Tensor& rstd, Tensor& dx);
+  // qk_layernorm on the fresh QKV (in place; keeps what backward needs) and its gradient
+  // on d_qkv (in place).
+  void qk_norm_forward(ModelEnv& env, LayerActivations& a);
+  void qk_norm_backward(ModelEnv& env, Tensor& d_qkv, LayerActivations& a);
   Parameter* bias(int index) { return index < 0 ? nullptr : &params_[index]; }
   // Megatron's fusions of the biases into the kernels after them (ModelEnv).
   bool fused_bias_gelu(const ModelEnv& env) const;
@@ -115,7 +133,7 @@ class TransformerLayer {
   void residual_add(ModelEnv& env, const Tensor& y, int bias_index, const Tensor& residual,
                     Tensor& out, std::uint64_t site);
   Tensor dropout_grad(ModelEnv& env, const Tensor& grad_out, std::uint64_t site);
-  std::int64_t head_dim() const { return dims_.hidden / dims_.heads; }
+  std::int64_t head_dim() const { return head_dim_of(dims_); }
   // Grouped layout: (T, B, local groups, heads_per_group + 2, head_dim) view of the QKV.
   Shape grouped_shape() const;
 
@@ -129,6 +147,7 @@ class TransformerLayer {
   // -1 where the configuration has no such parameter (biases, RMSNorm's β).
   int ln1_w_, ln1_b_ = -1, qkv_w_, qkv_b_ = -1, proj_w_, proj_b_ = -1;
   int ln2_w_, ln2_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
+  int q_norm_w_ = -1, q_norm_b_ = -1, k_norm_w_ = -1, k_norm_b_ = -1;  // qk_layernorm
   std::unique_ptr<MoeLayer> moe_;  // in place of fc1 / fc2 in a mixture-of-experts layer
   // FP8 linear layers (qkv, proj, fc1, fc2), when this layer runs in FP8; else empty.
   std::unique_ptr<Fp8LayerState> fp8_state_;

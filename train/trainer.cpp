@@ -24,6 +24,8 @@ LayerOptions options_of(const Scenario& s) {
           .rotary_percent = static_cast<float>(m.rotary_percent),
           .add_bias_linear = !m.disable_bias_linear,
           .flash_attn = m.use_flash_attn,
+          .kv_channels = m.kv_channels.value_or(0),
+          .qk_layernorm = m.qk_layernorm,
           .untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights,
           .learned_position_embedding = m.position_embedding_type == "learned_absolute",
           .fp8 = s.training.fp8};
@@ -50,7 +52,22 @@ MoeOptions moe_options_of(const Scenario& s) {
           .allgather_dispatcher = m.moe_token_dispatcher_type == "allgather"};
 }
 
-GptDims dims_of(const Scenario& s, const ParallelContext& ctx) {
+constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
+
+std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
+  const auto& r = s.training.rampup_batch_size;
+  if (r.empty()) return std::nullopt;
+  return RampupBatchSize{r.at(0), r.at(1), r.at(2)};
+}
+
+Communicator& need(Communicator* c, const char* what) {
+  if (!c) throw std::invalid_argument(std::string("Trainer: no ") + what + " communicator");
+  return *c;
+}
+
+}  // namespace
+
+GptDims gpt_dims(const Scenario& s, const ParallelContext& ctx) {
   const auto& m = s.model;
   const auto& p = s.parallelism;
   // Megatron turns sequence parallelism off at tp 1 (it has nothing to shard).
@@ -73,35 +90,13 @@ GptDims dims_of(const Scenario& s, const ParallelContext& ctx) {
           ctx.coords.ep};
 }
 
-constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
-
-std::optional<RampupBatchSize> rampup_of(const Scenario& s) {
-  const auto& r = s.training.rampup_batch_size;
-  if (r.empty()) return std::nullopt;
-  return RampupBatchSize{r.at(0), r.at(1), r.at(2)};
-}
-
-Communicator& need(Communicator* c, const char* what) {
-  if (!c) throw std::invalid_argument(std::string("Trainer: no ") + what + " communicator");
-  return *c;
-}
-
-}  // namespace
-
 namespace {
 
-// The attention the layers build (model/transformer_layer.cpp): head_dim = hidden_size /
-// num_attention_heads; grouped-query attention on the fused op only, whose grouped QKV
-// gives each tp rank whole query groups.
+// The attention the layers build (model/transformer_layer.cpp): grouped-query attention on
+// the fused op only, whose grouped QKV gives each tp rank whole query groups.
 void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
   const auto& m = s.model;
   const int tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
-  if (m.kv_channels && heads > 0 &&
-      (m.hidden_size % heads != 0 || *m.kv_channels != m.hidden_size / heads))
-    v.push_back({"kv_channels", std::to_string(*m.kv_channels),
-                 "the training step's heads are hidden_size / num_attention_heads = " +
-                     std::to_string(m.hidden_size) + " / " + std::to_string(heads) +
-                     " wide: leave kv_channels out or set it to that"});
   const int groups = num_query_groups(s);
   if (groups == heads || groups < 1 || tp < 1) return;
   if (!m.use_flash_attn)
@@ -188,7 +183,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       groups_(groups),
       train_(train),
       valid_(valid),
-      dims_(dims_of(scenario, ctx)),
+      dims_(gpt_dims(scenario, ctx)),
       params_(ctx.sizes.tp, ctx.coords.tp),
       microbatches_(scenario.training.global_batch_size, scenario.training.micro_batch_size,
                     ctx.sizes.dp, rampup_of(scenario)) {
@@ -304,10 +299,15 @@ void Trainer::finalize_grads() {
   // over dp is the mean; with the distributed optimizer only this rank's slice of the
   // gradient buffer holds it, and the reductions below visit only that slice.
   buckets_->finish();  // with overlap_grad_reduce most buckets were launched during backward
-  // Sequence parallelism: replicated parameters whose gradients saw one sequence shard.
+  // Sequence parallelism: replicated parameters whose gradients saw one sequence shard; and
+  // with or without it, the QK layer norms, whose gradients saw this rank's heads only.
   if (dims_.sequence_parallel)
+    all_reduce_shard_grads(need(groups_.tp, "tp"), [](const ParameterSpec& p) {
+      return p.sequence_parallel || p.heads_partial_grad;
+    });
+  else if (dims_.options.qk_layernorm && ctx_.sizes.tp > 1)
     all_reduce_shard_grads(need(groups_.tp, "tp"),
-                           [](const ParameterSpec& p) { return p.sequence_parallel; });
+                           [](const ParameterSpec& p) { return p.heads_partial_grad; });
   // The tied word embedding lives on the first and the last stage: sum their gradients
   // (untied, each stage has its own: Megatron skips this reduction).
   if (!dims_.options.untie_embeddings_and_output_weights && groups_.embedding &&

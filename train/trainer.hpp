@@ -30,12 +30,15 @@ namespace tandem {
 // parallelism without the fused attention op (context_parallel_size > 1 needs
 // use_flash_attn), Ulysses (a2a) context parallelism, grouped-query attention without the
 // fused attention op or with fewer query groups than tp ranks (key/value heads replicated
-// over tp), kv_channels other than hidden_size / num_attention_heads, and the
-// mixture-of-experts options beyond Megatron-Core's alltoall and allgather dispatchers,
-// dropless, with aux_loss balancing (the flex dispatcher, capacity factors, expert tensor
-// parallelism other than tp, other balancing losses, experts with biases). Every
-// binding's entry point calls it.
+// over tp), and the mixture-of-experts options beyond Megatron-Core's alltoall and allgather
+// dispatchers, dropless, with aux_loss balancing (the flex dispatcher, capacity factors, expert
+// tensor parallelism other than tp, other balancing losses, experts with biases). Every binding's
+// entry point calls it.
 void check_step_supports(const Scenario& s);
+
+// The model's shape as the layers take it: the scenario's sizes and switches, this rank's
+// share of each sequence (context parallelism) and its place on the expert grid.
+GptDims gpt_dims(const Scenario& s, const ParallelContext& ctx);
 
 // This rank's communicators, one per group kind it uses (not owned).
 struct TrainerGroups {

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
@@ -280,6 +282,86 @@ TEST(LlamaGradients, RecomputationGivesTheSameGradients) {
   for (std::size_t i = 0; i < g0.size(); ++i) {
     ASSERT_EQ(g0[i], g1[i]) << i;
     ASSERT_EQ(g0[i], g2[i]) << i;
+  }
+}
+
+// Qwen3-style attention on the Llama frame: heads of kv_channels 8 on hidden 16 with 4
+// heads (twice hidden / heads) and QK RMSNorm before RoPE; and the unfused multi-head
+// attention with LayerNorm (γ and β on each head) and heads of 4 on hidden 16 with 2 heads
+// (half of hidden / heads).
+GptDims qwen_dims() {
+  GptDims d = kLlamaDims;
+  d.options.kv_channels = 8;
+  d.options.qk_layernorm = true;
+  return d;
+}
+
+GptDims narrow_heads_dims() {
+  GptDims d = kDims;
+  d.options.kv_channels = 4;
+  d.options.qk_layernorm = true;
+  return d;
+}
+
+const Parameter& named(const TinyGpt& m, const std::string& name) {
+  for (const auto& p : m.params.all())
+    if (p.spec.name == name) return p;
+  throw std::out_of_range(name);
+}
+
+TEST(QkLayerNormGradients, MatchFiniteDifferences) {
+  for (const GptDims& dims : {qwen_dims(), narrow_heads_dims()}) {
+    TinyGpt m(Recompute::none, dims);
+    expect_finite_difference_gradients(m);
+    const bool grouped = dims.options.flash_attn;
+    const std::int64_t kv = dims.options.kv_channels, heads = dims.heads;
+    // QKV: queries of every head and a key and a value per group, kv_channels each; the
+    // projection takes heads · kv_channels back to the hidden size.
+    const std::int64_t qkv_rows = grouped ? (heads + 2 * 2) * kv : 3 * heads * kv;
+    EXPECT_EQ(named(m, "layers.0.attention.qkv.weight").local_shape, (Shape{qkv_rows, 16}));
+    EXPECT_EQ(named(m, "layers.1.attention.dense.weight").local_shape, (Shape{16, heads * kv}));
+    EXPECT_EQ(named(m, "layers.1.attention.q_layernorm.weight").local_shape, (Shape{kv}));
+    EXPECT_EQ(named(m, "layers.1.attention.k_layernorm.weight").local_shape, (Shape{kv}));
+    // No weight decay on them (Megatron's default, without --apply-wd-to-qk-layernorm);
+    // LayerNorm's β beside γ.
+    EXPECT_FALSE(named(m, "layers.0.attention.k_layernorm.weight").spec.weight_decay);
+    const bool layer_norm = dims.options.normalization == Normalization::layer_norm;
+    bool has_beta = false;
+    for (const auto& p : m.params.all())
+      has_beta = has_beta || p.spec.name == "layers.0.attention.q_layernorm.bias";
+    EXPECT_EQ(has_beta, layer_norm);
+    // The norms' weights do receive gradient.
+    const auto grads = m.gradients();
+    for (const char* n :
+         {"layers.0.attention.q_layernorm.weight", "layers.1.attention.k_layernorm.weight"}) {
+      const Parameter& p = named(m, n);
+      double sum = 0;
+      for (std::int64_t i = 0; i < p.local_shape.numel(); ++i)
+        sum += std::abs(grads[static_cast<std::size_t>(p.grad_offset + i)]);
+      EXPECT_GT(sum, 1e-4) << n;
+    }
+  }
+}
+
+// The norms run: the loss differs from the same model's without them.
+TEST(QkLayerNormGradients, TheNormsChangeTheLoss) {
+  GptDims without = qwen_dims();
+  without.options.qk_layernorm = false;
+  TinyGpt a(Recompute::none, qwen_dims()), b(Recompute::none, without);
+  EXPECT_NE(a.loss(), b.loss());
+  EXPECT_NEAR(a.loss(), std::log(128.0), 0.2);
+}
+
+TEST(QkLayerNormGradients, RecomputationGivesTheSameGradients) {
+  for (const GptDims& dims : {qwen_dims(), narrow_heads_dims()}) {
+    TinyGpt none(Recompute::none, dims), selective(Recompute::selective, dims),
+        full(Recompute::full, dims);
+    const auto g0 = none.gradients(), g1 = selective.gradients(), g2 = full.gradients();
+    ASSERT_EQ(g0.size(), g1.size());
+    for (std::size_t i = 0; i < g0.size(); ++i) {
+      ASSERT_EQ(g0[i], g1[i]) << i;
+      ASSERT_EQ(g0[i], g2[i]) << i;
+    }
   }
 }
 

@@ -362,8 +362,6 @@ TEST(CliSimulate, LayoutsTheStepCannotBuildAreRefusedBeforeWork) {
       {"--use-flash-attn --group-query-attention --num-query-groups 1 "
        "--tensor-model-parallel-size 2 --world-size 2",
        {"num_query_groups = 1", "multiple of tensor_model_parallel_size = 2"}},
-      // The step's heads are hidden / heads wide (1024 / 16 = 64).
-      {"--kv-channels 32", {"kv_channels = 32", "hidden_size / num_attention_heads"}},
   };
   for (const auto& [flags, expect] : cases) {
     const auto r = run("simulate --quiet " + flags);

@@ -1,0 +1,104 @@
+// The parameters the training step registers against the count `tandem scenario` prints
+// and the FLOP and memory formulas use (model/flops.hpp), two independent derivations of
+// one number: for every scenario in scenarios/ and for small models whose heads are not
+// hidden / heads wide (kv_channels), with and without qk_layernorm, the elements the
+// layers register equal parameter_count() exactly, and at tp 2 one rank's shards equal
+// parameters_per_rank(). Qwen3-235B-A22B's counts against its published size.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/flops.hpp"
+#include "model/gpt_chunk.hpp"
+#include "schedules/layout.hpp"
+#include "train/trainer.hpp"
+
+namespace tandem {
+namespace {
+
+// The whole model as one chunk (every layer, the embedding and the loss) on tp rank 0 of
+// `tp`, every expert on this rank (ep 1): the elements it registers.
+double registered_parameters(const Scenario& s, int tp) {
+  const Layout layout = make_layout({.world_size = tp, .tp = tp});
+  const GptDims dims = gpt_dims(s, make_parallel_context(layout, 0));
+  ParameterSet params(tp, 0);
+  const GptChunk chunk(params, dims, ChunkPlan{0, s.model.num_layers, true, true}, Recompute::none);
+  double n = 0;
+  for (const auto& p : params.all()) n += static_cast<double>(p.local_shape.numel());
+  return n;
+}
+
+// A Llama-style model (grouped-query fused attention, SwiGLU, RMSNorm, RoPE, untied) with
+// heads of kv_channels on a hidden size of 64.
+Scenario small_model(int kv_channels, bool qk_layernorm, const std::string& normalization) {
+  Scenario s;
+  s.model.num_layers = 2;
+  s.model.hidden_size = 64;
+  s.model.num_attention_heads = 4;
+  s.model.kv_channels = kv_channels;
+  s.model.group_query_attention = true;
+  s.model.num_query_groups = 2;
+  s.model.qk_layernorm = qk_layernorm;
+  s.model.normalization = normalization;
+  s.model.swiglu = true;
+  s.model.disable_bias_linear = true;
+  s.model.position_embedding_type = "rope";
+  s.model.untie_embeddings_and_output_weights = true;
+  s.model.use_flash_attn = true;
+  s.model.seq_length = 32;
+  s.model.vocab_size = 512;
+  s.parallelism.tensor_model_parallel_size = 2;
+  s.cluster.world_size = 2;
+  validate(s);
+  return s;
+}
+
+TEST(ParameterCount, EveryScenarioRegistersWhatItCounts) {
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(TANDEM_SOURCE_DIR "/scenarios")) {
+    if (entry.path().extension() != ".json") continue;
+    const Scenario s = load_scenario(entry.path());
+    EXPECT_EQ(registered_parameters(s, 1), parameter_count(dense_shape(s)).total) << entry.path();
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
+TEST(ParameterCount, HeadsOfKvChannelsRegisterWhatTheyCount) {
+  for (int kv : {8, 16, 32})  // narrower than, as wide as, wider than hidden / heads = 16
+    for (bool qk : {false, true})
+      for (const char* norm : {"RMSNorm", "LayerNorm"}) {
+        const Scenario s = small_model(kv, qk, norm);
+        const DenseShape d = dense_shape(s);
+        EXPECT_EQ(registered_parameters(s, 1), parameter_count(d).total)
+            << "kv_channels " << kv << " qk_layernorm " << qk << " " << norm;
+        EXPECT_EQ(registered_parameters(s, 2), parameters_per_rank(d, 2, 1))
+            << "kv_channels " << kv << " qk_layernorm " << qk << " " << norm;
+      }
+}
+
+// By hand, kv_channels 32, qk_layernorm, RMSNorm, no biases, hidden 64, 4 heads in 2
+// groups, ffn 2/3 · 4 · 64 rounded down to a multiple of 64 = 128 (SwiGLU), vocabulary 512
+// (a multiple of 128 · tp 2): a layer holds QKV (4 + 2 + 2) · 32 · 64 = 16384, the
+// projection 64 · 4 · 32 = 8192, q and k norms 2 · 32, fc1 2 · 128 · 64 = 16384, fc2
+// 64 · 128 = 8192 and two norms of 64: 49344. Two layers, the word embedding and the
+// output layer 512 · 64 each, the final norm 64: 98688 + 65536 + 64 = 164288.
+TEST(ParameterCount, ASmallKvChannelsModelByHand) {
+  EXPECT_EQ(registered_parameters(small_model(32, true, "RMSNorm"), 1), 164288.0);
+}
+
+// Qwen3-235B-A22B: 235B parameters in all, 22B activated per token (Qwen3 technical report,
+// Table 2; the model card's 235B / 22B). Within 1 % of 235.1B and of 22.2B, the two
+// rounded to the published precision (the model card gives 234B without the embeddings).
+TEST(ParameterCount, Qwen3At235BTotalAnd22BActive) {
+  const Scenario s = load_scenario(TANDEM_SOURCE_DIR "/scenarios/qwen3-235b-a22b-256gpu.json");
+  const ParameterCount c = parameter_count(dense_shape(s));
+  EXPECT_NEAR(c.total, 235.1e9, 0.01 * 235.1e9);
+  EXPECT_NEAR(c.active, 22.0e9, 0.5e9);
+  const double embeddings = 2.0 * padded_vocab_size(s) * s.model.hidden_size;
+  EXPECT_NEAR(c.total - embeddings, 234.0e9, 0.5e9);
+}
+
+}  // namespace
+}  // namespace tandem
