@@ -4,15 +4,16 @@
 # from one seed on mock data gives the single-process run's losses (as Megatron's log
 # prints them, within 1e-5 relative) and final parameters (reassembled from the per-rank
 # checkpoints by `tandem checkpoint diff`, within 1e-4) under tensor parallelism with and
-# without sequence parallelism (the QK norms' weights are replicated and each tp rank's
-# gradient covers its own heads: summed over tp either way, as Megatron's
-# finalize_model_grads does) and context parallelism, each a real `mpirun` job. Two models:
-# the Qwen3 frame (hidden 64, 4 heads of 32 channels in 2 query groups, QK RMSNorm before
-# RoPE, fused attention, SwiGLU, untied, no biases) and the unfused multi-head attention
-# with LayerNorm and biases (4 heads of 8 channels, QK LayerNorm with γ and β). The key
-# norm's β has no true gradient (it shifts a query's scores by one constant, which the
-# softmax ignores), so Adam steps on rounding noise there: that parameter agrees to about
-# 5e-5, the others to about 1e-7.
+# without sequence parallelism (and with --tp-comm-overlap's ring-step GEMMs) and context
+# parallelism, each a real `mpirun` job. The QK norms' weights are replicated and each tp
+# rank's gradient covers its own heads: summed over tp either way, as Megatron's
+# finalize_model_grads does. Two models: the Qwen3 frame (hidden 64, 4 heads of 32
+# channels in 2 query groups, QK RMSNorm before RoPE, fused attention, SwiGLU, untied, no
+# biases) and the unfused multi-head attention with LayerNorm and biases (4 heads of 8
+# channels, QK LayerNorm with γ and β). The key norm's β has no true gradient (it shifts a
+# query's scores by one constant, which the softmax ignores), so Adam steps on rounding
+# noise there: that parameter agrees to about 5e-5, the others to about 1e-7. A tp 2 run
+# resumed from a checkpoint continues with the uninterrupted run's losses.
 #   tests/train/attention_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -60,6 +61,7 @@ qwen=(--group-query-attention --num-query-groups 2 --kv-channels 32 --swiglu
 qwen_rows=(
   "2|--tensor-model-parallel-size 2"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
+  "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "2|--context-parallel-size 2"
   "4|--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --recompute-granularity selective"
 )
@@ -70,5 +72,14 @@ unfused_rows=(
   "2|--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full"
 )
 family unfused unfused unfused_rows
+# Checkpoints hold the QK norms: a tp 2 run resumed from its iteration-2 checkpoint prints
+# the uninterrupted run's losses for iterations 3-5.
+resume=("${mpi[@]}" -np 2 "$tandem" train "$scenario" "${common[@]}" "${qwen[@]}" --world-size 2
+  --tensor-model-parallel-size 2)
+straight=$("${resume[@]}" --save-interval 2 --save "$work/resume" | losses | tail -3)
+echo 2 >"$work/resume/latest_checkpointed_iteration.txt"
+resumed=$("${resume[@]}" --load "$work/resume" | losses)
+echo "resumed at iteration 2: uninterrupted $(echo $straight) | resumed $(echo $resumed)"
+[ -n "$straight" ] && [ "$straight" = "$resumed" ] || { echo "resumed losses differ"; failed=1; }
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"
