@@ -2,10 +2,12 @@
 // and the FLOP and memory formulas use (model/flops.hpp), two independent derivations of
 // one number: for every scenario in scenarios/ and for small models whose heads are not
 // hidden / heads wide (kv_channels), with and without qk_layernorm, the elements the
-// layers register equal parameter_count() exactly, and at tp 2 one rank's shards equal
-// parameters_per_rank(). Qwen3-235B-A22B's counts against its published size.
+// layers register equal parameter_count() exactly, and one rank's shards on the busiest
+// pipeline stage equal parameters_per_rank() (every scenario in its own layout; the small
+// models at tp 2). Qwen3-235B-A22B's counts against its published size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "model/flops.hpp"
@@ -60,6 +62,48 @@ TEST(ParameterCount, EveryScenarioRegistersWhatItCounts) {
     if (entry.path().extension() != ".json") continue;
     const Scenario s = load_scenario(entry.path());
     EXPECT_EQ(registered_parameters(s, 1), parameter_count(dense_shape(s)).total) << entry.path();
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
+// What one rank holds on the busiest pipeline stage (tp rank 0, ep rank 0 of the scenario's
+// layout): every chunk the partition gives each pp rank, registered as the trainer does.
+double busiest_stage_parameters(const Scenario& s) {
+  const int tp = s.parallelism.tensor_model_parallel_size;
+  const int pp = s.parallelism.pipeline_model_parallel_size;
+  GptDims dims = gpt_dims(s, make_parallel_context(make_layout({.world_size = 1}), 0));
+  dims.ep_size = s.parallelism.expert_model_parallel_size;
+  dims.ep_rank = 0;
+  double busiest = 0;
+  for (int r = 0; r < pp; ++r) {
+    ParameterSet params(tp, 0);
+    for (int c = 0; c < virtual_pipeline_size(s); ++c) {
+      params.begin_chunk(c);
+      const GptChunk chunk(params, dims, plan_chunk(s, r, c), Recompute::none);
+    }
+    double n = 0;
+    for (const auto& p : params.all()) n += static_cast<double>(p.local_shape.numel());
+    busiest = std::max(busiest, n);
+  }
+  return busiest;
+}
+
+// `tandem scenario`'s parameters_per_rank, for every scenario in its own layout.
+TEST(ParameterCount, EveryScenarioRegistersWhatItCountsPerRank) {
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(TANDEM_SOURCE_DIR "/scenarios")) {
+    if (entry.path().extension() != ".json") continue;
+    const Scenario s = load_scenario(entry.path());
+    std::vector<bool> moe_layer;
+    for (int i = 0; i < s.model.num_layers; ++i) moe_layer.push_back(is_moe_layer(s, i));
+    const auto& p = s.parallelism;
+    EXPECT_EQ(busiest_stage_parameters(s),
+              parameters_per_rank(dense_shape(s), p.tensor_model_parallel_size,
+                                  p.pipeline_model_parallel_size, p.expert_model_parallel_size,
+                                  moe_layer, pipeline_partition(s)))
+        << entry.path();
     ++checked;
   }
   EXPECT_GT(checked, 20);
