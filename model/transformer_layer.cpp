@@ -181,10 +181,6 @@ void apply_rope(ModelEnv& env, const LayerDims& dims, Tensor x, std::int64_t rot
                                .inverse = inverse});
 }
 
-}  // namespace
-
-namespace {
-
 // Where the query and key heads lie in a rank's QKV activation, seen as (rows, width):
 // fused attention's grouped layout has a row per (t, b, query group), its queries in the
 // first per_group·head_dim columns and its key in the next head_dim; the unfused
