@@ -4,16 +4,17 @@
 # from one seed on mock data gives the single-process run's losses (as Megatron's log
 # prints them, within 1e-5 relative) and final parameters (reassembled from the per-rank
 # checkpoints by `tandem checkpoint diff`, within 1e-4) under tensor parallelism with and
-# without sequence parallelism (and with --tp-comm-overlap's ring-step GEMMs) and context
-# parallelism, each a real `mpirun` job. The QK norms' weights are replicated and each tp
-# rank's gradient covers its own heads: summed over tp either way, as Megatron's
-# finalize_model_grads does. Two models: the Qwen3 frame (hidden 64, 4 heads of 32
-# channels in 2 query groups, QK RMSNorm before RoPE, fused attention, SwiGLU, untied, no
-# biases) and the unfused multi-head attention with LayerNorm and biases (4 heads of 8
-# channels, QK LayerNorm with γ and β). The key norm's β has no true gradient (it shifts a
-# query's scores by one constant, which the softmax ignores), so Adam steps on rounding
-# noise there: that parameter agrees to about 5e-5, the others to about 1e-7. A tp 2 run
-# resumed from a checkpoint continues with the uninterrupted run's losses.
+# without sequence parallelism (also with --tp-comm-overlap's ring-step GEMMs, and with pp
+# 2 on ZB-H1's split backward) and context parallelism, each a real `mpirun` job. The QK
+# norms' weights are replicated and each tp rank's gradient covers its own heads: summed
+# over tp either way, as Megatron's finalize_model_grads does. Two models: the Qwen3 frame
+# (hidden 64, 4 heads of 32 channels in 2 query groups, QK RMSNorm before RoPE, fused
+# attention, SwiGLU, untied, no biases) and the unfused multi-head attention with
+# LayerNorm and biases (4 heads of 8 channels, QK LayerNorm with γ and β). The key norm's
+# β has no true gradient (it shifts a query's scores by one constant, which the softmax
+# ignores), so Adam steps on rounding noise there: that parameter agrees to about 5e-5,
+# the others to about 1e-7. A tp 2 run resumed from a checkpoint continues with the
+# uninterrupted run's losses.
 #   tests/train/attention_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -63,6 +64,7 @@ qwen_rows=(
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
   "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "2|--context-parallel-size 2"
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
   "4|--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --recompute-granularity selective"
 )
 family qwen qwen qwen_rows
