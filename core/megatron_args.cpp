@@ -63,6 +63,33 @@ std::optional<ModelledArgument> modelled_argument(const MegatronArgument& a) {
   return std::nullopt;
 }
 
+namespace {
+// Arguments tandem does not model that change what the model computes: listing them as "not
+// modelled" and going on would simulate and train another model than the one asked for.
+// Empty when `flag` is not one of them (or is given in a form that changes nothing).
+std::string changes_the_model(const std::string& flag, const std::vector<std::string>& values) {
+  static const std::map<std::string, std::string> refused{
+      {"--multi-latent-attention",
+       "multi-latent attention (DeepSeek's MLA) is not built: the layers would run standard "
+       "attention"},
+      {"--mtp-num-layers",
+       "multi-token prediction is not built: the model would have no MTP layers and no MTP "
+       "loss"},
+      {"--hybrid-override-pattern", "hybrid (Mamba) layers are not built"},
+      {"--experimental-attention-variant",
+       "attention variants other than softmax attention "
+       "are not built"},
+      {"--heterogeneous-layers-config-path", "heterogeneous layers are not built"},
+      {"--heterogeneous-layers-config-encoded-json", "heterogeneous layers are not built"},
+      {"--spec", "a custom layer spec is not built: tandem builds Megatron-Core's GPT layer"},
+  };
+  const auto it = refused.find(flag);
+  if (it == refused.end()) return "";
+  if (flag == "--mtp-num-layers" && !values.empty() && values.front() == "0") return "";
+  return it->second + " (refused rather than ignored)";
+}
+}  // namespace
+
 MegatronCommandLine parse_megatron_args(const std::vector<std::string>& args) {
   MegatronCommandLine cl;
   std::vector<Violation> out;
@@ -110,7 +137,10 @@ MegatronCommandLine parse_megatron_args(const std::vector<std::string>& args) {
     }
     const auto m = modelled_argument(*a);
     if (!m) {
-      cl.not_modelled.emplace_back(flag, values);
+      if (const auto why = changes_the_model(flag, values); !why.empty())
+        out.push_back({flag, values.empty() ? "" : values.front(), why});
+      else
+        cl.not_modelled.emplace_back(flag, values);
       continue;
     }
     if (m->sample_based) {

@@ -121,6 +121,24 @@ TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
             "--no-mmap-bin-files");
 }
 
+// Arguments that change the model tandem would build are refused, not listed as "not
+// modelled": DeepSeek's MLA and MTP would otherwise run as standard attention without MTP.
+TEST(MegatronArgs, UnbuiltModelChangesAreRefusedNotIgnored) {
+  const auto vs = violations_of([] {
+    parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-num-layers",
+                         "1", "--init-method-std", "0.006"});
+  });
+  ASSERT_EQ(vs.size(), 2u);
+  EXPECT_EQ(vs[0].field, "--multi-latent-attention");
+  EXPECT_NE(vs[0].rule.find("not built"), std::string::npos) << vs[0].rule;
+  EXPECT_EQ(vs[1].field, "--mtp-num-layers");
+  EXPECT_EQ(vs[1].value, "1");
+  // --mtp-num-layers 0 builds nothing, and MLA's sizes alone change nothing in Megatron.
+  const auto cl = parse_megatron_args({"--mtp-num-layers", "0", "--kv-lora-rank", "512"});
+  EXPECT_TRUE(not_modelled(cl, "--mtp-num-layers"));
+  EXPECT_TRUE(not_modelled(cl, "--kv-lora-rank"));
+}
+
 TEST(MegatronArgs, UnknownFlagsAreRefusedWithTheClosestMegatronFlag) {
   const auto vs = violations_of([] {
     parse_megatron_args({"--num-layer", "2", "--tensor-model-paralel-size", "8", "--foo-bar-baz"});
