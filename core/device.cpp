@@ -40,6 +40,7 @@ const std::vector<std::string>& device_op_names() {
                                                  "flash_attention_backward",
                                                  "moe_router",
                                                  "moe_router_backward",
+                                                 "moe_drop_tokens",
                                                  "moe_permute",
                                                  "moe_permute_backward",
                                                  "moe_unpermute",

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -234,48 +235,97 @@ struct ColumnCopyArgs {
   bool accumulate = false;
 };
 
-// Mixture of experts: Megatron-Core's TopKRouter (softmax scores, aux_loss balancing) and
-// the permute / unpermute of its alltoall token dispatcher (dropless). The experts are
-// GEMMs on row blocks (gemm) and the exchange is Communicator::all_to_all_v.
+// Mixture of experts: Megatron-Core's TopKRouter (softmax or sigmoid scores, group-limited
+// routing, the aux-loss-free expert bias, aux_loss balancing), its token dropping, and the
+// permute / unpermute of its alltoall token dispatcher. The experts are GEMMs on row
+// blocks (gemm) and the exchange is Communicator::all_to_all_v.
 // The router writes how many routed copies each expert got to the host: they are the
 // dispatcher's split sizes, which the host needs before it can issue the exchange
 // (Megatron copies them to the CPU too). With force_balance the experts come from the
 // position, not the scores: copy i = t·k + slot goes to expert i mod E (Megatron's
 // moe_router_force_load_balancing, for benchmarks; the simulator's uniform routing).
+// kernels/math/router.hpp has the math of every attribute.
+enum class MoeScoreFunction { softmax, sigmoid };  // moe_router_score_function
+
 struct MoeRouterArgs {
   const Tensor& logits;      // (T, E)
-  Tensor& probs;             // (T, E) fp32: softmax over all experts, saved for backward
+  Tensor& probs;             // (T, E) fp32: the scores (softmax over all experts, or
+                             // sigmoid per expert), saved for backward
   Tensor& top;               // (T, k) int32: the k experts of each token, best first
   Tensor& gates;             // (T, k) fp32: their weights in the combine
-  bool pre_softmax = false;  // gates = probs at top; else the softmax of the logits at top
+  bool pre_softmax = false;  // softmax: gates = probs at top; else the softmax of the
+                             // logits at top (sigmoid: the scores at top over their sum)
   bool force_balance = false;
+  MoeScoreFunction score_function = MoeScoreFunction::softmax;
+  // Group-limited routing (moe_router_num_groups / moe_router_group_topk; 0: off).
+  int num_groups = 0;
+  int group_topk = 0;
+  float topk_scaling_factor = 1.0f;         // on the gates (1: none)
+  std::span<const float> expert_bias = {};  // (E) on the host, sigmoid only; empty: none
+  // (E) on the host, written when not empty: the copies per expert of the plain top-k of
+  // the scores (no bias, no groups), which the aux loss counts.
+  std::span<std::int64_t> aux_tokens_per_expert = {};
 };
 
 // grad_logits (T, E) written: the gates' gradient back through their softmax (or into the
-// probabilities, pre_softmax), plus aux_grad[e] into every probs(t, e) — the load-balancing
-// loss's gradient, the same for every token — back through the softmax over all experts.
+// probabilities, pre_softmax; or through the sigmoid and its normalisation), plus
+// aux_grad[e] into every aux-loss score (T, e) — the load-balancing loss's gradient, the
+// same for every token — back through the softmax over all experts (or the sigmoid scores
+// normalised over their row). grad_gates may be wider than k (the dispatch's (T, k + E)
+// table under padding): its first k columns are the gates'.
 struct MoeRouterBackwardArgs {
   const Tensor& probs;              // (T, E) the forward's
   const Tensor& top;                // (T, k)
   const Tensor& gates;              // (T, k)
-  const Tensor& grad_gates;         // (T, k) fp32
+  const Tensor& grad_gates;         // (T, W ≥ k) fp32
   std::span<const float> aux_grad;  // (E) on the host; empty: none
   Tensor& grad_logits;              // (T, E) written
   bool pre_softmax = false;
+  MoeScoreFunction score_function = MoeScoreFunction::softmax;
+  float topk_scaling_factor = 1.0f;
+};
+
+// Token dropping (moe_expert_capacity_factor, moe_token_drop_policy,
+// moe_pad_expert_input_to_capacity): each expert keeps at most `capacity` of the routed
+// copies, by gate (probs) or by token order (position); dispatch_top / dispatch_gates
+// (T, W) are what the dispatcher moves: the router's slots with −1 and gate 0 where
+// dropped, and with padding (W = k + E) each token's filler rows (gate 0) so that every
+// expert gets exactly min(capacity, T) rows. tokens_per_expert (E, host) = the rows each
+// expert gets.
+enum class MoeDropPolicy { probs, position };
+
+// Megatron's get_capacity(T·k, E, factor): ceil(T·k / E · factor), in double as Python
+// computes it, for a rank's T tokens.
+inline std::int64_t moe_expert_capacity(std::int64_t tokens, std::int64_t top_k,
+                                        std::int64_t experts, double capacity_factor) {
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(tokens * top_k) /
+                                             static_cast<double>(experts) * capacity_factor));
+}
+
+struct MoeDropTokensArgs {
+  const Tensor& top;       // (T, k) int32
+  const Tensor& gates;     // (T, k) fp32
+  Tensor& dispatch_top;    // (T, W) int32 written
+  Tensor& dispatch_gates;  // (T, W) fp32 written
+  std::int64_t capacity = 0;
+  MoeDropPolicy policy = MoeDropPolicy::probs;
+  bool pad_to_capacity = false;  // W = k + E, else W = k
 };
 
 // The T·k routed copies of the rows of `input`, grouped by expert (expert-major, then
-// token, then slot), and the two maps between the orders (kernels/math/moe.hpp).
+// token, then slot), and the two maps between the orders (kernels/math/moe.hpp). A top
+// entry of −1 (a dropped slot) has no copy and a row_of_copy of −1; then the permuted rows
+// R (the copies) are fewer than the slots T·k, and "T·k" below reads R for rows.
 struct MoePermuteArgs {
   const Tensor& input;    // (T, H)
   const Tensor& top;      // (T, k) int32
-  Tensor& permuted;       // (T·k, H) written
+  Tensor& permuted;       // (R, H) written
   Tensor& row_of_copy;    // (T·k) int64 written: the permuted row of copy t·k + slot
-  Tensor& source_of_row;  // (T·k) int64 written: the copy a permuted row holds
+  Tensor& source_of_row;  // (R) int64 written: the copy a permuted row holds
   std::int64_t experts = 0;
 };
 
-// grad_input[t] = Σ_slot grad_permuted[row_of_copy[t·k + slot]], k = T·k / T.
+// grad_input[t] = Σ_slot grad_permuted[row_of_copy[t·k + slot]], k = row_of_copy / T.
 struct MoePermuteBackwardArgs {
   const Tensor& grad_permuted;  // (T·k, H)
   const Tensor& row_of_copy;    // (T·k)
@@ -291,7 +341,8 @@ struct MoeUnpermuteArgs {
 };
 
 // grad_expert_output[row] = gates[i] · grad_output[i / k] for i = source_of_row[row];
-// grad_gates[t, slot] = <grad_output[t], expert_output[row_of_copy[t·k + slot]]>.
+// grad_gates[t, slot] = <grad_output[t], expert_output[row_of_copy[t·k + slot]]>, 0 for a
+// dropped slot. Expert rows (R, H) as in MoePermuteArgs.
 struct MoeUnpermuteBackwardArgs {
   const Tensor& grad_output;    // (T, H)
   const Tensor& expert_output;  // (T·k, H)
@@ -497,6 +548,9 @@ class Device {
   virtual void moe_router(Stream& s, const MoeRouterArgs& args,
                           std::span<std::int64_t> tokens_per_expert) = 0;
   virtual void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) = 0;
+  // Blocks the host until the counts are there (E entries), as the router does.
+  virtual void moe_drop_tokens(Stream& s, const MoeDropTokensArgs& args,
+                               std::span<std::int64_t> tokens_per_expert) = 0;
   virtual void moe_permute(Stream& s, const MoePermuteArgs& args) = 0;
   virtual void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) = 0;
   virtual void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) = 0;

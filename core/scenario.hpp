@@ -76,7 +76,21 @@ struct ModelConfig {
   bool moe_router_force_load_balancing = false;         // experts by position (benchmarks)
   std::string moe_token_dispatcher_type = "allgather";  // allgather | alltoall | flex
   bool moe_grouped_gemm = false;
+  // DeepSeek-V3's router: sigmoid scores, the aux-loss-free expert bias (moved by
+  // moe_router_bias_update_rate each optimizer step toward balanced counts), group-limited
+  // routing (num_groups groups, the k experts inside the group_topk best), and a scaling
+  // factor on the gates.
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  std::optional<int> moe_router_num_groups;
+  std::optional<int> moe_router_group_topk;
+  std::optional<double> moe_router_topk_scaling_factor;  // absent: none
+  // Token dropping: each expert takes at most ceil(T·k / E · factor) of a rank's T tokens,
+  // dropping by gate (probs) or position; padded, every expert gets exactly that many rows.
   std::optional<double> moe_expert_capacity_factor;  // absent: dropless
+  std::string moe_token_drop_policy = "probs";       // probs | position
+  bool moe_pad_expert_input_to_capacity = false;
 
   bool operator==(const ModelConfig&) const = default;
 };

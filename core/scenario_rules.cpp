@@ -358,6 +358,50 @@ void check_attention(const Scenario& s, Violations& out) {
                    cat("must be a multiple or a divisor of tensor_model_parallel_size = ", tp)});
 }
 
+// The router's and token dropping's rules, as Megatron-Core's TransformerConfig states them
+// (__post_init__), plus one of ours: group-limited routing must leave k experts to choose.
+void check_moe_router(const Scenario& s, Violations& out) {
+  const auto& m = s.model;
+  const I64 experts = *m.num_experts, k = m.moe_router_topk;
+  if (m.moe_router_enable_expert_bias && m.moe_router_score_function != "sigmoid")
+    out.push_back({"moe_router_enable_expert_bias", "true",
+                   cat("needs moe_router_score_function sigmoid (Megatron: expert bias for "
+                       "aux-loss-free routing only supports sigmoid), not ",
+                       m.moe_router_score_function)});
+  if (k == 1 && m.moe_router_score_function == "softmax" && !m.moe_router_pre_softmax &&
+      m.moe_router_load_balancing_type != "sinkhorn")
+    out.push_back({"moe_router_topk", "1",
+                   "needs moe_router_pre_softmax with the softmax score function (a softmax "
+                   "over one logit has no gradient; Megatron's rule)"});
+  if (m.moe_router_group_topk) {
+    const I64 groups = m.moe_router_num_groups.value_or(0), gtk = *m.moe_router_group_topk;
+    if (groups < 1)
+      out.push_back({"moe_router_group_topk", cat(gtk),
+                     "needs moe_router_num_groups (Megatron: group limited routing needs the "
+                     "number of groups)"});
+    else if (experts % groups != 0)
+      out.push_back(
+          {"moe_router_num_groups", cat(groups), cat("must divide num_experts = ", experts)});
+    else if (gtk > groups)
+      out.push_back(
+          {"moe_router_group_topk", cat(gtk), cat("must be ≤ moe_router_num_groups = ", groups)});
+    else if (k > gtk * (experts / groups))
+      out.push_back({"moe_router_topk", cat(k),
+                     cat("must be ≤ moe_router_group_topk · num_experts / moe_router_num_groups = ",
+                         gtk * (experts / groups), " (the chosen groups hold no more experts)")});
+  }
+  if (m.moe_pad_expert_input_to_capacity && !m.moe_expert_capacity_factor)
+    out.push_back({"moe_pad_expert_input_to_capacity", "true",
+                   "needs moe_expert_capacity_factor (Megatron: padding to the capacity needs "
+                   "a capacity)"});
+  const std::string& lb = m.moe_router_load_balancing_type;
+  if (m.moe_expert_capacity_factor && lb != "aux_loss" && lb != "seq_aux_loss" && lb != "none")
+    out.push_back({"moe_expert_capacity_factor", cat(*m.moe_expert_capacity_factor),
+                   cat("works with moe_router_load_balancing_type aux_loss, seq_aux_loss or none "
+                       "(Megatron's rule), not ",
+                       lb)});
+}
+
 // Mixture of experts as Megatron-Core's arguments and MoE layer accept it: a token picks
 // at most all the experts, expert parallelism splits the experts evenly and needs some,
 // and tensor parallelism splits each expert's and the shared expert's MLP.
@@ -398,6 +442,7 @@ void check_moe(const Scenario& s, Violations& out) {
     out.push_back({"moe_shared_expert_intermediate_size",
                    cat(*m.moe_shared_expert_intermediate_size),
                    cat("must be divisible by tensor_model_parallel_size = ", tp)});
+  check_moe_router(s, out);
 }
 
 // Megatron accepts the interleaving as layers per virtual stage or as virtual stages per

@@ -108,6 +108,11 @@ kernels::cpu::FlashShape flash_shape(const char* op, const Args& a) {
   return s;
 }
 
+inline kernels::math::RouterScore router_score_of(MoeScoreFunction f) {
+  return f == MoeScoreFunction::sigmoid ? kernels::math::RouterScore::sigmoid
+                                        : kernels::math::RouterScore::softmax;
+}
+
 // The router's shape: logits (T, E), top and gates (T, k), probs (T, E).
 template <typename Args>
 kernels::cpu::RouterShape router_shape(const char* op, const Args& a, bool force_balance) {
@@ -118,22 +123,72 @@ kernels::cpu::RouterShape router_shape(const char* op, const Args& a, bool force
     throw std::invalid_argument(std::string(op) + ": probs " + p.to_string() + ", top " +
                                 t.to_string() + " and gates " + a.gates.shape.to_string() +
                                 " must be (T, E), (T, k) and (T, k) with 1 ≤ k ≤ E");
-  return {.tokens = p[0],
-          .experts = p[1],
-          .top_k = t[1],
-          .pre_softmax = a.pre_softmax,
-          .force_balance = force_balance};
+  kernels::cpu::RouterShape s{.tokens = p[0],
+                              .experts = p[1],
+                              .top_k = t[1],
+                              .pre_softmax = a.pre_softmax,
+                              .force_balance = force_balance,
+                              .score = router_score_of(a.score_function),
+                              .scale = a.topk_scaling_factor};
+  if constexpr (requires { a.num_groups; }) {
+    s.num_groups = a.num_groups;
+    s.group_topk = a.group_topk;
+  }
+  if constexpr (requires { a.grad_gates; }) {
+    const Shape& g = a.grad_gates.shape;
+    if (g.rank() != 2 || g[0] != t[0] || g[1] < t[1])
+      throw std::invalid_argument(std::string(op) + ": grad_gates " + g.to_string() +
+                                  " must be (T, W ≥ k) for top " + t.to_string());
+    s.grad_gates_width = g[1];
+  }
+  if (!(s.scale > 0.0f))
+    throw std::invalid_argument(std::string(op) + ": topk_scaling_factor " +
+                                std::to_string(s.scale) + " must be > 0");
+  kernels::cpu::check_router_groups(s);
+  return s;
 }
 
-// The dispatch's shape from the tokens (T, H) and the routed copies (T·k, H).
+// The token dropping's shape: top and gates (T, k), the dispatch tables (T, W).
+inline kernels::cpu::TokenDropShape drop_shape(const char* op, const MoeDropTokensArgs& a,
+                                               std::int64_t experts) {
+  const Shape& t = a.top.shape;
+  kernels::cpu::TokenDropShape s{.tokens = t.rank() == 2 ? t[0] : -1,
+                                 .experts = experts,
+                                 .top_k = t.rank() == 2 ? t[1] : 0,
+                                 .capacity = a.capacity,
+                                 .policy = a.policy == MoeDropPolicy::position
+                                               ? kernels::math::TokenDropPolicy::position
+                                               : kernels::math::TokenDropPolicy::probs,
+                                 .pad_to_capacity = a.pad_to_capacity};
+  const Shape want{s.tokens, s.width()};
+  if (t.rank() != 2 || a.gates.shape != t || a.dispatch_top.shape != want ||
+      a.dispatch_gates.shape != want || s.top_k < 1 || s.top_k > experts || a.capacity < 0)
+    throw std::invalid_argument(
+        std::string(op) + ": top " + t.to_string() + ", gates " + a.gates.shape.to_string() +
+        ", dispatch_top " + a.dispatch_top.shape.to_string() + " and dispatch_gates " +
+        a.dispatch_gates.shape.to_string() + " for " + std::to_string(experts) +
+        " experts, capacity " + std::to_string(a.capacity) +
+        ": need (T, k), (T, k), (T, W), (T, W) with 1 ≤ k ≤ E, W = k (+ E with padding), "
+        "capacity ≥ 0");
+  return s;
+}
+
+// The dispatch's shape from the tokens (T, H), the permuted rows (R, H) and the slots of
+// the routing table (T·k elements: k = slots / T).
 inline kernels::cpu::MoeShape moe_shape(const char* op, const Tensor& tokens, const Tensor& copies,
-                                        std::int64_t experts) {
+                                        std::int64_t slots, std::int64_t experts) {
   const Shape& x = tokens.shape;
   const Shape& y = copies.shape;
-  if (x.rank() != 2 || y.rank() != 2 || x[1] != y[1] || (x[0] == 0 ? y[0] != 0 : y[0] % x[0] != 0))
-    throw std::invalid_argument(std::string(op) + ": tokens " + x.to_string() + " and copies " +
-                                y.to_string() + " must be (T, H) and (T·k, H)");
-  return {.tokens = x[0], .hidden = x[1], .experts = experts, .top_k = x[0] == 0 ? 1 : y[0] / x[0]};
+  if (x.rank() != 2 || y.rank() != 2 || x[1] != y[1] ||
+      (x[0] == 0 ? slots != 0 : slots % x[0] != 0) || y[0] > slots)
+    throw std::invalid_argument(std::string(op) + ": tokens " + x.to_string() + ", copies " +
+                                y.to_string() + " and " + std::to_string(slots) +
+                                " slots must be (T, H), (R, H) and T·k slots with R ≤ T·k");
+  return {.tokens = x[0],
+          .hidden = x[1],
+          .experts = experts,
+          .top_k = x[0] == 0 ? 1 : slots / x[0],
+          .rows = y[0]};
 }
 
 // Bytes per row of a copy_rows and the check that every block lies inside both tensors.

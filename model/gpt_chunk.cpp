@@ -52,6 +52,13 @@ std::vector<std::int64_t> GptChunk::routed_per_expert() const {
   return sum;
 }
 
+std::vector<MoeLayer*> GptChunk::moe_layers() {
+  std::vector<MoeLayer*> out;
+  for (auto& layer : layers_)
+    if (layer.moe()) out.push_back(layer.moe());
+  return out;
+}
+
 std::vector<int> GptChunk::present(std::initializer_list<int> indices) const {
   std::vector<int> out;
   for (int i : indices)

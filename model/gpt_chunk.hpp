@@ -91,6 +91,8 @@ class GptChunk {
   std::vector<std::int64_t> routed_per_expert() const;
   // The chunk's layers (their global index and FP8 state, for checkpoints).
   std::vector<TransformerLayer>& layers() { return layers_; }
+  // The chunk's mixture-of-experts layers, in layer order (the expert bias's update).
+  std::vector<MoeLayer*> moe_layers();
   void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
   void set_params_needed_hook(ParamsNeededHook* hook) { needed_hook_ = hook; }
 

@@ -5,6 +5,27 @@
 
 namespace tandem {
 
+void update_expert_bias(std::vector<float>& bias, const std::vector<float>& counts, float rate) {
+  if (counts.size() != bias.size())
+    throw std::invalid_argument("update_expert_bias: " + std::to_string(counts.size()) +
+                                " counts for " + std::to_string(bias.size()) + " experts");
+  if (bias.empty()) return;
+  float sum = 0;
+  for (float c : counts) sum += c;
+  const float average = sum / static_cast<float>(counts.size());
+  for (std::size_t e = 0; e < bias.size(); ++e) {
+    const float offset = average - counts[e];
+    bias[e] += static_cast<float>((offset > 0.0f) - (offset < 0.0f)) * rate;
+  }
+}
+
+std::vector<std::int64_t> MoeLayer::take_step_counts() {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(options_.num_experts), 0);
+  std::swap(out, step_counts_);
+  step_counts_.assign(out.size(), 0);
+  return out;
+}
+
 void add_counts(std::vector<std::int64_t>& sum, const std::vector<std::int64_t>& more) {
   sum.resize(std::max(sum.size(), more.size()), 0);
   for (std::size_t e = 0; e < more.size(); ++e) sum[e] += more[e];
@@ -124,6 +145,8 @@ MoeLayer::MoeLayer(ParameterSet& params, const std::string& prefix, int hidden, 
     throw std::invalid_argument("num_experts " + std::to_string(o.num_experts) +
                                 " is not divisible by expert_model_parallel_size " +
                                 std::to_string(ep_size));
+  if (o.expert_bias) expert_bias_.assign(static_cast<std::size_t>(o.num_experts), 0.0f);
+  step_counts_.assign(static_cast<std::size_t>(o.num_experts), 0);
   const std::int64_t C = hidden;
   // The router is replicated over tp; under sequence parallelism each tp rank routes its
   // own shard, so its gradient is all-reduced over tp (Megatron marks it so).
@@ -313,12 +336,14 @@ void MoeLayer::experts_backward(ModelEnv& env, const Tensor& dy,
 // alltoall: this rank's copies to the experts' ranks and back (dispatch / combine).
 Tensor MoeLayer::alltoall_forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
   Device& d = env.device;
-  const std::int64_t N = x.shape[0], C = hidden_, k = options_.top_k;
-  Tensor permuted = allocate_like(env, Shape{N * k, C});
-  a.row_of_copy = d.allocate(Shape{N * k}, DType::int64);
-  a.source_of_row = d.allocate(Shape{N * k}, DType::int64);
+  const std::int64_t N = x.shape[0], C = hidden_, W = a.route_top.shape[1];
+  std::int64_t rows = 0;  // this rank's copies (N·k when dropless)
+  for (int j = 0; j < a.splits.ep; ++j) rows += a.splits.send_rows(j);
+  Tensor permuted = allocate_like(env, Shape{rows, C});
+  a.row_of_copy = d.allocate(Shape{N * W}, DType::int64);
+  a.source_of_row = d.allocate(Shape{rows}, DType::int64);
   d.moe_permute(env.stream, {.input = x,
-                             .top = a.top,
+                             .top = a.route_top,
                              .permuted = permuted,
                              .row_of_copy = a.row_of_copy,
                              .source_of_row = a.source_of_row,
@@ -331,7 +356,7 @@ Tensor MoeLayer::alltoall_forward(ModelEnv& env, const Tensor& x, MoeActivations
   y = Tensor{};
   Tensor out = allocate_like(env, Shape{N, C});
   d.moe_unpermute(env.stream, {.expert_output = a.expert_output,
-                               .gates = a.gates,
+                               .gates = a.route_gates,
                                .row_of_copy = a.row_of_copy,
                                .output = out});
   return out;
@@ -343,7 +368,7 @@ void MoeLayer::alltoall_backward(ModelEnv& env, const Tensor& grad_out, MoeActiv
   Tensor d_copies = allocate_like(env, a.expert_output.shape);
   d.moe_unpermute_backward(env.stream, {.grad_output = grad_out,
                                         .expert_output = a.expert_output,
-                                        .gates = a.gates,
+                                        .gates = a.route_gates,
                                         .source_of_row = a.source_of_row,
                                         .row_of_copy = a.row_of_copy,
                                         .grad_expert_output = d_copies,
@@ -368,16 +393,18 @@ Tensor MoeLayer::allgather_forward(ModelEnv& env, const Tensor& x, MoeActivation
   Device& d = env.device;
   Stream& st = env.stream;
   Communicator& group = tp_ep(env);
-  const std::int64_t N = x.shape[0], C = hidden_, k = options_.top_k, G = group.size();
+  const std::int64_t N = x.shape[0], C = hidden_, W = a.route_top.shape[1], G = group.size();
   Tensor xg = allocate_like(env, Shape{N * G, C});
   group.all_gather(st, x, xg)->wait();
-  Tensor top = d.allocate(Shape{N * G, k}, DType::int32);
-  group.all_gather(st, a.top, top)->wait();
-  a.gathered_gates = allocate_fp32(d, Shape{N * G, k});
-  group.all_gather(st, a.gates, a.gathered_gates)->wait();
-  a.permuted = allocate_like(env, Shape{N * G * k, C});
-  a.row_of_copy = d.allocate(Shape{N * G * k}, DType::int64);
-  a.source_of_row = d.allocate(Shape{N * G * k}, DType::int64);
+  Tensor top = d.allocate(Shape{N * G, W}, DType::int32);
+  group.all_gather(st, a.route_top, top)->wait();
+  a.gathered_gates = allocate_fp32(d, Shape{N * G, W});
+  group.all_gather(st, a.route_gates, a.gathered_gates)->wait();
+  std::int64_t copies = 0;  // every member's copies (N·G·k when dropless)
+  for (std::int64_t c : a.splits.counts) copies += c;
+  a.permuted = allocate_like(env, Shape{copies, C});
+  a.row_of_copy = d.allocate(Shape{N * G * W}, DType::int64);
+  a.source_of_row = d.allocate(Shape{copies}, DType::int64);
   d.moe_permute(st, {.input = xg,
                      .top = top,
                      .permuted = a.permuted,
@@ -405,11 +432,11 @@ void MoeLayer::allgather_backward(ModelEnv& env, const Tensor& grad_out, MoeActi
   Device& d = env.device;
   Stream& st = env.stream;
   Communicator& group = tp_ep(env);
-  const std::int64_t N = grad_out.shape[0], C = hidden_, k = options_.top_k, G = group.size();
+  const std::int64_t N = grad_out.shape[0], C = hidden_, W = d_gates.shape[1], G = group.size();
   Tensor dg = allocate_like(env, Shape{N * G, C});
   group.all_gather(st, grad_out, dg)->wait();
   Tensor d_copies = allocate_like(env, a.expert_output.shape);
-  Tensor d_gates_all = allocate_fp32(d, Shape{N * G, k});
+  Tensor d_gates_all = allocate_fp32(d, Shape{N * G, W});
   d.moe_unpermute_backward(st, {.grad_output = dg,
                                 .expert_output = a.expert_output,
                                 .gates = a.gathered_gates,
@@ -466,15 +493,46 @@ Tensor MoeLayer::forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
   a.top = d.allocate(Shape{N, k}, DType::int32);
   a.gates = allocate_fp32(d, Shape{N, k});
   std::vector<std::int64_t> local(static_cast<std::size_t>(E));
+  // The aux loss counts the plain top-k (no bias, no groups, no dropping): its own counts
+  // when anything made the dispatch's differ.
+  const bool dropping = options_.capacity_factor > 0;
+  const bool aux_own =
+      options_.aux_loss_coeff > 0 && (dropping || options_.num_groups > 0 || !expert_bias_.empty());
+  std::vector<std::int64_t> aux_local(aux_own ? static_cast<std::size_t>(E) : 0);
   d.moe_router(st,
                {.logits = logits,
                 .probs = a.probs,
                 .top = a.top,
                 .gates = a.gates,
                 .pre_softmax = options_.pre_softmax,
-                .force_balance = options_.force_balance},
+                .force_balance = options_.force_balance,
+                .score_function = options_.score_function,
+                .num_groups = options_.num_groups,
+                .group_topk = options_.group_topk,
+                .topk_scaling_factor = options_.topk_scaling_factor,
+                .expert_bias = expert_bias_,
+                .aux_tokens_per_expert = aux_local},
                local);
   logits = Tensor{};
+  a.route_top = a.top;
+  a.route_gates = a.gates;
+  if (dropping) {
+    // Megatron's apply_router_token_dropping on this rank's tokens: the capacity counts the
+    // rank's own N (its sequence shard under sequence parallelism), as Megatron's router
+    // sees it.
+    const std::int64_t W = options_.pad_to_capacity ? k + E : k;
+    a.route_top = d.allocate(Shape{N, W}, DType::int32);
+    a.route_gates = allocate_fp32(d, Shape{N, W});
+    d.moe_drop_tokens(st,
+                      {.top = a.top,
+                       .gates = a.gates,
+                       .dispatch_top = a.route_top,
+                       .dispatch_gates = a.route_gates,
+                       .capacity = moe_expert_capacity(N, k, E, options_.capacity_factor),
+                       .policy = options_.drop_policy,
+                       .pad_to_capacity = options_.pad_to_capacity},
+                      local);
+  }
   // Who sends whom what: the tp group's counts, then every ep member's.
   Communicator& expert = ep(env);
   MoeSplits& s = a.splits;
@@ -486,8 +544,16 @@ Tensor MoeLayer::forward(ModelEnv& env, const Tensor& x, MoeActivations& a) {
   expert.all_gather_counts(st, tp_counts, s.counts);
   // The load-balancing loss counts the whole sequence: the tp shards (and cp chunks).
   a.sequence_counts.assign(static_cast<std::size_t>(E), 0);
-  for (int i = 0; i < s.tp; ++i)
-    for (int e = 0; e < E; ++e) a.sequence_counts[e] += s.count(s.ep_rank, i, e);
+  if (aux_own) {
+    std::vector<std::int64_t> tp_aux(static_cast<std::size_t>(s.tp * E));
+    env.tp.all_gather_counts(st, aux_local, tp_aux);
+    for (int i = 0; i < s.tp; ++i)
+      for (int e = 0; e < E; ++e)
+        a.sequence_counts[e] += tp_aux[static_cast<std::size_t>(i * E + e)];
+  } else {
+    for (int i = 0; i < s.tp; ++i)
+      for (int e = 0; e < E; ++e) a.sequence_counts[e] += s.count(s.ep_rank, i, e);
+  }
   a.sequence_tokens = N * s.tp;
   if (env.cp != nullptr) {
     std::vector<std::int64_t> cp_counts(a.sequence_counts.size() * env.cp->size());
@@ -521,7 +587,10 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
                      k = options_.top_k;
   const MoeSplits& s = a.splits;
   routed_.resize(static_cast<std::size_t>(E), 0);
-  for (int e = 0; e < E; ++e) routed_[e] += s.count(s.ep_rank, s.tp_rank, e);
+  for (int e = 0; e < E; ++e) {
+    routed_[e] += s.count(s.ep_rank, s.tp_rank, e);
+    step_counts_[static_cast<std::size_t>(e)] += s.count(s.ep_rank, s.tp_rank, e);
+  }
   Tensor dx = allocate_like(env, Shape{N, C});
   // The shared expert.
   Tensor d_shared;
@@ -535,7 +604,7 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
     a.shared_fc1_out = Tensor{};
   }
   // The combine, the local experts and the dispatch, backward.
-  Tensor d_gates = allocate_fp32(d, Shape{N, k});
+  Tensor d_gates = allocate_fp32(d, a.route_gates.shape);  // (N, W): the dispatch's slots
   if (options_.allgather_dispatcher)
     allgather_backward(env, grad_out, a, dx, d_gates);
   else
@@ -560,7 +629,9 @@ Tensor MoeLayer::backward(ModelEnv& env, const Tensor& grad_out, MoeActivations&
                              .grad_gates = d_gates,
                              .aux_grad = aux,
                              .grad_logits = d_logits,
-                             .pre_softmax = options_.pre_softmax});
+                             .pre_softmax = options_.pre_softmax,
+                             .score_function = options_.score_function,
+                             .topk_scaling_factor = options_.topk_scaling_factor});
   Tensor d_router = linear_input_grad(env, d_logits, params_[router_]);
   linear_weight_grad(env, a.input, d_logits, params_[router_], nullptr);
   d.add(st, dx, d_router, dx);

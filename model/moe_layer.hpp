@@ -46,6 +46,19 @@ struct MoeOptions {
   bool force_balance = false;  // Megatron's moe_router_force_load_balancing
   // Megatron's allgather token dispatcher instead of alltoall (see MoeLayer).
   bool allgather_dispatcher = false;
+  // The router (core/device.hpp MoeRouterArgs): score function, group-limited routing
+  // (0: off), the gates' scaling factor, and the aux-loss-free expert bias (sigmoid only),
+  // which the trainer updates once per optimizer step (update_expert_bias).
+  MoeScoreFunction score_function = MoeScoreFunction::softmax;
+  int num_groups = 0;
+  int group_topk = 0;
+  float topk_scaling_factor = 1.0f;
+  bool expert_bias = false;
+  // Token dropping (MoeDropTokensArgs): each expert takes at most
+  // ceil(T·k / E · capacity_factor) of a rank's T tokens (0: dropless).
+  double capacity_factor = 0;
+  MoeDropPolicy drop_policy = MoeDropPolicy::probs;
+  bool pad_to_capacity = false;
 };
 
 // The split sizes of one dispatch, from every (ep, tp) member's copies per expert.
@@ -70,6 +83,9 @@ struct MoeSplits {
 struct MoeActivations {
   Tensor input;  // (N, C): what the router and the experts read (the layer norm's output)
   Tensor probs, top, gates, row_of_copy, source_of_row;
+  // What the dispatcher moves: top and gates, or with token dropping the (N, W) dispatch
+  // tables (dropped slots −1, padding's fillers after the k routed slots).
+  Tensor route_top, route_gates;
   Tensor dispatched;     // (rows, C) the local experts' input, expert-major
   Tensor fc1_out, act;   // (rows, F1 / tp), (rows, F / tp)
   Tensor expert_output;  // (N·k, C) back on this rank, in permuted order (allgather: all
@@ -101,6 +117,11 @@ class MoeLayer {
   // Copies this rank's tokens sent to each expert, summed over the microbatches trained
   // (counted once per backward, so recomputation and evaluation do not add).
   const std::vector<std::int64_t>& routed() const { return routed_; }
+  // The aux-loss-free expert bias (E; empty without one) and the copies this rank sent to
+  // each expert since the last take (Megatron's local_tokens_per_expert: after dropping,
+  // counted once per backward).
+  std::vector<float>& expert_bias() { return expert_bias_; }
+  std::vector<std::int64_t> take_step_counts();
 
  private:
   Communicator& ep(ModelEnv& env) const;
@@ -137,6 +158,13 @@ class MoeLayer {
   std::vector<int> fc1_, fc2_;  // this rank's experts, in order
   int shared_fc1_ = -1, shared_fc2_ = -1;
   std::vector<std::int64_t> routed_;
+  std::vector<float> expert_bias_;
+  std::vector<std::int64_t> step_counts_;
 };
+
+// Megatron's get_updated_expert_bias: average = Σ_e counts / E, and each bias moves by
+// rate toward balance: bias[e] += sign(average − counts[e]) · rate (fp32, as Megatron's
+// tensors). counts are the copies per expert summed over the tp × dp × cp ranks.
+void update_expert_bias(std::vector<float>& bias, const std::vector<float>& counts, float rate);
 
 }  // namespace tandem

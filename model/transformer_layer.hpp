@@ -107,6 +107,7 @@ class TransformerLayer {
   // The indices of this layer's parameters in the ParameterSet.
   std::vector<int> parameter_indices() const;
   const MoeLayer* moe() const { return moe_.get(); }  // null in a dense layer
+  MoeLayer* moe() { return moe_.get(); }
 
  private:
   Tensor forward_all(ModelEnv& env, const Tensor& x, LayerActivations& a, bool keep_probs);

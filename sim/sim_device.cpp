@@ -577,6 +577,30 @@ void SimDevice::moe_router(Stream& s, const MoeRouterArgs& a,
   s.synchronize();
   const auto counts = routed_counts(options_.routing, T, E, k);
   std::copy(counts.begin(), counts.end(), tokens_per_expert.begin());
+  // The aux loss's plain top-k: the routing model has no bias or groups to tell apart.
+  if (!a.aux_tokens_per_expert.empty())
+    std::copy(counts.begin(), counts.end(), a.aux_tokens_per_expert.begin());
+}
+
+// Token dropping reads the routing and writes the dispatch tables (memory-bound); the
+// counts are the routing model's, capped at the capacity (or, padded, exactly it).
+void SimDevice::moe_drop_tokens(Stream& s, const MoeDropTokensArgs& a,
+                                std::span<std::int64_t> tokens_per_expert) {
+  const std::int64_t T = a.top.shape[0], k = a.top.shape[1];
+  const auto E = static_cast<std::int64_t>(tokens_per_expert.size());
+  run(s, {.op = "moe_drop_tokens",
+          .dtype = DType::fp32,
+          .m = T,
+          .n = E,
+          .k = k,
+          .bytes =
+              static_cast<double>(a.top.bytes().value + a.gates.bytes().value +
+                                  a.dispatch_top.bytes().value + a.dispatch_gates.bytes().value)});
+  s.synchronize();
+  const std::int64_t keep = std::min(a.capacity, T);
+  const auto routed = routed_counts(options_.routing, T, E, k);
+  for (std::size_t e = 0; e < routed.size(); ++e)
+    tokens_per_expert[e] = a.pad_to_capacity ? keep : std::min(routed[e], keep);
 }
 
 void SimDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) {

@@ -218,6 +218,11 @@ void OpTracingDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs
   traced(s, buffer_key("moe_router_backward", a.grad_logits),
          [&] { inner_.moe_router_backward(s, a); });
 }
+void OpTracingDevice::moe_drop_tokens(Stream& s, const MoeDropTokensArgs& a,
+                                      std::span<std::int64_t> tokens_per_expert) {
+  traced(s, buffer_key("moe_drop_tokens", a.dispatch_top),
+         [&] { inner_.moe_drop_tokens(s, a, tokens_per_expert); });
+}
 void OpTracingDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
   traced(s, buffer_key("moe_permute", a.permuted), [&] { inner_.moe_permute(s, a); });
 }

@@ -49,7 +49,17 @@ MoeOptions moe_options_of(const Scenario& s) {
                                 : 0.0f,
           .pre_softmax = m.moe_router_pre_softmax,
           .force_balance = m.moe_router_force_load_balancing,
-          .allgather_dispatcher = m.moe_token_dispatcher_type == "allgather"};
+          .allgather_dispatcher = m.moe_token_dispatcher_type == "allgather",
+          .score_function = m.moe_router_score_function == "sigmoid" ? MoeScoreFunction::sigmoid
+                                                                     : MoeScoreFunction::softmax,
+          .num_groups = m.moe_router_group_topk ? m.moe_router_num_groups.value_or(0) : 0,
+          .group_topk = m.moe_router_group_topk.value_or(0),
+          .topk_scaling_factor = static_cast<float>(m.moe_router_topk_scaling_factor.value_or(1.0)),
+          .expert_bias = m.moe_router_enable_expert_bias,
+          .capacity_factor = m.moe_expert_capacity_factor.value_or(0.0),
+          .drop_policy = m.moe_token_drop_policy == "position" ? MoeDropPolicy::position
+                                                               : MoeDropPolicy::probs,
+          .pad_to_capacity = m.moe_pad_expert_input_to_capacity};
 }
 
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
@@ -118,9 +128,6 @@ void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
     v.push_back({"moe_token_dispatcher_type", m.moe_token_dispatcher_type,
                  "the training step dispatches tokens with Megatron's alltoall or allgather "
                  "dispatcher (flex needs DeepEP)"});
-  if (m.moe_expert_capacity_factor)
-    v.push_back({"moe_expert_capacity_factor", std::to_string(*m.moe_expert_capacity_factor),
-                 "the training step is dropless (no capacity, no dropped tokens): leave it out"});
   if (m.moe_router_load_balancing_type != "aux_loss" && m.moe_router_load_balancing_type != "none")
     v.push_back({"moe_router_load_balancing_type", m.moe_router_load_balancing_type,
                  "the training step balances with aux_loss (or none)"});
@@ -316,6 +323,40 @@ void Trainer::finalize_grads() {
                            [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }
 
+std::vector<MoeLayer*> Trainer::moe_layers() {
+  std::vector<MoeLayer*> out;
+  for (auto& c : chunks_)
+    for (MoeLayer* l : c->moe_layers()) out.push_back(l);
+  return out;
+}
+
+void Trainer::update_expert_bias() {
+  if (!scenario_.model.moe_router_enable_expert_bias) return;
+  const std::vector<MoeLayer*> layers = moe_layers();
+  if (layers.empty()) return;  // a stage of dense layers only
+  std::vector<float> counts;
+  for (MoeLayer* l : layers)
+    for (std::int64_t c : l->take_step_counts()) counts.push_back(static_cast<float>(c));
+  // One all-reduce of every layer's counts (Megatron stacks them), over tp then dp (× cp).
+  Tensor t = device_.allocate(Shape{static_cast<std::int64_t>(counts.size())}, DType::fp32);
+  device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                   std::copy(counts.begin(), counts.end(), out.begin());
+                 }));
+  Communicator& tp = need(groups_.tp, "tp");
+  if (tp.size() > 1) tp.all_reduce(stream_, t, ReduceOp::sum)->wait();
+  need(groups_.dp, "dp").all_reduce(stream_, t, ReduceOp::sum)->wait();
+  device_.download(stream_, t, counts);
+  const auto rate = static_cast<float>(scenario_.model.moe_router_bias_update_rate);
+  std::size_t at = 0;
+  for (MoeLayer* l : layers) {
+    std::vector<float>& bias = l->expert_bias();
+    const std::vector<float> mine(counts.begin() + static_cast<std::ptrdiff_t>(at),
+                                  counts.begin() + static_cast<std::ptrdiff_t>(at + bias.size()));
+    tandem::update_expert_bias(bias, mine, rate);
+    at += bias.size();
+  }
+}
+
 double Trainer::global_grad_norm() {
   const bool distributed = scenario_.parallelism.use_distributed_optimizer;
   Tensor ss = optimizer_->grad_sum_squares(stream_);
@@ -391,6 +432,7 @@ StepResult Trainer::train_step() {
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   buckets_->finish_param_gather();  // a stage whose forward needed none of them
   finalize_grads();
+  update_expert_bias();
   // Megatron averages the loss over dp for its log inside the step (the loss function), so
   // it never queues behind the next step's parameter all-gathers.
   const double loss = average_over_dp(program_->mean_loss());
@@ -472,6 +514,14 @@ CheckpointState Trainer::checkpoint_state() {
         st.tensors.push_back(grab(name + "scale", f->scales()));
         st.tensors.push_back(grab(name + "amax", f->step_amaxes()));
       }
+  // The expert biases are state, not parameters (Megatron's persistent buffer): every MoE
+  // layer's, in layer order.
+  if (scenario_.model.moe_router_enable_expert_bias) {
+    CheckpointTensor bias{"expert_bias", {}};
+    for (MoeLayer* l : moe_layers())
+      bias.values.insert(bias.values.end(), l->expert_bias().begin(), l->expert_bias().end());
+    st.tensors.push_back(std::move(bias));
+  }
   return st;
 }
 
@@ -524,6 +574,21 @@ void Trainer::restore(const CheckpointState& st) {
       put(name + "scale", f->scales());
       put(name + "amax", f->step_amaxes());
     }
+  if (scenario_.model.moe_router_enable_expert_bias) {
+    const auto found =
+        std::find_if(st.tensors.begin(), st.tensors.end(),
+                     [](const CheckpointTensor& t) { return t.name == "expert_bias"; });
+    if (found == st.tensors.end())
+      throw ConfigError("load", "expert_bias", "is missing from the checkpoint");
+    std::size_t at = 0, want = 0;
+    for (MoeLayer* l : moe_layers()) want += l->expert_bias().size();
+    if (found->values.size() != want)
+      throw ConfigError("load", "expert_bias",
+                        "holds " + std::to_string(found->values.size()) +
+                            " values, the model needs " + std::to_string(want));
+    for (MoeLayer* l : moe_layers())
+      for (float& b : l->expert_bias()) b = found->values[at++];
+  }
   compute_copy_stale_ = true;
   iteration_ = st.iteration;
   consumed_samples_ = st.consumed_samples;

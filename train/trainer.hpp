@@ -25,6 +25,8 @@
 
 namespace tandem {
 
+class MoeLayer;
+
 // Layouts the scenario validator accepts (Megatron runs them) that this training step
 // cannot run yet, refused before any work as a ConfigError naming the field: context
 // parallelism without the fused attention op (context_parallel_size > 1 needs
@@ -99,6 +101,11 @@ class Trainer {
   StepBatch make_batch(const data::SampleDataset& samples, std::int64_t first_sample,
                        std::int64_t num_microbatches) const;
   void finalize_grads();
+  // Megatron's _update_router_expert_bias: the MoE layers' copies per expert of this step,
+  // summed over tp × dp × cp, move each expert bias (before the optimizer step, as
+  // finalize_model_grads does it). Nothing without moe_router_enable_expert_bias.
+  void update_expert_bias();
+  std::vector<MoeLayer*> moe_layers();
   void parameters_ready();
   // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
   void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));

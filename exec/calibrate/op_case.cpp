@@ -494,6 +494,29 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
                                                  .grad_logits = x[5]});
                   }};
   }
+  if (s.op == "moe_drop_tokens") {
+    // m tokens, n experts, k = top_k; capacity factor 1 (Megatron's common choice), so the
+    // random routing drops some copies.
+    if (k > n)
+      throw std::invalid_argument(
+          "calibrate: moe_drop_tokens needs k (top_k) ≤ n (experts), got k " + std::to_string(k) +
+          ", n " + std::to_string(n));
+    t.ints({s.m, k}, n);                    // 0 top
+    t.floats({s.m, k}, DType::fp32, 0, 1);  // 1 gates
+    t.ints({s.m, k}, 1);                    // 2 dispatch top
+    t.floats({s.m, k}, DType::fp32, 0, 0);  // 3 dispatch gates
+    const std::int64_t capacity = (s.m * k + n - 1) / n;
+    auto counts = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n));
+    return OpCase{device, t.take(), [counts, capacity](Device& dev, Stream& st, T& x) {
+                    dev.moe_drop_tokens(st,
+                                        {.top = x[0],
+                                         .gates = x[1],
+                                         .dispatch_top = x[2],
+                                         .dispatch_gates = x[3],
+                                         .capacity = capacity},
+                                        *counts);
+                  }};
+  }
   if (s.m % k != 0)
     throw std::invalid_argument("calibrate: " + s.op +
                                 " needs m (routed copies) a multiple of k, got m " +

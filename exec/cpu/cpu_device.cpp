@@ -368,18 +368,23 @@ void CpuDevice::moe_router(Stream&, const MoeRouterArgs& a,
                            std::span<std::int64_t> tokens_per_expert) {
   const auto sh = op_arguments::router_shape("moe_router", a, a.force_balance);
   same_numel("moe_router", a.logits, a.probs);
+  for (std::size_t n :
+       {tokens_per_expert.size(), a.aux_tokens_per_expert.size(), a.expert_bias.size()})
+    if (n != 0 && static_cast<std::int64_t>(n) != sh.experts)
+      throw std::invalid_argument(
+          "moe_router: tokens_per_expert, aux_tokens_per_expert and "
+          "expert_bias hold " +
+          std::to_string(n) + " values for " + std::to_string(sh.experts) + " experts");
   if (static_cast<std::int64_t>(tokens_per_expert.size()) != sh.experts)
-    throw std::invalid_argument("moe_router: tokens_per_expert holds " +
-                                std::to_string(tokens_per_expert.size()) + " counts for " +
-                                std::to_string(sh.experts) + " experts");
+    throw std::invalid_argument("moe_router: tokens_per_expert holds no counts");
   k::router_top_k(sh, f32(a.logits), f32(a.probs), a.top.data<std::int32_t>(), f32(a.gates),
-                  tokens_per_expert.data());
+                  tokens_per_expert.data(), a.expert_bias.empty() ? nullptr : a.expert_bias.data(),
+                  a.aux_tokens_per_expert.empty() ? nullptr : a.aux_tokens_per_expert.data());
 }
 
 void CpuDevice::moe_router_backward(Stream&, const MoeRouterBackwardArgs& a) {
   const auto sh = op_arguments::router_shape("moe_router_backward", a, false);
   same_numel("moe_router_backward", a.probs, a.grad_logits);
-  same_numel("moe_router_backward", a.gates, a.grad_gates);
   if (!a.aux_grad.empty() && static_cast<std::int64_t>(a.aux_grad.size()) != sh.experts)
     throw std::invalid_argument("moe_router_backward: aux_grad holds " +
                                 std::to_string(a.aux_grad.size()) + " values for " +
@@ -388,26 +393,37 @@ void CpuDevice::moe_router_backward(Stream&, const MoeRouterBackwardArgs& a) {
                      a.aux_grad.empty() ? nullptr : a.aux_grad.data(), f32(a.grad_logits));
 }
 
+void CpuDevice::moe_drop_tokens(Stream&, const MoeDropTokensArgs& a,
+                                std::span<std::int64_t> tokens_per_expert) {
+  const auto sh = op_arguments::drop_shape("moe_drop_tokens", a,
+                                           static_cast<std::int64_t>(tokens_per_expert.size()));
+  k::moe_drop_tokens(sh, i32(a.top), f32(a.gates), a.dispatch_top.data<std::int32_t>(),
+                     f32(a.dispatch_gates), tokens_per_expert.data());
+}
+
 void CpuDevice::moe_permute(Stream&, const MoePermuteArgs& a) {
-  const auto sh = op_arguments::moe_shape("moe_permute", a.input, a.permuted, a.experts);
+  const auto sh =
+      op_arguments::moe_shape("moe_permute", a.input, a.permuted, a.top.numel(), a.experts);
   std::vector<std::int64_t> counts(static_cast<std::size_t>(a.experts));
   k::moe_permute(sh, f32(a.input), i32(a.top), f32(a.permuted), i64(a.source_of_row),
                  i64(a.row_of_copy), counts.data());
 }
 
 void CpuDevice::moe_permute_backward(Stream&, const MoePermuteBackwardArgs& a) {
-  const auto sh = op_arguments::moe_shape("moe_permute_backward", a.grad_input, a.grad_permuted, 1);
+  const auto sh = op_arguments::moe_shape("moe_permute_backward", a.grad_input, a.grad_permuted,
+                                          a.row_of_copy.numel(), 1);
   k::moe_permute_backward(sh, f32(a.grad_permuted), i64(a.row_of_copy), f32(a.grad_input));
 }
 
 void CpuDevice::moe_unpermute(Stream&, const MoeUnpermuteArgs& a) {
-  const auto sh = op_arguments::moe_shape("moe_unpermute", a.output, a.expert_output, 1);
+  const auto sh =
+      op_arguments::moe_shape("moe_unpermute", a.output, a.expert_output, a.row_of_copy.numel(), 1);
   k::moe_unpermute(sh, f32(a.expert_output), f32(a.gates), i64(a.row_of_copy), f32(a.output));
 }
 
 void CpuDevice::moe_unpermute_backward(Stream&, const MoeUnpermuteBackwardArgs& a) {
-  const auto sh =
-      op_arguments::moe_shape("moe_unpermute_backward", a.grad_output, a.expert_output, 1);
+  const auto sh = op_arguments::moe_shape("moe_unpermute_backward", a.grad_output, a.expert_output,
+                                          a.row_of_copy.numel(), 1);
   k::moe_unpermute_backward(sh, f32(a.grad_output), f32(a.expert_output), f32(a.gates),
                             i64(a.source_of_row), i64(a.row_of_copy), f32(a.grad_expert_output),
                             f32(a.grad_gates));

@@ -77,6 +77,8 @@ class CpuDevice : public Device {
   void moe_router(Stream& s, const MoeRouterArgs& args,
                   std::span<std::int64_t> tokens_per_expert) override;
   void moe_router_backward(Stream& s, const MoeRouterBackwardArgs& args) override;
+  void moe_drop_tokens(Stream& s, const MoeDropTokensArgs& args,
+                       std::span<std::int64_t> tokens_per_expert) override;
   void moe_permute(Stream& s, const MoePermuteArgs& args) override;
   void moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& args) override;
   void moe_unpermute(Stream& s, const MoeUnpermuteArgs& args) override;

@@ -438,18 +438,42 @@ void CudaDevice::moe_router(Stream& s, const MoeRouterArgs& a,
   const char* op = "moe_router";
   const auto sh = op_arguments::router_shape(op, a, a.force_balance);
   same_numel(op, a.logits, a.probs);
+  for (std::size_t n : {a.aux_tokens_per_expert.size(), a.expert_bias.size()})
+    if (n != 0 && static_cast<std::int64_t>(n) != sh.experts)
+      throw std::invalid_argument("moe_router: aux_tokens_per_expert or expert_bias holds " +
+                                  std::to_string(n) + " values for " + std::to_string(sh.experts) +
+                                  " experts");
   if (static_cast<std::int64_t>(tokens_per_expert.size()) != sh.experts)
     throw std::invalid_argument("moe_router: tokens_per_expert holds " +
                                 std::to_string(tokens_per_expert.size()) + " counts for " +
                                 std::to_string(sh.experts) + " experts");
   const cudaStream_t stream = cuda_stream_of(s);
-  const Scratch counts = scratch(tokens_per_expert.size() * sizeof(std::int64_t));
+  const kc::Context c{stream, blas_};
+  const bool aux = !a.aux_tokens_per_expert.empty();
+  // The aux loss's counts differ from the routing's only when a bias or groups chose.
+  const bool aux_own_top =
+      aux && !a.force_balance &&
+      ((!a.expert_bias.empty() && sh.score == kernels::math::RouterScore::sigmoid) ||
+       sh.num_groups > 0);
+  const Scratch counts = scratch(2 * tokens_per_expert.size() * sizeof(std::int64_t));
   auto* device_counts = static_cast<std::int64_t*>(counts.data());
-  kc::router_top_k({stream, blas_}, sh, floats(a.logits, op), f32(a.probs),
-                   a.top.data<std::int32_t>(), f32(a.gates), device_counts);
+  const Scratch bias = scratch(std::max<std::size_t>(1, a.expert_bias.size_bytes()));
+  if (!a.expert_bias.empty())
+    kc::upload_by_launch(c, a.expert_bias.data(), sh.experts, static_cast<float*>(bias.data()));
+  const Scratch aux_top = scratch(
+      aux_own_top ? static_cast<std::size_t>(sh.tokens * sh.top_k) * sizeof(std::int32_t) : 1);
+  kc::router_top_k(c, sh, floats(a.logits, op), f32(a.probs), a.top.data<std::int32_t>(),
+                   f32(a.gates), device_counts,
+                   a.expert_bias.empty() ? nullptr : static_cast<const float*>(bias.data()),
+                   aux_own_top ? static_cast<std::int32_t*>(aux_top.data()) : nullptr,
+                   aux ? device_counts + sh.experts : nullptr);
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(tokens_per_expert.data(), device_counts,
                                     tokens_per_expert.size_bytes(), cudaMemcpyDeviceToHost,
                                     stream));
+  if (aux)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(a.aux_tokens_per_expert.data(), device_counts + sh.experts,
+                                      a.aux_tokens_per_expert.size_bytes(), cudaMemcpyDeviceToHost,
+                                      stream));
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -457,7 +481,6 @@ void CudaDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) 
   const char* op = "moe_router_backward";
   const auto sh = op_arguments::router_shape(op, a, false);
   same_numel(op, a.probs, a.grad_logits);
-  same_numel(op, a.gates, a.grad_gates);
   if (!a.aux_grad.empty() && static_cast<std::int64_t>(a.aux_grad.size()) != sh.experts)
     throw std::invalid_argument("moe_router_backward: aux_grad holds " +
                                 std::to_string(a.aux_grad.size()) + " values for " +
@@ -470,13 +493,29 @@ void CudaDevice::moe_router_backward(Stream& s, const MoeRouterBackwardArgs& a) 
                       a.aux_grad.empty() ? nullptr : device_aux, floats(a.grad_logits, op));
 }
 
+void CudaDevice::moe_drop_tokens(Stream& s, const MoeDropTokensArgs& a,
+                                 std::span<std::int64_t> tokens_per_expert) {
+  const char* op = "moe_drop_tokens";
+  const auto sh =
+      op_arguments::drop_shape(op, a, static_cast<std::int64_t>(tokens_per_expert.size()));
+  const cudaStream_t stream = cuda_stream_of(s);
+  const Scratch counts = scratch(2 * tokens_per_expert.size() * sizeof(std::int64_t));
+  auto* device_counts = static_cast<std::int64_t*>(counts.data());
+  kc::moe_drop_tokens({stream, blas_}, sh, i32(a.top), f32(a.gates),
+                      a.dispatch_top.data<std::int32_t>(), f32(a.dispatch_gates), device_counts,
+                      device_counts + sh.experts);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(tokens_per_expert.data(), device_counts,
+                                    tokens_per_expert.size_bytes(), cudaMemcpyDeviceToHost,
+                                    stream));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 void CudaDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
   const char* op = "moe_permute";
-  const auto sh = op_arguments::moe_shape(op, a.input, a.permuted, a.experts);
-  const std::int64_t copies = sh.tokens * sh.top_k;
-  at_least(op, a.top, copies, "top");
-  at_least(op, a.row_of_copy, copies, "row_of_copy");
-  at_least(op, a.source_of_row, copies, "source_of_row");
+  const auto sh = op_arguments::moe_shape(op, a.input, a.permuted, a.top.numel(), a.experts);
+  const std::int64_t slots = sh.tokens * sh.top_k;
+  at_least(op, a.row_of_copy, slots, "row_of_copy");
+  at_least(op, a.source_of_row, sh.rows, "source_of_row");
   const Scratch maps =
       scratch(static_cast<std::size_t>(kc::moe_permute_scratch(sh.experts)) * sizeof(std::int64_t));
   kc::moe_permute({cuda_stream_of(s), blas_}, sh, floats(a.input, op), i32(a.top),
@@ -486,30 +525,29 @@ void CudaDevice::moe_permute(Stream& s, const MoePermuteArgs& a) {
 
 void CudaDevice::moe_permute_backward(Stream& s, const MoePermuteBackwardArgs& a) {
   const char* op = "moe_permute_backward";
-  const auto sh = op_arguments::moe_shape(op, a.grad_input, a.grad_permuted, 1);
-  at_least(op, a.row_of_copy, sh.tokens * sh.top_k, "row_of_copy");
+  const auto sh =
+      op_arguments::moe_shape(op, a.grad_input, a.grad_permuted, a.row_of_copy.numel(), 1);
   kc::moe_permute_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_permuted, op),
                            i64(a.row_of_copy), floats(a.grad_input, op));
 }
 
 void CudaDevice::moe_unpermute(Stream& s, const MoeUnpermuteArgs& a) {
   const char* op = "moe_unpermute";
-  const auto sh = op_arguments::moe_shape(op, a.output, a.expert_output, 1);
+  const auto sh = op_arguments::moe_shape(op, a.output, a.expert_output, a.row_of_copy.numel(), 1);
   at_least(op, a.gates, sh.tokens * sh.top_k, "gates");
-  at_least(op, a.row_of_copy, sh.tokens * sh.top_k, "row_of_copy");
   kc::moe_unpermute({cuda_stream_of(s), blas_}, sh, floats(a.expert_output, op), f32(a.gates),
                     i64(a.row_of_copy), floats(a.output, op));
 }
 
 void CudaDevice::moe_unpermute_backward(Stream& s, const MoeUnpermuteBackwardArgs& a) {
   const char* op = "moe_unpermute_backward";
-  const auto sh = op_arguments::moe_shape(op, a.grad_output, a.expert_output, 1);
+  const auto sh =
+      op_arguments::moe_shape(op, a.grad_output, a.expert_output, a.row_of_copy.numel(), 1);
   const std::int64_t copies = sh.tokens * sh.top_k;
   same_numel(op, a.expert_output, a.grad_expert_output);
   at_least(op, a.gates, copies, "gates");
   at_least(op, a.grad_gates, copies, "grad_gates");
-  at_least(op, a.source_of_row, copies, "source_of_row");
-  at_least(op, a.row_of_copy, copies, "row_of_copy");
+  at_least(op, a.source_of_row, sh.rows, "source_of_row");
   kc::moe_unpermute_backward({cuda_stream_of(s), blas_}, sh, floats(a.grad_output, op),
                              floats(a.expert_output, op), f32(a.gates), i64(a.source_of_row),
                              i64(a.row_of_copy), floats(a.grad_expert_output, op),

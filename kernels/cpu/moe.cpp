@@ -26,22 +26,39 @@ void check(const char* op, MoeShape s) {
 }
 
 void check_top(MoeShape s, const std::int32_t* top) {
-  for (std::int64_t i = 0; i < s.tokens * s.top_k; ++i)
-    if (top[i] < 0 || top[i] >= s.experts)
-      throw std::invalid_argument(
-          "moe_permute: top[" + std::to_string(i / s.top_k) + ", " + std::to_string(i % s.top_k) +
-          "] = " + std::to_string(top[i]) +
-          ": need an expert index in [0, experts = " + std::to_string(s.experts) + ")");
+  std::int64_t copies = 0;
+  for (std::int64_t i = 0; i < s.tokens * s.top_k; ++i) {
+    if (top[i] < -1 || top[i] >= s.experts)
+      throw std::invalid_argument("moe_permute: top[" + std::to_string(i / s.top_k) + ", " +
+                                  std::to_string(i % s.top_k) + "] = " + std::to_string(top[i]) +
+                                  ": need an expert index in [0, experts = " +
+                                  std::to_string(s.experts) + ") or −1 (dropped)");
+    copies += top[i] >= 0 ? 1 : 0;
+  }
+  if (copies != permuted_rows(s))
+    throw std::invalid_argument("moe_permute: top holds " + std::to_string(copies) +
+                                " copies for " + std::to_string(permuted_rows(s)) +
+                                " permuted rows: need one row per copy");
 }
 
-// Every entry of a row map (T·k) names a row of the permuted (T·k, H) tensors.
-void check_rows(const char* op, const char* name, MoeShape s, const std::int64_t* rows) {
-  const std::int64_t copies = s.tokens * s.top_k;
-  for (std::int64_t i = 0; i < copies; ++i)
-    if (rows[i] < 0 || rows[i] >= copies)
-      throw std::invalid_argument(std::string(op) + ": " + name + "[" + std::to_string(i) +
-                                  "] = " + std::to_string(rows[i]) +
-                                  ": need a row in [0, T·k = " + std::to_string(copies) + ")");
+// row_of_copy (T·k): a permuted row, or −1 for a dropped slot.
+void check_row_of_copy(const char* op, MoeShape s, const std::int64_t* rows) {
+  const std::int64_t slots = s.tokens * s.top_k, R = permuted_rows(s);
+  for (std::int64_t i = 0; i < slots; ++i)
+    if (rows[i] < -1 || rows[i] >= R)
+      throw std::invalid_argument(std::string(op) + ": row_of_copy[" + std::to_string(i) +
+                                  "] = " + std::to_string(rows[i]) + ": need a row in [0, " +
+                                  std::to_string(R) + ") or −1 (dropped)");
+}
+
+// source_of_row (rows): the slot each permuted row holds.
+void check_source_of_row(const char* op, MoeShape s, const std::int64_t* source) {
+  const std::int64_t slots = s.tokens * s.top_k, R = permuted_rows(s);
+  for (std::int64_t r = 0; r < R; ++r)
+    if (source[r] < 0 || source[r] >= slots)
+      throw std::invalid_argument(std::string(op) + ": source_of_row[" + std::to_string(r) +
+                                  "] = " + std::to_string(source[r]) +
+                                  ": need a slot in [0, T·k = " + std::to_string(slots) + ")");
 }
 
 // out (T, H) = per token the slot-ordered sum of its copies' rows of `rows` (T·k, H),
@@ -85,15 +102,15 @@ void moe_permute(MoeShape s, const float* x, const std::int32_t* top, float* per
                  std::int64_t* tokens_per_expert) {
   check("moe_permute", s);
   check_top(s, top);
-  const std::int64_t H = s.hidden, k = s.top_k, E = s.experts, copies = s.tokens * k;
+  const std::int64_t H = s.hidden, k = s.top_k, E = s.experts, slots = s.tokens * k,
+                     rows = permuted_rows(s);
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(E + 1)),
       next(static_cast<std::size_t>(E));
-  math::moe_count_copies(top, copies, E, tokens_per_expert);
+  math::moe_count_copies(top, slots, E, tokens_per_expert);
   math::moe_expert_offsets(tokens_per_expert, E, offsets.data());
-  math::moe_group_by_expert(top, copies, offsets.data(), E, next.data(), row_of_copy,
-                            source_of_row);
-#pragma omp parallel for schedule(static) if (copies * H >= kMinParallelElements)
-  for (std::int64_t row = 0; row < copies; ++row) {
+  math::moe_group_by_expert(top, slots, offsets.data(), E, next.data(), row_of_copy, source_of_row);
+#pragma omp parallel for schedule(static) if (rows * H >= kMinParallelElements)
+  for (std::int64_t row = 0; row < rows; ++row) {
     const float* from = x + (source_of_row[row] / k) * H;
     std::copy(from, from + H, permuted + row * H);
   }
@@ -102,14 +119,14 @@ void moe_permute(MoeShape s, const float* x, const std::int32_t* top, float* per
 void moe_permute_backward(MoeShape s, const float* dpermuted, const std::int64_t* row_of_copy,
                           float* dx) {
   check("moe_permute_backward", s);
-  check_rows("moe_permute_backward", "row_of_copy", s, row_of_copy);
+  check_row_of_copy("moe_permute_backward", s, row_of_copy);
   combine(s, dpermuted, nullptr, row_of_copy, dx);
 }
 
 void moe_unpermute(MoeShape s, const float* y, const float* gates, const std::int64_t* row_of_copy,
                    float* out) {
   check("moe_unpermute", s);
-  check_rows("moe_unpermute", "row_of_copy", s, row_of_copy);
+  check_row_of_copy("moe_unpermute", s, row_of_copy);
   combine(s, y, gates, row_of_copy, out);
 }
 
@@ -117,12 +134,12 @@ void moe_unpermute_backward(MoeShape s, const float* dout, const float* y, const
                             const std::int64_t* source_of_row, const std::int64_t* row_of_copy,
                             float* dy, float* dgates) {
   check("moe_unpermute_backward", s);
-  check_rows("moe_unpermute_backward", "source_of_row", s, source_of_row);
-  check_rows("moe_unpermute_backward", "row_of_copy", s, row_of_copy);
-  const std::int64_t H = s.hidden, k = s.top_k, copies = s.tokens * k;
+  check_source_of_row("moe_unpermute_backward", s, source_of_row);
+  check_row_of_copy("moe_unpermute_backward", s, row_of_copy);
+  const std::int64_t H = s.hidden, k = s.top_k, copies = s.tokens * k, rows = permuted_rows(s);
   const bool parallel = copies * H >= kMinParallelElements;
 #pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t row = 0; row < copies; ++row) {
+  for (std::int64_t row = 0; row < rows; ++row) {
     const std::int64_t i = source_of_row[row];
     const float gate = gates[i];
     const float* g = dout + (i / k) * H;
@@ -132,6 +149,10 @@ void moe_unpermute_backward(MoeShape s, const float* dout, const float* y, const
   }
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t i = 0; i < copies; ++i) {
+    if (row_of_copy[i] < 0) {  // a dropped slot: its gate was 0 and stays out of the loss
+      dgates[i] = 0.0f;
+      continue;
+    }
     const float* g = dout + (i / k) * H;
     const float* out_row = y + row_of_copy[i] * H;
     double dot = 0;

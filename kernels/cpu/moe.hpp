@@ -21,17 +21,28 @@
 
 #include <cstdint>
 
+#include "kernels/math/host_device.hpp"
+
 namespace tandem::kernels::cpu {
 
 struct MoeShape {
   std::int64_t tokens = 0;   // T
   std::int64_t hidden = 0;   // H, the width of the rows moved
   std::int64_t experts = 0;  // E
-  std::int64_t top_k = 0;    // k
+  std::int64_t top_k = 0;    // k: slots per token (the dispatch table's width)
+  // Permuted rows, the slots that hold a copy; −1: every slot (T·k, dropless). With token
+  // dropping a slot may be −1 (no copy; kernels/math/moe.hpp) and the rows fewer.
+  std::int64_t rows = -1;
 };
 
-// Throws std::invalid_argument unless tokens ≥ 0, hidden ≥ 1, experts ≥ 1, top_k ≥ 1 and
-// every top[t, slot] is an expert index in [0, experts).
+TANDEM_HOST_DEVICE inline std::int64_t permuted_rows(MoeShape s) {
+  return s.rows >= 0 ? s.rows : s.tokens * s.top_k;
+}
+
+// Below, "T·k" rows read permuted_rows(s) when slots are dropped, and a row map entry of −1
+// (row_of_copy of a dropped slot) is skipped.
+// Throws std::invalid_argument unless tokens ≥ 0, hidden ≥ 1, experts ≥ 1, top_k ≥ 1,
+// every top[t, slot] is an expert index in [0, experts) or −1, and the copies number rows.
 void moe_permute(MoeShape s, const float* x,        // (T, H)
                  const std::int32_t* top,           // (T, k) the router's experts
                  float* permuted,                   // (T·k, H) written

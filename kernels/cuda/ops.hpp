@@ -191,11 +191,24 @@ void flash_attention_backward(Context c, cpu::FlashShape s, ConstFloats dout, Co
 // The most experts one token goes to on the GPU (the router keeps the k gate logits of a
 // token in registers).
 inline constexpr std::int64_t kRouterMaxTopK = 16;
+// The most expert groups of group-limited routing on the GPU (their scores in registers).
+inline constexpr std::int64_t kRouterMaxGroups = 64;
 // probs (T, E), top (T, k) and gates (T, k) written, one thread per token; counts (E, device
-// int64) written: the routed copies per expert. Throws std::invalid_argument unless
-// tokens ≥ 0 and 1 ≤ top_k ≤ min(experts, kRouterMaxTopK).
+// int64) written: the routed copies per expert; expert_bias (E, device) or null. With
+// aux_top (T, k, device scratch) not null, aux_counts (E, device) get the plain top-k's
+// copies per expert (the aux loss's). Throws std::invalid_argument unless tokens ≥ 0,
+// 1 ≤ top_k ≤ min(experts, kRouterMaxTopK) and num_groups ≤ kRouterMaxGroups.
 void router_top_k(Context c, cpu::RouterShape s, ConstFloats logits, float* probs,
-                  std::int32_t* top, float* gates, std::int64_t* counts);
+                  std::int32_t* top, float* gates, std::int64_t* counts,
+                  const float* expert_bias = nullptr, std::int32_t* aux_top = nullptr,
+                  std::int64_t* aux_counts = nullptr);
+// Token dropping (cpu::moe_drop_tokens' contract): dispatch_top / dispatch_gates
+// (T, s.width()) and counts (E, device int64) written; scratch: E int64 (the padding's
+// filler bounds). A copy's fate is math::moe_copy_kept, one thread per copy (O((T·k)²)
+// work in all).
+void moe_drop_tokens(Context c, cpu::TokenDropShape s, const std::int32_t* top, const float* gates,
+                     std::int32_t* dispatch_top, float* dispatch_gates, std::int64_t* counts,
+                     std::int64_t* scratch);
 // dlogits (T, E) written; aux_grad (E, device memory) or null.
 void router_backward(Context c, cpu::RouterShape s, const float* probs, const std::int32_t* top,
                      const float* gates, const float* grad_gates, const float* aux_grad,
@@ -208,8 +221,9 @@ void upload_by_launch(Context c, const float* host, std::int64_t n, float* devic
 inline std::int64_t moe_permute_scratch(std::int64_t experts) {
   return 3 * experts + 1;
 }
-// permuted (T·k, H), source_of_row and row_of_copy (T·k) written; a top entry outside
-// [0, experts) traps the kernel (the stream's next sync fails).
+// permuted (R, H), source_of_row (R) and row_of_copy (T·k) written (R = permuted_rows(s);
+// −1 top entries are dropped slots); a top entry outside [−1, experts) traps the kernel
+// (the stream's next sync fails).
 void moe_permute(Context c, cpu::MoeShape s, ConstFloats x, const std::int32_t* top,
                  Floats permuted, std::int64_t* source_of_row, std::int64_t* row_of_copy,
                  std::int64_t* scratch);

@@ -13,7 +13,9 @@
 //   counts        = (2, 3, 1, 0)           offsets = (0, 2, 5, 6, 6)
 //   source_of_row = (1, 4, 0, 2, 5, 3)     rows 0-1: expert 0, 2-4: expert 1, 5: expert 2
 //   row_of_copy   = (2, 0, 3, 5, 1, 4)     (the inverse permutation)
-// Every function expects 0 ≤ top[i] < experts (kernels/cpu/moe.cpp checks it) and
+// With token dropping (kernels/math/router.hpp) a slot may hold −1, no copy: it is skipped,
+// its row_of_copy is −1, and a token may have more slots than k (padding's filler rows).
+// Every function expects −1 ≤ top[i] < experts (kernels/cpu/moe.cpp checks it) and
 // allocates nothing: scratch comes from the caller.
 #pragma once
 
@@ -27,7 +29,8 @@ namespace tandem::kernels::math {
 TANDEM_HOST_DEVICE inline void moe_count_copies(const std::int32_t* top, std::int64_t copies,
                                                 std::int64_t experts, std::int64_t* counts) {
   for (std::int64_t e = 0; e < experts; ++e) counts[e] = 0;
-  for (std::int64_t i = 0; i < copies; ++i) ++counts[top[i]];
+  for (std::int64_t i = 0; i < copies; ++i)
+    if (top[i] >= 0) ++counts[top[i]];
 }
 
 // offsets (E + 1): offsets[e] = the first row of expert e, counts[0] + … + counts[e − 1];
@@ -48,6 +51,10 @@ TANDEM_HOST_DEVICE inline void moe_group_by_expert(const std::int32_t* top, std:
                                                    std::int64_t* source_of_row) {
   for (std::int64_t e = 0; e < experts; ++e) next[e] = offsets[e];
   for (std::int64_t i = 0; i < copies; ++i) {
+    if (top[i] < 0) {
+      row_of_copy[i] = -1;
+      continue;
+    }
     const std::int64_t row = next[top[i]]++;
     row_of_copy[i] = row;
     source_of_row[row] = i;
@@ -55,14 +62,15 @@ TANDEM_HOST_DEVICE inline void moe_group_by_expert(const std::int32_t* top, std:
 }
 
 // Column c of one token's combined output: Σ over its k slots, in slot order, of
-// weights[slot] · rows[row_of_slot[slot]][c], rows being (T·k, hidden). With the gates as
-// weights it is the MoE output (unpermute); with weights = nullptr (all 1) the gradient
-// of the token from the gradients of its permuted copies (the backward of permute).
+// weights[slot] · rows[row_of_slot[slot]][c], rows being (T·k, hidden); −1 slots skipped. With the
+// gates as weights it is the MoE output (unpermute); with weights = nullptr (all 1) the gradient of
+// the token from the gradients of its permuted copies (the backward of permute).
 TANDEM_HOST_DEVICE inline float moe_combine(const float* rows, std::int64_t hidden,
                                             const std::int64_t* row_of_slot, const float* weights,
                                             std::int64_t k, std::int64_t c) {
   float sum = 0;
   for (std::int64_t slot = 0; slot < k; ++slot) {
+    if (row_of_slot[slot] < 0) continue;  // a dropped copy
     const float y = rows[row_of_slot[slot] * hidden + c];
     sum += weights != nullptr ? weights[slot] * y : y;
   }
