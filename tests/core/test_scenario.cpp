@@ -204,10 +204,11 @@ TEST(Scenario, RegistryIsConsistent) {
     emitted += j[section].size();
   // Unset optionals are left out: ffn_hidden_size, kv_channels, max_position_embeddings,
   // num_experts, moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
-  // moe_expert_capacity_factor, expert_tensor_parallel_size, the two interleaving fields,
+  // moe_expert_capacity_factor, moe_router_num_groups, moe_router_group_topk,
+  // moe_router_topk_scaling_factor, expert_tensor_parallel_size, the two interleaving fields,
   // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets, the
   // first and last pipeline stages' layer counts and the pipeline layout string.
-  EXPECT_EQ(emitted + 17, scenario_fields().size());
+  EXPECT_EQ(emitted + 20, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------
@@ -845,6 +846,50 @@ TEST(ScenarioModel, MixtureOfExpertsRules) {
   EXPECT_EQ(j.model.num_experts, 8);
   EXPECT_EQ(j.model.moe_router_topk, 1);
   EXPECT_EQ(num_moe_layers(j), 12);  // layers 0, 2, …, 22 of 24
+}
+
+// DeepSeek-V3's router and token dropping, refused as Megatron-Core's TransformerConfig
+// refuses them (and group-limited routing that leaves fewer than k experts).
+TEST(ScenarioModel, RouterAndTokenDroppingRules) {
+  Scenario s = default_scenario();
+  s.parallelism.sequence_parallel = true;
+  s.model.num_experts = 8;
+  s.model.moe_router_topk = 4;
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  s.model.moe_router_enable_expert_bias = true;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_enable_expert_bias", "true", "sigmoid"));
+  s.model.moe_router_score_function = "sigmoid";
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  s.model.moe_router_group_topk = 2;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_group_topk", "2", "moe_router_num_groups"));
+  s.model.moe_router_num_groups = 3;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_num_groups", "3", "divide num_experts = 8"));
+  s.model.moe_router_num_groups = 4;
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  s.model.moe_router_group_topk = 1;  // one group of 2 experts cannot give 4
+  EXPECT_TRUE(Names(invalid(s), "moe_router_topk", "4", "= 2"));
+  s.model.moe_router_group_topk = 5;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_group_topk", "5", "≤ moe_router_num_groups = 4"));
+  s.model.moe_router_group_topk = 2;
+  s.model.moe_pad_expert_input_to_capacity = true;
+  EXPECT_TRUE(
+      Names(invalid(s), "moe_pad_expert_input_to_capacity", "true", "moe_expert_capacity_factor"));
+  s.model.moe_expert_capacity_factor = 1.0;
+  EXPECT_TRUE(invalid(s).empty()) << listed(invalid(s));
+  s.model.moe_router_load_balancing_type = "sinkhorn";
+  EXPECT_TRUE(Names(invalid(s), "moe_expert_capacity_factor", "1", "aux_loss, seq_aux_loss"));
+  s.model.moe_router_load_balancing_type = "aux_loss";
+  s.model.moe_router_score_function = "softmax";
+  s.model.moe_router_enable_expert_bias = false;
+  s.model.moe_router_topk = 1;
+  s.model.moe_router_group_topk = std::nullopt;
+  EXPECT_TRUE(Names(invalid(s), "moe_router_topk", "1", "moe_router_pre_softmax"));
+  const Scenario j = parse_scenario(json::parse(
+      R"({"model": {"num_experts": 8, "moe_router_score_function": "sigmoid",
+          "moe_token_drop_policy": "position", "moe_router_topk_scaling_factor": 2.5}})"));
+  EXPECT_EQ(j.model.moe_router_score_function, "sigmoid");
+  EXPECT_EQ(j.model.moe_token_drop_policy, "position");
+  EXPECT_EQ(j.model.moe_router_topk_scaling_factor, 2.5);
 }
 
 // Megatron's list form of moe_layer_freq: a 0/1 per layer, in JSON or as Megatron's

@@ -434,6 +434,85 @@ TEST_P(CudaOps, MoeRouterForwardBackward) {
       std::invalid_argument);
 }
 
+// DeepSeek-V3's router on the GPU against the CPU: sigmoid scores, group-limited choice
+// with an expert bias, a scaling factor, the aux loss's own counts; its backward (gates'
+// gradient rows wider than k, as a padded dispatch table's); then token dropping by gate
+// and by position, padded or not: the dispatch tables and counts exactly the CPU's.
+TEST_P(CudaOps, MoeSigmoidRouterAndTokenDropping) {
+  const std::int64_t T = 47, E = 16, k = 4;
+  std::vector<float> bias = random_floats(static_cast<std::size_t>(E), 161);
+  for (float& b : bias) b *= 0.1f;
+  const std::vector<float> aux_grad = random_floats(static_cast<std::size_t>(E), 162);
+  auto logits = d().random({T, E}, dtype(), 163, -2.0f, 2.0f);
+  auto probs = d().poisoned({T, E}, DType::fp32);
+  auto gates = d().poisoned({T, k}, DType::fp32);
+  auto top = d().ids({T, k}, std::vector<std::int32_t>(static_cast<std::size_t>(T * k), -1));
+  std::vector<std::int64_t> cpu_counts(E), gpu_counts(E), cpu_aux(E), gpu_aux(E);
+  auto args = [&](auto& l, auto& p, auto& t, auto& g, std::vector<std::int64_t>& aux) {
+    return MoeRouterArgs{.logits = l,
+                         .probs = p,
+                         .top = t,
+                         .gates = g,
+                         .score_function = MoeScoreFunction::sigmoid,
+                         .num_groups = 4,
+                         .group_topk = 2,
+                         .topk_scaling_factor = 2.5f,
+                         .expert_bias = bias,
+                         .aux_tokens_per_expert = aux};
+  };
+  cpu().moe_router(cs(), args(logits.cpu, probs.cpu, top.cpu, gates.cpu, cpu_aux), cpu_counts);
+  gpu().moe_router(gs(), args(logits.gpu, probs.gpu, top.gpu, gates.gpu, gpu_aux), gpu_counts);
+  EXPECT_TRUE(d().same_ints<std::int32_t>(top));
+  EXPECT_EQ(gpu_counts, cpu_counts);
+  EXPECT_EQ(gpu_aux, cpu_aux);
+  EXPECT_TRUE(d().close(probs, 1e-5));
+  EXPECT_TRUE(d().close(gates, 1e-5));
+  auto grad_gates = d().random({T, k + E}, DType::fp32, 164);
+  auto grad_logits = d().poisoned({T, E}, DType::fp32);
+  auto backward = [&](Device& dev, Stream& st, auto& p, auto& t, auto& g, auto& gg, auto& gl) {
+    dev.moe_router_backward(st, {.probs = p,
+                                 .top = t,
+                                 .gates = g,
+                                 .grad_gates = gg,
+                                 .aux_grad = aux_grad,
+                                 .grad_logits = gl,
+                                 .score_function = MoeScoreFunction::sigmoid,
+                                 .topk_scaling_factor = 2.5f});
+  };
+  backward(cpu(), cs(), probs.cpu, top.cpu, gates.cpu, grad_gates.cpu, grad_logits.cpu);
+  backward(gpu(), gs(), probs.gpu, top.gpu, gates.gpu, grad_gates.gpu, grad_logits.gpu);
+  EXPECT_TRUE(d().close(grad_logits, 1e-5));
+  for (const auto policy : {MoeDropPolicy::probs, MoeDropPolicy::position})
+    for (const bool pad : {false, true}) {
+      const std::int64_t W = pad ? k + E : k;
+      auto dtop = d().ids({T, W}, std::vector<std::int32_t>(static_cast<std::size_t>(T * W), 7));
+      auto dgates = d().poisoned({T, W}, DType::fp32);
+      std::vector<std::int64_t> cpu_rows(E), gpu_rows(E);
+      const std::int64_t capacity = (T * k + E - 1) / E;  // factor 1.0
+      cpu().moe_drop_tokens(cs(),
+                            {.top = top.cpu,
+                             .gates = gates.cpu,
+                             .dispatch_top = dtop.cpu,
+                             .dispatch_gates = dgates.cpu,
+                             .capacity = capacity,
+                             .policy = policy,
+                             .pad_to_capacity = pad},
+                            cpu_rows);
+      gpu().moe_drop_tokens(gs(),
+                            {.top = top.gpu,
+                             .gates = gates.gpu,
+                             .dispatch_top = dtop.gpu,
+                             .dispatch_gates = dgates.gpu,
+                             .capacity = capacity,
+                             .policy = policy,
+                             .pad_to_capacity = pad},
+                            gpu_rows);
+      EXPECT_TRUE(d().same_ints<std::int32_t>(dtop)) << "pad " << pad;
+      EXPECT_TRUE(d().close(dgates, 0.0)) << "pad " << pad;
+      EXPECT_EQ(gpu_rows, cpu_rows) << "pad " << pad;
+    }
+}
+
 // The dispatch: permute's rows and maps (exactly the CPU's), the combine with the gates and
 // the backward of both. top repeats experts, leaves one empty and routes a token twice to
 // one expert (kept: one copy per slot).

@@ -534,7 +534,9 @@ TEST(MoeDispatch, RefusesInvalidArguments) {
     };
   };
   EXPECT_TRUE(refuses(run_permute({2, 2, 4, 2}, {0, 1, 4, 2}), "top[1, 0] = 4"));
-  EXPECT_TRUE(refuses(run_permute({2, 2, 4, 2}, {0, -1, 1, 2}), "top[0, 1] = -1"));
+  EXPECT_TRUE(refuses(run_permute({2, 2, 4, 2}, {0, -2, 1, 2}), "top[0, 1] = -2"));
+  // −1 is a dropped slot: then the permuted rows must be the copies (3), not T·k.
+  EXPECT_TRUE(refuses(run_permute({2, 2, 4, 2}, {0, -1, 1, 2}), "3 copies for 4 permuted rows"));
   EXPECT_TRUE(refuses(run_permute({2, 2, 4, 0}, {}), "top_k 0"));
   EXPECT_TRUE(refuses(run_permute({2, 0, 4, 1}, {0, 1}), "hidden 0"));
   EXPECT_TRUE(refuses(run_permute({-1, 2, 4, 1}, {}), "tokens -1"));

@@ -133,8 +133,9 @@ void expect_finite_difference_gradients(TinyGpt& m) {
 // central differences. Routing is piecewise constant: where a step moves a token to
 // another expert the loss jumps, so a coordinate whose difference quotients at ε and ε/2
 // disagree sits on such a kink and is skipped (at most a tenth of them).
-TEST(MoeGradients, MatchFiniteDifferences) {
-  TinyGpt m(Recompute::none, moe_dims(0.0f));
+void expect_moe_gradients(const GptDims& dims, const std::vector<float>& expert_bias = {}) {
+  TinyGpt m(Recompute::none, dims);
+  if (!expert_bias.empty()) m.chunk.moe_layers().at(0)->expert_bias() = expert_bias;
   // Experts 64 times louder than their init, so the gates (and the router behind them)
   // move the loss well above the finite differences' noise.
   for (auto& p : m.params.all())
@@ -176,6 +177,33 @@ TEST(MoeGradients, MatchFiniteDifferences) {
   EXPECT_GT(experts, 10);
   EXPECT_GE(router, 6);
   EXPECT_LE(kinks * 10, checked + kinks);
+}
+
+TEST(MoeGradients, MatchFiniteDifferences) {
+  expect_moe_gradients(moe_dims(0.0f));
+}
+
+// DeepSeek-V3's router: sigmoid scores, group-limited (2 groups of 2, the top-2 from the
+// best group... or both), a nonzero expert bias on the choice, a scaling factor on the
+// gates (the aux loss is not in the finite differences: see the kernel test for its
+// gradient through the normalised sigmoid scores).
+TEST(MoeGradients, SigmoidGroupLimitedRouterMatchesFiniteDifferences) {
+  GptDims d = moe_dims(0.0f);
+  d.moe.score_function = MoeScoreFunction::sigmoid;
+  d.moe.num_groups = 2;
+  d.moe.group_topk = 1;
+  d.moe.topk_scaling_factor = 2.5f;
+  d.moe.expert_bias = true;
+  expect_moe_gradients(d, {0.02f, -0.03f, 0.01f, 0.0f});
+}
+
+// Token dropping by gate at capacity 1.0 (the dropped copies' gates get no gradient).
+TEST(MoeGradients, TokenDroppingMatchesFiniteDifferences) {
+  GptDims d = moe_dims(0.0f);
+  d.moe.capacity_factor = 1.0;
+  expect_moe_gradients(d);
+  d.moe.pad_to_capacity = true;
+  expect_moe_gradients(d);
 }
 
 // Layer 1 holds the router (4 × 16), four experts by global index (fc1 gate + up rows,

@@ -2,9 +2,9 @@
 # One code path, proven: for several layouts, the cpu binding under mpirun and the sim
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
 # the same number of Device ops and the same op sequence (context parallelism, the
-# mixture of experts with balanced routing, FP8 linear layers, uneven pipeline stages, the
-# split backward of ZB-H1 and --delay-wgrad-compute, and heads of kv_channels with QK layer
-# norms included).
+# mixture of experts with balanced routing — DeepSeek-V3's router and token dropping too —,
+# FP8 linear layers, uneven pipeline stages, the split backward of ZB-H1 and
+# --delay-wgrad-compute, and heads of kv_channels with QK layer norms included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -34,6 +34,10 @@ layouts=(
   # fused under tp, sp and cp; unfused (kv_channels 8, QK LayerNorm) under tp
   "--world-size 4 --tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel true --group-query-attention true --num-query-groups 2 --kv-channels 32 --qk-layernorm true --swiglu true --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights true --disable-bias-linear true --use-flash-attn true"
   "--world-size 2 --tensor-model-parallel-size 2 --kv-channels 8 --qk-layernorm true --recompute-granularity selective"
+  # DeepSeek-V3's router (sigmoid, groups, expert bias and its update) and token dropping at
+  # capacity 0.5, padded (alltoall) and dropped (allgather), on balanced routing
+  "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 4 --moe-router-topk 2 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall --moe-router-score-function sigmoid --moe-router-enable-expert-bias true --moe-router-num-groups 2 --moe-router-group-topk 1 --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity true --moe-aux-loss-coeff 0.01"
+  "--world-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 4 --moe-router-topk 2 --moe-router-force-load-balancing true --moe-token-dispatcher-type allgather --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position"
   # Mixture of experts with the router's balanced routing (Megatron's force_load_balancing)
   # on the real side and the simulator's uniform routing model: the same split sizes
   "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall"

@@ -182,6 +182,11 @@ class RecordingDevice : public Device {
     note("moe_router_backward", a.grad_logits);
     inner_.moe_router_backward(s, a);
   }
+  void moe_drop_tokens(Stream& s, const MoeDropTokensArgs& a,
+                       std::span<std::int64_t> tokens_per_expert) override {
+    note("moe_drop_tokens", a.dispatch_top);
+    inner_.moe_drop_tokens(s, a, tokens_per_expert);
+  }
   void moe_permute(Stream& s, const MoePermuteArgs& a) override {
     note("moe_permute", a.permuted);
     inner_.moe_permute(s, a);

@@ -132,5 +132,91 @@ TEST(Trainer, IncompatibleCheckpointIsRefused) {
   }
 }
 
+// A mixture of experts with DeepSeek-V3's aux-loss-free balancing: 8 experts, top-2,
+// sigmoid scores, in layer 1 only.
+Scenario expert_bias_scenario(double rate, bool bias) {
+  Scenario s = tiny_scenario();
+  s.model.num_experts = 8;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 16;
+  s.model.moe_layer_pattern = {0, 1};
+  s.model.disable_bias_linear = true;
+  s.model.moe_router_score_function = "sigmoid";
+  s.model.moe_router_enable_expert_bias = bias;
+  s.model.moe_router_bias_update_rate = rate;
+  s.model.moe_token_dispatcher_type = "alltoall";
+  s.training.train_iters = 40;
+  validate(s);
+  return s;
+}
+
+struct OneMoeRank {
+  CpuDevice device;
+  SelfCommunicator tp{device, "tp"}, pp{device, "pp"}, dp{device, "dp"}, mp{device, "tp-pp"},
+      ep{device, "ep"}, edp{device, "expert-dp"};
+  data::SplitDatasets data;
+  std::unique_ptr<Trainer> trainer;
+
+  explicit OneMoeRank(const Scenario& s) {
+    data::GptDataConfig dc;
+    dc.mock = true;
+    dc.mock_data.vocab_size = 256;
+    dc.mock_data.eod = 255;
+    dc.split = "90,10,0";
+    dc.dataset.sequence_length = s.model.seq_length;
+    data = data::build_gpt_datasets(dc, {400, 20, std::nullopt});
+    const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
+    trainer = std::make_unique<Trainer>(
+        s, make_parallel_context(layout, 0), device,
+        TrainerGroups{&tp, &pp, &dp, &mp, nullptr, nullptr, &ep, &edp, nullptr}, *data[0],
+        data[1].get());
+  }
+  std::vector<float> bias() {
+    for (const auto& t : trainer->checkpoint_state().tensors)
+      if (t.name == "expert_bias") return t.values;
+    return {};
+  }
+};
+
+// After one step each bias moved by the rate toward balance: up for the experts that got
+// fewer copies than the average (T·k / E), down for those that got more (Megatron's
+// get_updated_expert_bias), and the choices it makes then even the load out: over the
+// last steps the busiest and idlest experts are closer than without the bias.
+TEST(Trainer, ExpertBiasMovesTowardBalancedLoad) {
+  OneMoeRank r(expert_bias_scenario(0.01, true));
+  r.trainer->train_step();
+  const auto counts = r.trainer->routed_per_expert();  // this step's, one MoE layer
+  ASSERT_EQ(counts.size(), 8u);
+  const double average = 2.0 * 2 * 16 * 2 / 8;  // k · tokens (2 microbatches of 2 × 16) / E
+  const std::vector<float> bias = r.bias();
+  ASSERT_EQ(bias.size(), 8u);
+  int moved = 0;
+  for (std::size_t e = 0; e < 8; ++e) {
+    const double c = static_cast<double>(counts[e]);
+    const float want = c < average ? 0.01f : c > average ? -0.01f : 0.0f;
+    EXPECT_EQ(bias[e], want) << "expert " << e << " got " << c << " of average " << average;
+    moved += want != 0.0f;
+  }
+  EXPECT_GT(moved, 0) << "the first step's load was already balanced: no test";
+
+  auto spread = [](bool with_bias) {
+    OneMoeRank run(expert_bias_scenario(0.05, with_bias));
+    std::vector<std::int64_t> before;
+    for (int i = 0; i < 40; ++i) {
+      if (i == 20) before = run.trainer->routed_per_expert();
+      run.trainer->train_step();
+    }
+    const auto after = run.trainer->routed_per_expert();
+    std::int64_t lo = INT64_MAX, hi = 0;
+    for (std::size_t e = 0; e < after.size(); ++e) {
+      lo = std::min(lo, after[e] - before[e]);
+      hi = std::max(hi, after[e] - before[e]);
+    }
+    return hi - lo;  // over the last 20 steps
+  };
+  const std::int64_t with_bias = spread(true), without = spread(false);
+  EXPECT_LT(with_bias * 2, without) << "with the bias " << with_bias << ", without " << without;
+}
+
 }  // namespace
 }  // namespace tandem
