@@ -30,6 +30,17 @@ SimDevice::Pricer pricer_for(const Topology& t) {
   return [cost](const OpDesc& op) { return cost->seconds(op); };
 }
 
+// The dry runs' lower bounds of `picked` on dgx-h100, in a child process (a JSON array, or
+// {"error": …}).
+nlohmann::json h100_bounds(const std::vector<Scenario>& picked) {
+  return in_child([&] {
+    const Topology t = load_topology("dgx-h100");
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
+    return out;
+  });
+}
+
 Scenario small_model() {
   Scenario s;
   s.model.num_layers = 8;
@@ -222,12 +233,7 @@ TEST(DryRun, AnFp8CandidateIsBoundedBelowItsBf16Twin) {
   for (const auto& c : e.valid)
     if (!c.baseline) picked.push_back(c.scenario);
   ASSERT_EQ(picked.size(), 2u);
-  const nlohmann::json dry = in_child([&] {
-    const Topology t = load_topology("dgx-h100");
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
-    return out;
-  });
+  const nlohmann::json dry = h100_bounds(picked);
   ASSERT_FALSE(dry.is_object()) << dry.dump();
   EXPECT_FALSE(picked[0].training.fp8.enabled());
   EXPECT_TRUE(picked[1].training.fp8.enabled());
@@ -305,12 +311,7 @@ TEST(DryRun, TheBoundFollowsTheRankOrderAndHoldsForEach) {
     s.parallelism.order = order;
     picked.push_back(s);
   }
-  const nlohmann::json dry = in_child([&] {
-    const Topology t = load_topology("dgx-h100");
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
-    return out;
-  });
+  const nlohmann::json dry = h100_bounds(picked);
   ASSERT_FALSE(dry.is_object()) << dry.dump();
   ASSERT_EQ(dry.size(), 2u);
   EXPECT_NE(dry[0].get<double>(), dry[1].get<double>());
