@@ -175,7 +175,7 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
   const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
                             gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
-  const double fraction = gemm_fraction(dtype, m, n, k);
+  const double fraction = gemm_fraction(dtype, m, n, k, operands);
   double compute = done_flops / (operand_peak(dtype, operands) * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
   if (gpu_.l2_bandwidth.value > 0) {
@@ -190,7 +190,10 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   return gpu_.kernel_launch.value + std::max(compute, memory) + extra;
 }
 
-double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const {
+double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                                Operands operands) const {
+  if (operands == Operands::fp8)
+    return gpu_.gemm_fp8_peak_fraction > 0 ? gpu_.gemm_fp8_peak_fraction : gpu_.gemm_peak_fraction;
   const std::int64_t size = dtype_size(dtype).value;
   if (gpu_.gemm_unaligned_peak_fraction <= 0 || size != 2) return gpu_.gemm_peak_fraction;
   const bool aligned = (m * size) % 16 == 0 && (n * size) % 16 == 0 && (k * size) % 16 == 0;

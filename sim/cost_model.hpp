@@ -27,6 +27,10 @@
 //    any other shape runs cuBLAS's narrow-load kernels, at gemm_unaligned_peak_fraction
 //    when the preset sets one. An unpadded vocabulary (50257 rows) is the common case; Megatron
 //    pads it to a multiple of 128 · tp for this reason.
+//    2d. FP8. A GEMM on FP8 operands runs at the FP8 tensor peak times
+//    gemm_fp8_peak_fraction where the preset has one: cuBLASLt's FP8 kernels reach a smaller
+//    share of their peak than its 16-bit ones (H100 SXM: 70.9 % against 80.3 % at each
+//    dtype's best shape in a published maximum-achievable-matmul sweep).
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
@@ -151,8 +155,10 @@ class CostModel {
   GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
                      std::int64_t batch, double peak_fraction, Operands operands) const;
   // gemm_peak_fraction, or gemm_unaligned_peak_fraction when a dimension's rows are not a
-  // multiple of 16 bytes (rule 2c).
-  double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
+  // multiple of 16 bytes (rule 2c); on FP8 operands gemm_fp8_peak_fraction where the preset
+  // has one (rule 2d).
+  double gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                       Operands operands) const;
   double roofline_seconds(double flops, double bytes) const;  // CUDA-core rate, one launch
   double attention_seconds(const OpDesc& op, bool backward) const;
   // The dropout pass of an attention op with OpDesc::dropout > 0 (rule 3c), else 0.

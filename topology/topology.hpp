@@ -56,6 +56,10 @@ struct GpuSpec {
   // bytes): cuBLAS then cannot use its vectorised tensor-core kernels. 0: no penalty
   // (gemm_peak_fraction).
   double gemm_unaligned_peak_fraction = 0;
+  // The same for a GEMM on FP8 operands (E4M3 / E5M2 with scales), of the FP8 tensor peak:
+  // cuBLASLt's FP8 kernels reach a smaller share of their (twice as high) peak than the 16-bit
+  // ones do of theirs. 0: gemm_peak_fraction.
+  double gemm_fp8_peak_fraction = 0;
   // The fraction of the tensor peak fused attention (cuDNN's or FlashAttention's kernel)
   // reaches on long sequences, forward and backward. 0: FlashAttention-2's on A100
   // (sim/op_cost_llama.hpp).
