@@ -234,6 +234,7 @@ Scenario megatron_default_scenario() {
   Scenario s;
   s.name = "megatron";
   s.description = "from a Megatron-LM command line";
+  s.model.transformer_impl = "transformer_engine";  // Megatron's --transformer-impl default
   s.cluster.world_size = 1;
   s.training.min_lr = 0.0;
   s.training.lr_decay_style = "linear";

@@ -48,6 +48,15 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;
   bool disable_bias_linear = false;  // Megatron's add_bias_linear = false
   bool use_flash_attn = false;
+  // Megatron's --transformer-impl: "transformer_engine" (Megatron's default, what
+  // Megatron-Core runs) builds each layer from Transformer Engine's modules — the layer norm
+  // inside the following linear's module (LayerNormLinear), fused attention
+  // (DotProductAttention), each module one framework call whose kernels TE launches from its
+  // C++ — ; "local" is Megatron's own layers, one framework call per kernel, attention
+  // unfused unless use_flash_attn. tandem's scenarios default to "local" (the published runs
+  // of 2021-22 predate TE); a Megatron command line without a scenario starts from
+  // Megatron's default.
+  std::string transformer_impl = "local";
   // Megatron-Core's --qk-layernorm: the normalization (LayerNorm or RMSNorm, as the
   // layer's) over each query and key head, one kv_channels-wide weight each for q and k.
   bool qk_layernorm = false;
@@ -94,6 +103,17 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 };
+
+// Whether the layers are Transformer Engine's modules (transformer_impl).
+inline bool transformer_engine_modules(const ModelConfig& m) {
+  return m.transformer_impl == "transformer_engine";
+}
+// Whether attention runs on the fused op: use_flash_attn, or Transformer Engine's
+// DotProductAttention — which picks its fused backend — when there is no attention dropout
+// (tandem's fused op has none; with dropout the core runs TE's unfused backend).
+inline bool runs_fused_attention(const ModelConfig& m) {
+  return m.use_flash_attn || (transformer_engine_modules(m) && m.attention_dropout == 0);
+}
 
 struct ParallelismConfig {
   int tensor_model_parallel_size = 1;

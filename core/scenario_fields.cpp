@@ -293,6 +293,11 @@ std::vector<FieldDef> model_fields() {
       make_field(m, &M::disable_bias_linear,
                  {"disable_bias_linear", "no biases in the linear layers (add_bias_linear false)"}),
       make_field(m, &M::use_flash_attn, {"use_flash_attn", "fused flash attention kernel"}),
+      make_field(m, &M::transformer_impl,
+                 {"transformer_impl",
+                  "local | transformer_engine (Megatron's default: Transformer Engine's modules, "
+                  "fused attention without attention dropout)",
+                  choices({"local", "transformer_engine"})}),
       make_field(
           m, &M::qk_layernorm,
           {"qk_layernorm", "normalize each query and key head over its kv_channels (before RoPE)"}),

@@ -86,6 +86,11 @@ struct ModelEnv {
   // row-parallel forward GEMM, run as ring steps under the GEMM's blocks
   // (model/tp_comm_overlap.hpp). The column-parallel backward already overlaps its own.
   bool tp_comm_overlap = false;
+  // Megatron's transformer_impl "transformer_engine": each of a layer's Transformer Engine
+  // modules — norm + QKV (LayerNormLinear), the attention core (DotProductAttention), the
+  // projection (Linear), norm + fc1 (LayerNormLinear), fc2 (Linear) — is one library call
+  // (model/library_call.hpp), forward and backward; off: every op is the framework's own.
+  bool transformer_engine = false;
   // Megatron's bias_gelu_fusion: fc1's bias is added inside the GeLU kernel (Device::
   // bias_gelu) instead of by a bias_add before it. Off (--no-bias-gelu-fusion), two kernels.
   bool bias_gelu_fusion = true;

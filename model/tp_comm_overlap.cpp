@@ -3,6 +3,8 @@
 #include <array>
 #include <memory>
 
+#include "model/library_call.hpp"
+
 namespace tandem {
 namespace {
 
@@ -10,23 +12,6 @@ Tensor row_block(const Tensor& t, std::int64_t block, std::int64_t rows) {
   const std::int64_t cols = t.shape[1];
   return t.view(Shape{rows, cols}, block * rows * cols);
 }
-
-// The blocks and ring steps of one overlapped GEMM are one library call (model/
-// step_observer.hpp).
-class LibraryCall {
- public:
-  explicit LibraryCall(ModelEnv& env) : env_(env) {
-    if (env_.observer) env_.observer->begin_library_call(env_.stream);
-  }
-  ~LibraryCall() {
-    if (env_.observer) env_.observer->end_library_call(env_.stream);
-  }
-  LibraryCall(const LibraryCall&) = delete;
-  LibraryCall& operator=(const LibraryCall&) = delete;
-
- private:
-  ModelEnv& env_;
-};
 
 }  // namespace
 

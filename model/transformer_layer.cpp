@@ -1,9 +1,11 @@
 #include "model/transformer_layer.hpp"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "model/context_parallel_attention.hpp"
+#include "model/library_call.hpp"
 
 namespace tandem {
 
@@ -400,19 +402,34 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   Stream& s = env.stream;
   if (env.observer) env.observer->layer_pass(s);
   a.input = x;
-  a.ln1_out = allocate_like(env, x.shape);
-  norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
+  // Transformer Engine's modules are one library call each (env.transformer_engine); the
+  // residual adds, the activation and the QK norms stay framework ops, as in Megatron-Core.
+  const bool te = env.transformer_engine;
+  {
+    const LibraryCall layer_norm_linear(env, te);
+    a.ln1_out = allocate_like(env, x.shape);
+    norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+    a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
+  }
   if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
-  attention_forward(env, a, keep_probs);
+  {
+    const LibraryCall dot_product_attention(env, te);
+    attention_forward(env, a, keep_probs);
+  }
   a.residual = allocate_like(env, x.shape);
-  residual_add(
-      env,
-      row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_), fp8(1)),
-      proj_b_, x, a.residual, hidden_dropout_site(index_, false));
+  Tensor proj;
+  {
+    const LibraryCall linear(env, te);
+    proj =
+        row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_), fp8(1));
+  }
+  residual_add(env, proj, proj_b_, x, a.residual, hidden_dropout_site(index_, false));
+  proj = Tensor{};
+  std::optional<LibraryCall> pre_mlp(std::in_place, env, te);  // closed after fc1
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   if (moe_) {
+    pre_mlp.reset();  // the experts' layer norm is a module of its own (TENorm)
     Tensor out = allocate_like(env, x.shape);
     residual_add(env, moe_->forward(env, a.ln2_out, a.moe), -1, a.residual, out,
                  hidden_dropout_site(index_, true));
@@ -422,6 +439,7 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   const bool fuse_gelu = fused_bias_gelu(env);
   a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_],
                                       fuse_gelu ? nullptr : bias(fc1_b_), fp8(2));
+  pre_mlp.reset();
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
     d.swiglu(s, a.fc1_out, a.gelu_out);
@@ -432,11 +450,13 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
     a.gelu_out = allocate_like(env, a.fc1_out.shape);
     d.gelu(s, a.fc1_out, a.gelu_out);
   }
+  Tensor fc2;
+  {
+    const LibraryCall linear(env, te);
+    fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3));
+  }
   Tensor out = allocate_like(env, x.shape);
-  residual_add(
-      env,
-      row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3)),
-      fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
+  residual_add(env, fc2, fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
   return out;
 }
 
@@ -461,15 +481,23 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     Tensor scratch = allocate_like(env, a.attn_out.shape);
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
-  // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'.
+  // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'. Transformer
+  // Engine's modules are one library call each backward too (their autograd functions).
+  const bool te = env.transformer_engine;
   Tensor d_ln2;
+  std::optional<LibraryCall> pre_mlp;  // fc1's backward and the norm's (LayerNormLinear)
   if (moe_) {
     d_ln2 = moe_->backward(env, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
                            a.moe, loss_scale);
+    pre_mlp.emplace(env, te);  // the experts' TENorm
   } else {
-    Tensor d_gelu = row_parallel_backward(
-        env, a.gelu_out, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
-        params_[fc2_w_], bias(fc2_b_), fp8(3));
+    Tensor d_out = dropout_grad(env, grad_out, hidden_dropout_site(index_, true));
+    Tensor d_gelu;
+    {
+      const LibraryCall linear(env, te);
+      d_gelu = row_parallel_backward(env, a.gelu_out, d_out, params_[fc2_w_], bias(fc2_b_), fp8(3));
+    }
+    d_out = Tensor{};
     a.gelu_out = Tensor{};
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
@@ -480,26 +508,41 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
       d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
     d_gelu = Tensor{};
     a.fc1_out = Tensor{};
+    pre_mlp.emplace(env, te);
     d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2));
   }
   Tensor d_residual = allocate_like(env, grad_out.shape);
   norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
+  pre_mlp.reset();
   d.add(s, d_residual, grad_out, d_residual);
   d_ln2 = Tensor{};
   a.ln2_out = a.ln2_mean = a.ln2_rstd = a.residual = Tensor{};
   // Attention half: residual = x + proj(attention(qkv(norm1(x)))).
-  Tensor d_attn = row_parallel_backward(
-      env, a.attn_out, dropout_grad(env, d_residual, hidden_dropout_site(index_, false)),
-      params_[proj_w_], bias(proj_b_), fp8(1));
-  Tensor d_qkv = attention_backward(env, d_attn, a);
+  Tensor d_proj = dropout_grad(env, d_residual, hidden_dropout_site(index_, false));
+  Tensor d_attn;
+  {
+    const LibraryCall linear(env, te);
+    d_attn =
+        row_parallel_backward(env, a.attn_out, d_proj, params_[proj_w_], bias(proj_b_), fp8(1));
+  }
+  d_proj = Tensor{};
+  Tensor d_qkv;
+  {
+    const LibraryCall dot_product_attention(env, te);
+    d_qkv = attention_backward(env, d_attn, a);
+  }
   d_attn = Tensor{};
   if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
-  Tensor d_ln1 =
-      column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
-  d_qkv = Tensor{};
-  a.qkv = a.ln1_out = Tensor{};
-  Tensor dx = allocate_like(env, grad_out.shape);
-  norm_backward(env, d_ln1, a.input, ln1_w_, ln1_b_, a.ln1_mean, a.ln1_rstd, dx);
+  Tensor dx;
+  {
+    const LibraryCall layer_norm_linear(env, te);
+    Tensor d_ln1 =
+        column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
+    d_qkv = Tensor{};
+    a.qkv = a.ln1_out = Tensor{};
+    dx = allocate_like(env, grad_out.shape);
+    norm_backward(env, d_ln1, a.input, ln1_w_, ln1_b_, a.ln1_mean, a.ln1_rstd, dx);
+  }
   d.add(s, dx, d_residual, dx);
   a = LayerActivations{};
   return dx;

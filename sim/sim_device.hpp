@@ -210,9 +210,14 @@ class SimDevice : public Device {
   // Ops one library call issues from its own C++ (Transformer Engine's userbuffers overlap,
   // model/tp_comm_overlap.hpp): between begin and end the first costs the host a framework
   // op's issue and every later kernel or p2p group host().library_launch, and the host
-  // waits for none of the p2p (the library orders them on streams).
-  void begin_library_call() { library_call_ops_ = 0; }
-  void end_library_call() { library_call_ops_ = -1; }
+  // waits for none of the p2p (the library orders them on streams). Calls nest (a
+  // Transformer Engine module's call holds its userbuffers GEMM's): the outermost one counts.
+  void begin_library_call() {
+    if (library_call_depth_++ == 0) library_call_ops_ = 0;
+  }
+  void end_library_call() {
+    if (library_call_depth_ > 0 && --library_call_depth_ == 0) library_call_ops_ = -1;
+  }
   bool in_library_call() const { return library_call_ops_ >= 0; }
   // The host's issue of a kernel or p2p group inside a library call, after its first op:
   // true when it costs host().library_launch instead of a framework op's issue.
@@ -264,9 +269,10 @@ class SimDevice : public Device {
   Pricer price_;
   SimDeviceOptions options_;
   std::unordered_map<OpDesc, PricedOp, OpHash, OpEqual> priced_;
-  double host_ = 0;            // when the host finishes issuing what it was given so far
-  double host_waited_ = 0;     // the latest time the host waited until (host_waited())
-  int library_call_ops_ = -1;  // ops issued inside the current library call; -1: none
+  double host_ = 0;             // when the host finishes issuing what it was given so far
+  double host_waited_ = 0;      // the latest time the host waited until (host_waited())
+  int library_call_ops_ = -1;   // ops issued inside the current library call; -1: none
+  int library_call_depth_ = 0;  // library calls begun and not yet ended
   std::map<std::string, double> host_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;

@@ -23,7 +23,7 @@ LayerOptions options_of(const Scenario& s) {
           .rotary_base = static_cast<float>(m.rotary_base),
           .rotary_percent = static_cast<float>(m.rotary_percent),
           .add_bias_linear = !m.disable_bias_linear,
-          .flash_attn = m.use_flash_attn,
+          .flash_attn = runs_fused_attention(m),
           .kv_channels = m.kv_channels.value_or(0),
           .qk_layernorm = m.qk_layernorm,
           .untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights,
@@ -109,12 +109,13 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
   const int tp = s.parallelism.tensor_model_parallel_size, heads = m.num_attention_heads;
   const int groups = num_query_groups(s);
   if (groups == heads || groups < 1 || tp < 1) return;
-  if (!m.use_flash_attn)
+  if (!runs_fused_attention(m))
     v.push_back({"num_query_groups", std::to_string(groups),
                  "grouped-query attention (fewer key/value heads than num_attention_heads = " +
                      std::to_string(heads) +
                      ") runs on the fused attention op in the training step: set "
-                     "use_flash_attn, or leave group_query_attention out"});
+                     "use_flash_attn (or transformer_impl transformer_engine without attention "
+                     "dropout), or leave group_query_attention out"});
   else if (groups % tp != 0)
     v.push_back({"num_query_groups", std::to_string(groups),
                  "must be a multiple of tensor_model_parallel_size = " + std::to_string(tp) +
@@ -148,10 +149,11 @@ void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
 
 void check_step_supports(const Scenario& s) {
   const int cp = s.parallelism.context_parallel_size;
-  if (cp > 1 && !s.model.use_flash_attn)
+  if (cp > 1 && !runs_fused_attention(s.model))
     throw ConfigError("context_parallel_size", std::to_string(cp),
                       "context parallelism runs its attention on the fused attention op, as "
-                      "Megatron's runs on Transformer Engine's: set use_flash_attn, or use 1");
+                      "Megatron's runs on Transformer Engine's: set use_flash_attn (or "
+                      "transformer_impl transformer_engine without attention dropout), or use 1");
   const std::string& comm = s.parallelism.cp_comm_type;
   if (cp > 1 && comm != "p2p" && comm != "all_gather")
     throw ConfigError("cp_comm_type", comm,
@@ -244,6 +246,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.bias_dropout_fusion = t.bias_dropout_fusion;
   env.amax_group = &need(groups_.dp, "dp");  // FP8 delayed scaling's amax reduction
   env.tp_comm_overlap = scenario.parallelism.tp_comm_overlap;
+  env.transformer_engine = transformer_engine_modules(scenario.model);
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);
   // As in Megatron, sequence parallelism (activations already sharded over tp) turns the
   // scatter-gather of pipeline tensors off.

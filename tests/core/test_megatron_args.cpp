@@ -322,5 +322,26 @@ TEST(MegatronArgs, GradientBufferFlagsAreModelled) {
   EXPECT_EQ(value_of(cl, "ddp_pad_buckets_for_high_nccl_busbw"), "true");
 }
 
+// --transformer-impl is Megatron's: modelled, and a command line without a scenario file
+// starts from Megatron's default, transformer_engine (whose attention runs fused where
+// tandem's fused op can: no attention dropout).
+TEST(MegatronArgs, TransformerImplIsModelledWithMegatronsDefault) {
+  const auto cl = parse_megatron_args({"--transformer-impl", "local"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  EXPECT_EQ(value_of(cl, "transformer_impl"), "local");
+  const Scenario s = megatron_default_scenario();
+  EXPECT_EQ(s.model.transformer_impl, "transformer_engine");
+  EXPECT_TRUE(transformer_engine_modules(s.model));
+  EXPECT_TRUE(runs_fused_attention(s.model));
+  Scenario dropout = s;
+  dropout.model.attention_dropout = 0.1;
+  EXPECT_FALSE(runs_fused_attention(dropout.model));  // TE's unfused backend
+  Scenario local = s;
+  local.model.transformer_impl = "local";
+  EXPECT_FALSE(runs_fused_attention(local.model));
+  local.model.use_flash_attn = true;
+  EXPECT_TRUE(runs_fused_attention(local.model));
+}
+
 }  // namespace
 }  // namespace tandem

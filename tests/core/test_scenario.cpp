@@ -978,6 +978,18 @@ TEST(ScenarioModel, AttentionDropoutIsAProbabilityOfTheUnfusedAttention) {
   EXPECT_TRUE(Names(invalid(cp), "attention_dropout", "0.1", "context_parallel_size"));
 }
 
+TEST(ScenarioModel, TransformerImplIsLocalOrTransformerEngine) {
+  Scenario s = default_scenario();
+  EXPECT_EQ(s.model.transformer_impl, "local");  // tandem's scenarios; Megatron's flags: TE
+  apply_overrides(s, {{"--transformer-impl", "transformer_engine"}});
+  EXPECT_EQ(s.model.transformer_impl, "transformer_engine");
+  EXPECT_EQ(parse_scenario(to_json(s)), s);
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--transformer-impl", "te"}}),
+                    "--transformer-impl", "te", "local | transformer_engine"));
+  EXPECT_TRUE(Names(unparsable(R"({"model": {"transformer_impl": "inference_optimized"}})"),
+                    "model.transformer_impl", "inference_optimized", "local | transformer_engine"));
+}
+
 TEST(ScenarioModel, ChoicesAndRangesOfTheNewFields) {
   auto vs = unparsable(R"({"model": {"normalization": "rmsnorm", "position_embedding_type": "alibi",
                            "rotary_percent": 0, "norm_epsilon": 0, "num_query_groups": 0}})");
