@@ -402,14 +402,18 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   a.input = x;
   a.ln1_out = allocate_like(env, x.shape);
   norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
+  a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0),
+                                  &a.fp8_input[0]);
+  if (saved_fp8(a, 0)) a.ln1_out = Tensor{};
   if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
   attention_forward(env, a, keep_probs);
   a.residual = allocate_like(env, x.shape);
-  residual_add(
-      env,
-      row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_), fp8(1)),
-      proj_b_, x, a.residual, hidden_dropout_site(index_, false));
+  residual_add(env,
+               row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_),
+                                    fp8(1), &a.fp8_input[1]),
+               proj_b_, x, a.residual, hidden_dropout_site(index_, false));
+  // Fused attention's backward reads its output; the unfused one does not.
+  if (saved_fp8(a, 1) && !dims_.options.flash_attn && env.cp == nullptr) a.attn_out = Tensor{};
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   if (moe_) {
@@ -421,7 +425,8 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   // With the fusion fc1_out is kept without its bias, as Megatron's bias_gelu keeps it.
   const bool fuse_gelu = fused_bias_gelu(env);
   a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_],
-                                      fuse_gelu ? nullptr : bias(fc1_b_), fp8(2));
+                                      fuse_gelu ? nullptr : bias(fc1_b_), fp8(2), &a.fp8_input[2]);
+  if (saved_fp8(a, 2)) a.ln2_out = Tensor{};
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
     d.swiglu(s, a.fc1_out, a.gelu_out);
@@ -433,10 +438,11 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
     d.gelu(s, a.fc1_out, a.gelu_out);
   }
   Tensor out = allocate_like(env, x.shape);
-  residual_add(
-      env,
-      row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3)),
-      fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
+  residual_add(env,
+               row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_),
+                                    fp8(3), &a.fp8_input[3]),
+               fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
+  if (saved_fp8(a, 3)) a.gelu_out = Tensor{};
   return out;
 }
 
@@ -458,7 +464,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     // selective: recompute the attention core
     const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
     a.probs = allocate_like(env, Shape{B, local_heads, T, T});
-    Tensor scratch = allocate_like(env, a.attn_out.shape);
+    Tensor scratch = allocate_like(env, Shape{T * B, local_heads * hd});
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
   // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'.
@@ -469,8 +475,9 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   } else {
     Tensor d_gelu = row_parallel_backward(
         env, a.gelu_out, dropout_grad(env, grad_out, hidden_dropout_site(index_, true)),
-        params_[fc2_w_], bias(fc2_b_), fp8(3));
+        params_[fc2_w_], bias(fc2_b_), fp8(3), saved_fp8(a, 3));
     a.gelu_out = Tensor{};
+    a.fp8_input[3] = Fp8Tensor{};
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
       d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
@@ -480,7 +487,9 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
       d.gelu_backward(s, d_gelu, a.fc1_out, d_fc1);
     d_gelu = Tensor{};
     a.fc1_out = Tensor{};
-    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2));
+    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2),
+                                     saved_fp8(a, 2));
+    a.fp8_input[2] = Fp8Tensor{};
   }
   Tensor d_residual = allocate_like(env, grad_out.shape);
   norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
@@ -490,12 +499,14 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   // Attention half: residual = x + proj(attention(qkv(norm1(x)))).
   Tensor d_attn = row_parallel_backward(
       env, a.attn_out, dropout_grad(env, d_residual, hidden_dropout_site(index_, false)),
-      params_[proj_w_], bias(proj_b_), fp8(1));
+      params_[proj_w_], bias(proj_b_), fp8(1), saved_fp8(a, 1));
+  a.fp8_input[1] = Fp8Tensor{};
   Tensor d_qkv = attention_backward(env, d_attn, a);
   d_attn = Tensor{};
   if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
-  Tensor d_ln1 =
-      column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
+  Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_),
+                                          fp8(0), saved_fp8(a, 0));
+  a.fp8_input[0] = Fp8Tensor{};
   d_qkv = Tensor{};
   a.qkv = a.ln1_out = Tensor{};
   Tensor dx = allocate_like(env, grad_out.shape);
