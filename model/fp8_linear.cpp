@@ -75,16 +75,28 @@ void Fp8Linear::quantize_weight(ModelEnv& env, const Parameter& w) {
   if (weight_step_ == state_->step()) return;
   weight_step_ = state_->step();
   const std::int64_t out = w.local_shape[0], in = w.local_shape[1];
+  // The previous step's copies go first: TE's workspace is refilled in place.
+  weight_rowwise_ = weight_columnwise_ = Fp8Tensor{};
   weight_rowwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, false);
-  // MX blocks run along the reduction dimension: dgrad (dx = dy · w) reduces over out.
-  if (state_->config().recipe == "mxfp8")
-    weight_columnwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, true);
+  // dgrad's copy (dx = dy · w reduces over out): MX blocks along out; the other recipes' codes
+  // are fprop's, held again as TE holds its transposed copy.
+  weight_columnwise_ =
+      quantize(env, w.compute, out, in, Fp8LayerState::weight, state_->config().recipe == "mxfp8");
 }
 
-Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w) {
+Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w,
+                          Fp8Tensor* saved_input) {
   quantize_weight(env, w);
   const std::int64_t rows = x.shape[0], in = x.shape[1], out = w.local_shape[0];
   const Fp8Tensor xq = quantize(env, x, rows, in, Fp8LayerState::input, false);
+  if (saved_input != nullptr && saves_input()) {
+    // wgrad reduces over the rows: per-tensor scaling reuses fprop's codes, the block
+    // recipes need a copy blocked along the rows (TE's columnwise usage, made in forward).
+    const std::string& recipe = state_->config().recipe;
+    *saved_input = recipe == "delayed" || recipe == "tensorwise"
+                       ? xq
+                       : quantize(env, x, rows, in, Fp8LayerState::input, true);
+  }
   Tensor y = allocate_like(env, Shape{rows, out});
   env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});
   return y;
@@ -96,26 +108,27 @@ Fp8Grad Fp8Linear::quantize_grad(ModelEnv& env, const Tensor& dy) {
 }
 
 Tensor Fp8Linear::input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w) {
-  const bool mx = state_->config().recipe == "mxfp8";
   Tensor dx = allocate_like(env, Shape{g.dy->shape[0], w.local_shape[1]});
-  env.device.fp8_gemm(env.stream,
-                      {.a = g.rowwise, .b = mx ? weight_columnwise_ : weight_rowwise_, .c = dx});
+  env.device.fp8_gemm(env.stream, {.a = g.rowwise, .b = weight_columnwise_, .c = dx});
   return dx;
 }
 
-void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, Parameter& w) {
+void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x,
+                            const Fp8Tensor* saved_input, Parameter& w) {
   const Tensor& dy = *g.dy;
   if (!state_->config().wgrad) {  // Megatron's --no-fp8-wgrad: this GEMM in the compute dtype
     accumulate_weight_grad(env, dy, x, w);
     return;
   }
-  const std::int64_t rows = x.shape[0];
+  const std::int64_t rows = dy.shape[0];
   const bool per_tensor =
       state_->config().recipe == "delayed" || state_->config().recipe == "tensorwise";
   // wgrad reduces over the rows (tokens): block recipes need copies blocked along them.
   const Fp8Tensor dyq =
       per_tensor ? g.rowwise : quantize(env, dy, rows, dy.shape[1], Fp8LayerState::grad, true);
-  const Fp8Tensor xq = quantize(env, x, rows, x.shape[1], Fp8LayerState::input, !per_tensor);
+  const Fp8Tensor xq = saved_input != nullptr && saved_input->codes.storage
+                           ? *saved_input
+                           : quantize(env, x, rows, x.shape[1], Fp8LayerState::input, !per_tensor);
   if (env.gradient_accumulation_fusion || env.first_backward) {
     const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
     env.device.fp8_gemm(env.stream,

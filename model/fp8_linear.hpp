@@ -20,9 +20,17 @@
 // first forward of the layer. TE updates them at every microbatch's fp8_autocast exit;
 // updating once per step keeps every layout on the same scales (the single-process run
 // sees the dp ranks' microbatches in another order), so tp / pp / dp give the same losses.
-// The wgrad GEMM's input is quantized again in backward from the activation the layer
-// saved (TE saves the forward's FP8 copy): the scale is the same within a step, so are the
-// codes.
+// What is held, as TE holds it (transformer_engine/pytorch/module/linear.py and
+// layernorm_linear.py; TE 1.x saves `inputmat_t` / the FP8 `ln_out`, TE 2.x the input's
+// columnwise quantization): for the wgrad GEMM a layer keeps its input's FP8 copy, 1 byte an
+// element, not the compute-dtype input (the copy the forward GEMM read under per-tensor
+// scaling, the columnwise one made in forward under the block recipes); with
+// --no-fp8-wgrad the compute-dtype input instead. The weights' FP8 copies are cached from
+// the step's first forward to the next step's (TE's weight workspace, is_first_microbatch):
+// a rowwise copy for fprop and a columnwise one for dgrad — on Hopper TE's transposed copy,
+// as FP8 GEMMs there take TN layouts only; under MXFP8 the 32 × 1 blocks —, 2 bytes an
+// element in all. Blackwell needs no transpose for per-tensor scaling: tandem holds it there
+// too (1 byte a weight element more than TE).
 #pragma once
 
 #include <array>
@@ -91,13 +99,20 @@ class Fp8Linear {
  public:
   Fp8Linear(Fp8LayerState& state, int linear) : state_(&state), linear_(linear) {}
 
-  // y (rows, out) = x (rows, in) · wᵀ, both in FP8; no bias.
-  Tensor forward(ModelEnv& env, const Tensor& x, const Parameter& w);
+  // y (rows, out) = x (rows, in) · wᵀ, both in FP8; no bias. With `saved_input`, it gets the
+  // FP8 copy of x that weight_grad reads (when saves_input()).
+  Tensor forward(ModelEnv& env, const Tensor& x, const Parameter& w,
+                 Fp8Tensor* saved_input = nullptr);
+  // Whether the wgrad GEMM reads an FP8 copy of the input saved in forward (FP8 wgrad), or
+  // the compute-dtype input (--no-fp8-wgrad).
+  bool saves_input() const { return state_->config().wgrad; }
   Fp8Grad quantize_grad(ModelEnv& env, const Tensor& dy);
   // dx (rows, in) = dy · w.
   Tensor input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w);
-  // w.grad += dyᵀ · x (x: rows, in), in FP8 unless fp8_wgrad is off.
-  void weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, Parameter& w);
+  // w.grad += dyᵀ · x (x: rows, in), in FP8 unless fp8_wgrad is off; from `saved_input`
+  // (forward's copy) when given, else x quantized here.
+  void weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, const Fp8Tensor* saved_input,
+                   Parameter& w);
 
  private:
   int slot(Fp8LayerState::Role role) const { return 3 * linear_ + role; }
@@ -110,7 +125,7 @@ class Fp8Linear {
   Fp8LayerState* state_;
   int linear_;
   std::int64_t weight_step_ = -1;
-  Fp8Tensor weight_rowwise_, weight_columnwise_;  // the step's weight (columnwise: MX only)
+  Fp8Tensor weight_rowwise_, weight_columnwise_;  // the step's weight: fprop's and dgrad's
 };
 
 // What the training step does not run yet with FP8, as violations naming the field.

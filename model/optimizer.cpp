@@ -31,7 +31,7 @@ void AdamW::step(Stream& s, float lr, float grad_scale) {
   for (const auto& piece : shard_.pieces) {
     const Parameter& p = params_[piece.param];
     const Shape shape{piece.length};
-    Tensor value = params_.values().view(shape, piece.begin);
+    Tensor value = params_.main_values(piece.begin, piece.length);
     Tensor m = exp_avg_.view(shape, piece.state_offset);
     Tensor v = exp_avg_sq_.view(shape, piece.state_offset);
     device_.adam(s, {.param = value,

@@ -5,6 +5,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "model/optimizer_shard.hpp"
+
 namespace tandem {
 
 std::string_view shard_kind_name(ShardKind k) {
@@ -128,7 +130,7 @@ void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vect
 }
 
 int ParameterSet::add(ParameterSpec spec) {
-  if (values_.storage) throw std::logic_error("ParameterSet: add after allocate");
+  if (grads_.storage) throw std::logic_error("ParameterSet: add after allocate");
   Parameter p{std::move(spec), Shape{}, 0, 0, Tensor{}, Tensor{}, Tensor{}, chunk_};
   p.local_shape = local_shape_of(p.spec, tp_size_);
   params_.push_back(std::move(p));
@@ -189,20 +191,71 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
   return buckets;
 }
 
-void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType compute) {
+void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType compute,
+                            const MainValueShard& main) {
   buckets_ = layout_buffers(params_, layout, numel_);
-  values_ = device.allocate(Shape{numel_}, DType::fp32);
   grads_ = device.allocate(Shape{numel_}, DType::fp32);
-  compute_ = compute == DType::fp32 ? values_ : device.allocate(Shape{numel_}, compute);
+  compute_ = device.allocate(Shape{numel_}, compute);
+  main_slices_.clear();
+  main_offsets_.clear();
+  if (compute == DType::fp32) {
+    main_ = compute_;
+    main_slices_.emplace_back(0, numel_);
+    main_offsets_.push_back(0);
+  } else {
+    std::int64_t held = 0;
+    for (const auto& [begin, end] : make_optimizer_shard(*this, main.dp_size, main.dp_rank,
+                                                         main.expert_dp_size, main.expert_dp_rank)
+                                        .bucket_slices) {
+      main_slices_.emplace_back(begin, end);
+      main_offsets_.push_back(held);
+      held += end - begin;
+    }
+    main_ = device.allocate(Shape{held}, DType::fp32);
+  }
   for (auto& p : params_) {
-    p.value = values_.view(p.local_shape, p.value_offset);
+    if (compute == DType::fp32) p.value = compute_.view(p.local_shape, p.value_offset);
     p.grad = grads_.view(p.local_shape, p.grad_offset);
     p.compute = compute_.view(p.local_shape, p.value_offset);
   }
 }
 
+Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
+  for (std::size_t k = 0; k < main_slices_.size(); ++k) {
+    const auto [lo, hi] = main_slices_[k];
+    if (begin >= lo && begin + length <= hi)
+      return main_.view(Shape{length}, main_offsets_[k] + begin - lo);
+  }
+  throw std::logic_error("ParameterSet: main values [" + std::to_string(begin) + ", " +
+                         std::to_string(begin + length) + ") are not held by this rank");
+}
+
 void ParameterSet::refresh_compute(Device& device, Stream& s) {
-  if (compute_.storage != values_.storage) device.copy(s, values_, compute_);
+  if (!separate_main()) return;
+  if (!holds_all_main())
+    throw std::logic_error(
+        "ParameterSet: the 16-bit parameters cannot be refreshed from a "
+        "shard of the main values (the data-parallel gather does it)");
+  device.copy(s, main_, compute_);
+}
+
+void ParameterSet::load_values(Device& device, Stream& s, const Tensor& full) {
+  if (!separate_main()) {
+    device.copy(s, full, compute_);
+    return;
+  }
+  for (const auto& [lo, hi] : main_slices_) {
+    Tensor to = main_values(lo, hi - lo);
+    device.copy(s, full.view(Shape{hi - lo}, lo), to);
+  }
+  device.copy(s, full, compute_);
+}
+
+void ParameterSet::store_main_values(Device& device, Stream& s, Tensor& full) {
+  for (const auto& [lo, hi] : main_slices_) {
+    Tensor to = full.view(Shape{hi - lo}, lo);
+    device.copy(s, main_values(lo, hi - lo), to);
+  }
 }
 
 namespace {
@@ -238,17 +291,35 @@ void fill_normal(std::vector<float>& out, float std_dev, std::uint64_t seed) {
 }  // namespace
 
 void ParameterSet::initialize(Device& device, Stream& s, std::uint64_t seed) {
-  device.fill(s, values_, 0.0f);  // the buckets' padding
+  auto produce = [&](const Parameter& p) {
+    return Device::ProduceFloats([&](std::span<float> host) {
+      std::vector<float> full(static_cast<std::size_t>(p.spec.full_shape.numel()),
+                              p.spec.init_value);
+      if (p.spec.init_std > 0) fill_normal(full, p.spec.init_std, seed_for(seed, p.spec.name));
+      std::vector<float> shard;
+      extract_shard(p.spec, tp_size_, tp_rank_, full, shard);
+      std::copy(shard.begin(), shard.end(), host.begin());
+    });
+  };
+  device.fill(s, compute_, 0.0f);  // the buckets' padding
+  if (separate_main()) device.fill(s, main_, 0.0f);
   for (auto& p : params_) {
-    device.upload(s, p.value, Device::ProduceFloats([&](std::span<float> host) {
-                    std::vector<float> full(static_cast<std::size_t>(p.spec.full_shape.numel()),
-                                            p.spec.init_value);
-                    if (p.spec.init_std > 0)
-                      fill_normal(full, p.spec.init_std, seed_for(seed, p.spec.name));
-                    std::vector<float> shard;
-                    extract_shard(p.spec, tp_size_, tp_rank_, full, shard);
-                    std::copy(shard.begin(), shard.end(), host.begin());
-                  }));
+    if (!separate_main()) {
+      device.upload(s, p.value, produce(p));
+      continue;
+    }
+    // One parameter's fp32 values at a time: rounded into the model parameter, and the
+    // slices of it this rank holds main values for.
+    Tensor scratch = device.allocate(p.local_shape, DType::fp32);
+    device.upload(s, scratch, produce(p));
+    device.copy(s, scratch, p.compute);
+    const std::int64_t begin = p.value_offset, end = begin + p.local_shape.numel();
+    for (const auto& [lo, hi] : main_slices_) {
+      const std::int64_t a = std::max(lo, begin), b = std::min(hi, end);
+      if (a >= b) continue;
+      Tensor to = main_values(a, b - a);
+      device.copy(s, scratch.view(Shape{b - a}, a - begin), to);
+    }
   }
   device.fill(s, grads_, 0.0f);
 }

@@ -1,9 +1,13 @@
 // Parameters of a model chunk: every weight and bias this rank holds (its tensor-parallel
-// shard), laid out in one contiguous fp32 value buffer and one contiguous fp32 gradient
-// buffer (Megatron's ParamAndGradBuffer, which the data-parallel buckets and the
-// distributed optimizer slice). Both buffers share one index map: parameters in reverse
-// registration order, so that backward — which visits the model in reverse — fills the
-// gradient buffer from the front and buckets become ready in order. The buffers are cut
+// shard), laid out in one contiguous value buffer and one contiguous fp32 gradient buffer
+// (Megatron's ParamAndGradBuffer, which the data-parallel buckets and the distributed
+// optimizer slice). Under fp32 the value buffer is the fp32 parameters; under mixed
+// precision it is the 16-bit model parameters, and the fp32 main parameters are held
+// apart: for the whole buffer (Megatron's Float16OptimizerWithFloat16Params), or with the
+// distributed optimizer for this data-parallel rank's slice of every bucket only
+// (DistributedOptimizer's shard_fp32_from_float16_groups). Both buffers share one index map:
+// parameters in reverse registration order, so that backward — which visits the model in reverse —
+// fills the gradient buffer from the front and buckets become ready in order. The buffers are cut
 // into buckets, each padded to a multiple of `pad_to` elements (with the distributed
 // optimizer a multiple of the data-parallel size, so every dp rank owns an equal slice of
 // every bucket), each parameter starting at a multiple of `param_align`.
@@ -57,10 +61,11 @@ struct Parameter {
   Shape local_shape;
   std::int64_t value_offset = 0;  // elements into the value buffer
   std::int64_t grad_offset = 0;   // elements into the gradient buffer (= value_offset)
-  Tensor value;                   // fp32 main parameter
-  Tensor grad;                    // fp32 main gradient
-  Tensor compute;  // what forward and backward read: a 16-bit copy of value under mixed
-                   // precision (Megatron's bf16/fp16 model params), else value itself
+  Tensor value;    // fp32 parameter under fp32 compute (= compute); empty under mixed
+                   // precision, whose fp32 main values ParameterSet::main_values holds
+  Tensor grad;     // fp32 main gradient
+  Tensor compute;  // what forward and backward read: the 16-bit model parameter under mixed
+                   // precision (Megatron's bf16/fp16 model params), else the fp32 one
   int chunk = 0;   // the model chunk (virtual pipeline stage) that registered it
 };
 
@@ -91,6 +96,14 @@ struct BufferBucket {
   bool expert = false;      // holds experts' weights (after all the others in the buffer)
 };
 
+// Which fp32 main values a rank holds under mixed precision: rank dp_rank of dp_size's slice
+// of every bucket (the experts' buckets: of the expert-data-parallel group, when
+// expert_dp_size is set), as make_optimizer_shard cuts them; the default, the whole buffer.
+struct MainValueShard {
+  int dp_size = 1, dp_rank = 0;
+  int expert_dp_size = 0, expert_dp_rank = 0;
+};
+
 class ParameterSet {
  public:
   ParameterSet(int tp_size, int tp_rank) : tp_size_(tp_size), tp_rank_(tp_rank) {}
@@ -99,20 +112,37 @@ class ParameterSet {
   // begin_chunk(c) belong to model chunk c (0 until then).
   int add(ParameterSpec spec);
   void begin_chunk(int chunk) { chunk_ = chunk; }
-  // Lays the parameters out in buckets, allocates the two buffers on `device` and makes
-  // every parameter a view into them.
-  // With a 16-bit `compute` dtype a third buffer holds the model's 16-bit copy of the
-  // parameters (refresh_compute keeps it equal to the fp32 main values).
-  void allocate(Device& device, const BufferLayout& layout = {}, DType compute = DType::fp32);
-  // Copies the fp32 main values into the 16-bit copy (after initialisation, each optimizer
-  // step and a checkpoint load); nothing under fp32.
+  // Lays the parameters out in buckets, allocates the value and gradient buffers on
+  // `device` in the `compute` dtype and fp32, and makes every parameter a view into them.
+  // With a 16-bit `compute` dtype a third, fp32 buffer holds the main values of the slices
+  // `main` names, back to back (main_values).
+  void allocate(Device& device, const BufferLayout& layout = {}, DType compute = DType::fp32,
+                const MainValueShard& main = {});
+  // Whether the fp32 main values are a buffer of their own (16-bit compute), and whether
+  // it covers the whole value buffer (no distributed optimizer).
+  bool separate_main() const { return compute_.storage != main_.storage; }
+  bool holds_all_main() const { return main_.numel() == numel_; }
+  // The fp32 main values of buffer elements [begin, begin + length), which must lie inside
+  // one held slice: under fp32 a view of the value buffer itself.
+  Tensor main_values(std::int64_t begin, std::int64_t length);
+  // The held slices [begin, end) of the buffer, in buffer order.
+  const std::vector<std::pair<std::int64_t, std::int64_t>>& main_slices() const {
+    return main_slices_;
+  }
+  // Copies the fp32 main values into the 16-bit parameters (after each optimizer step
+  // without the distributed optimizer); needs holds_all_main(); nothing under fp32.
   void refresh_compute(Device& device, Stream& s);
+  // Sets every value from `full` (numel() fp32, e.g. a checkpoint's): the held main slices
+  // and the 16-bit parameters.
+  void load_values(Device& device, Stream& s, const Tensor& full);
+  // Writes the held main values into their places in `full` (numel() fp32); the rest of
+  // `full` is left as it is (the data-parallel gather fills it).
+  void store_main_values(Device& device, Stream& s, Tensor& full);
 
   Parameter& operator[](int i) { return params_.at(i); }
   const Parameter& operator[](int i) const { return params_.at(i); }
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
-  Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
   Tensor& compute_values() { return compute_; }
   std::int64_t numel() const { return numel_; }  // of each buffer, padding included
@@ -122,7 +152,9 @@ class ParameterSet {
 
   // Initialises every parameter as Megatron does, from the logical tensor: each rank
   // generates the full parameter from a seed derived from (seed, name) and keeps its
-  // shard, so any tensor-parallel size starts from the same model.
+  // shard, so any tensor-parallel size starts from the same model. Under mixed precision
+  // the held main values get the fp32 initial values and the model parameters their 16-bit
+  // rounding, through one parameter-sized fp32 scratch tensor at a time.
   void initialize(Device& device, Stream& s, std::uint64_t seed);
 
  private:
@@ -131,8 +163,11 @@ class ParameterSet {
   std::vector<Parameter> params_;
   std::vector<BufferBucket> buckets_;
   std::int64_t numel_ = 0;
-  Tensor compute_;  // the 16-bit copy, or values_ itself
-  Tensor values_, grads_;
+  Tensor compute_;  // (numel_) the parameters forward reads, 16-bit or fp32
+  Tensor grads_;    // (numel_) fp32
+  Tensor main_;     // (Σ held slices) fp32 main values; compute_ itself under fp32
+  std::vector<std::pair<std::int64_t, std::int64_t>> main_slices_;
+  std::vector<std::int64_t> main_offsets_;  // each held slice's first element in main_
 };
 
 std::string_view shard_kind_name(ShardKind k);  // "replicated", "rows", "columns", "qkv_rows", …

@@ -49,10 +49,10 @@ Tensor allocate_fp32(Device& d, const Shape& shape) {
 }
 
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                      Fp8Linear* fp8) {
+                      Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   Tensor y;
   if (fp8) {
-    y = fp8->forward(env, x, w);
+    y = fp8->forward(env, x, w, fp8_input);
   } else {
     y = allocate_like(env, Shape{x.shape[0], w.local_shape[0]});
     env.device.gemm(env.stream, {.a = x, .b = w.compute, .c = y, .transpose_b = true});
@@ -76,13 +76,16 @@ struct LinearBackward {
   Tensor input_grad(const Parameter& w) {
     return fp8 ? fp8->input_grad(env, grad, w) : linear_input_grad(env, dy, w);
   }
-  void weight_grad(const Tensor& x, Parameter& w, Parameter* b) {
+  // x, or with `fp8_input` (forward's FP8 copy of x) nothing: x may then be empty.
+  void weight_grad(const Tensor& x, Parameter& w, Parameter* b,
+                   const Fp8Tensor* fp8_input = nullptr) {
     if (!fp8) return linear_weight_grad(env, x, dy, w, b);
+    const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
     // Deferred work outlives this frame: it keeps its own handle of dy for the Fp8Grad.
-    weight_grad_work(env, [f = fp8, g = grad, d = dy, x, &w, b](ModelEnv& e) {
+    weight_grad_work(env, [f = fp8, g = grad, d = dy, x, saved, &w, b](ModelEnv& e) {
       Fp8Grad here = g;
       here.dy = &d;
-      f->weight_grad(e, here, x, w);
+      f->weight_grad(e, here, x, saved.codes.storage ? &saved : nullptr, w);
       if (b) e.device.bias_grad(e.stream, d, b->grad);
     });
   }
@@ -138,8 +141,8 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 }
 
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                               const Parameter* b, Fp8Linear* fp8) {
-  if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8);
+                               const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input) {
+  if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input);
   if (env.tp_comm_overlap && fp8 == nullptr) {  // FP8 layers: refused by check_step_supports
     Tensor y = ring_exchange_gather_gemm(env, x, w.compute, true);
     if (b) env.device.bias_add(env.stream, y, b->compute);
@@ -150,13 +153,13 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
 }
 
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                                Parameter* b, Fp8Linear* fp8) {
+                                Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
   LinearBackward linear(env, dy, fp8);
   if (!env.sequence_parallel) {
     Tensor dx = linear.input_grad(w);
     auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
     if (!env.async_tensor_model_parallel_allreduce) work->wait();
-    linear.weight_grad(x, w, b);
+    linear.weight_grad(x, w, b, fp8_input);
     if (env.async_tensor_model_parallel_allreduce) work->wait();
     return dx;
   }
@@ -175,12 +178,12 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
 }
 
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                            Fp8Linear* fp8) {
+                            Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   Tensor y;
   if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
     y = gemm_pipelined_reduce_scatter(env, x, w.compute);
   } else {
-    y = linear_forward(env, x, w, nullptr, fp8);
+    y = linear_forward(env, x, w, nullptr, fp8, fp8_input);
     if (env.sequence_parallel)
       y = reduce_scatter_to_sequence_parallel_region(env, y);
     else
@@ -191,7 +194,7 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, 
 }
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                             Parameter* b, Fp8Linear* fp8) {
+                             Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
   if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
     Tensor total;  // the gathered output gradient, for the weight gradient
     Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
@@ -203,7 +206,7 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
   const Tensor total = env.sequence_parallel ? gather_from_sequence_parallel_region(env, dy) : dy;
   LinearBackward linear(env, total, fp8);
   Tensor dx = linear.input_grad(w);
-  linear.weight_grad(x, w, nullptr);
+  linear.weight_grad(x, w, nullptr, fp8_input);
   // The bias was added to the (sharded) output: its gradient is the shard's column sums.
   if (b) weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
   return dx;

@@ -138,9 +138,11 @@ Tensor allocate_like(ModelEnv& env, const Shape& shape);
 // Per-row statistics (layer-norm mean and rstd, losses) stay fp32 under mixed precision.
 Tensor allocate_fp32(Device& d, const Shape& shape);
 
-// y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]; with `fp8`, the GEMM in FP8.
+// y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]; with `fp8`, the GEMM in FP8, and
+// `fp8_input`, when given, gets the FP8 copy of x the weight gradient is to read
+// (Fp8Linear::forward).
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                      Fp8Linear* fp8 = nullptr);
+                      Fp8Linear* fp8 = nullptr, Fp8Tensor* fp8_input = nullptr);
 // w.grad += dyᵀ · x: one accumulating GEMM, or (gradient_accumulation_fusion off) a GEMM
 // into a fresh gradient and an add. Weight-gradient work (weight_grad_work), as are the
 // weight and bias gradients of every linear layer below.
@@ -159,20 +161,27 @@ Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x);
 Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x);
 
 // The four below take an optional Fp8Linear: its GEMMs then run in FP8 (the collectives
-// and the biases stay as they are).
+// and the biases stay as they are). Forward's optional `fp8_input` receives the FP8 copy of
+// the input that backward's weight gradient then reads in place of x (TE saves it, not x;
+// Fp8Linear::saves_input), and x may be empty there. The column-parallel layers save it
+// without sequence parallelism only: with it, forward gathers the input, and backward
+// gathers the compute-dtype shard again and quantizes it (TE gathers FP8 shards).
 // x: (rows, in), or (rows / tp, in) with sequence parallelism; returns (rows, out / tp).
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                               const Parameter* b, Fp8Linear* fp8 = nullptr);
+                               const Parameter* b, Fp8Linear* fp8 = nullptr,
+                               Fp8Tensor* fp8_input = nullptr);
 // Returns dX in x's shape: all-reduced over tp, or reduce-scattered with sequence
 // parallelism; the collective runs while the weight gradient is computed.
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                                Parameter* b, Fp8Linear* fp8 = nullptr);
+                                Parameter* b, Fp8Linear* fp8 = nullptr,
+                                const Fp8Tensor* fp8_input = nullptr);
 
 // x: (rows, in / tp); returns (rows, out), or (rows / tp, out) with sequence parallelism.
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                            Fp8Linear* fp8 = nullptr);
+                            Fp8Linear* fp8 = nullptr, Fp8Tensor* fp8_input = nullptr);
 // dy in the forward output's shape; returns dX (rows, in / tp).
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                             Parameter* b, Fp8Linear* fp8 = nullptr);
+                             Parameter* b, Fp8Linear* fp8 = nullptr,
+                             const Fp8Tensor* fp8_input = nullptr);
 
 }  // namespace tandem

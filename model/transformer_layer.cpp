@@ -409,8 +409,10 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
     const LibraryCall layer_norm_linear(env, te);
     a.ln1_out = allocate_like(env, x.shape);
     norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-    a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0));
+    a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0),
+                                    &a.fp8_input[0]);
   }
+  if (saved_fp8(a, 0)) a.ln1_out = Tensor{};
   if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
   {
     const LibraryCall dot_product_attention(env, te);
@@ -420,11 +422,13 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   Tensor proj;
   {
     const LibraryCall linear(env, te);
-    proj =
-        row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_), fp8(1));
+    proj = row_parallel_forward(env, a.attn_out, params_[proj_w_], unfused_bias(env, proj_b_),
+                                fp8(1), &a.fp8_input[1]);
   }
   residual_add(env, proj, proj_b_, x, a.residual, hidden_dropout_site(index_, false));
   proj = Tensor{};
+  // Fused attention's backward reads its output; the unfused one does not.
+  if (saved_fp8(a, 1) && !dims_.options.flash_attn && env.cp == nullptr) a.attn_out = Tensor{};
   std::optional<LibraryCall> pre_mlp(std::in_place, env, te);  // closed after fc1
   a.ln2_out = allocate_like(env, x.shape);
   norm_forward(env, a.residual, ln2_w_, ln2_b_, a.ln2_out, a.ln2_mean, a.ln2_rstd);
@@ -438,8 +442,9 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   // With the fusion fc1_out is kept without its bias, as Megatron's bias_gelu keeps it.
   const bool fuse_gelu = fused_bias_gelu(env);
   a.fc1_out = column_parallel_forward(env, a.ln2_out, params_[fc1_w_],
-                                      fuse_gelu ? nullptr : bias(fc1_b_), fp8(2));
+                                      fuse_gelu ? nullptr : bias(fc1_b_), fp8(2), &a.fp8_input[2]);
   pre_mlp.reset();
+  if (saved_fp8(a, 2)) a.ln2_out = Tensor{};
   if (dims_.options.swiglu) {
     a.gelu_out = allocate_like(env, Shape{a.fc1_out.shape[0], a.fc1_out.shape[1] / 2});
     d.swiglu(s, a.fc1_out, a.gelu_out);
@@ -453,10 +458,13 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   Tensor fc2;
   {
     const LibraryCall linear(env, te);
-    fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3));
+    fc2 = row_parallel_forward(env, a.gelu_out, params_[fc2_w_], unfused_bias(env, fc2_b_), fp8(3),
+                               &a.fp8_input[3]);
   }
   Tensor out = allocate_like(env, x.shape);
   residual_add(env, fc2, fc2_b_, a.residual, out, hidden_dropout_site(index_, true));
+  fc2 = Tensor{};
+  if (saved_fp8(a, 3)) a.gelu_out = Tensor{};
   return out;
 }
 
@@ -478,7 +486,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     // selective: recompute the attention core
     const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
     a.probs = allocate_like(env, Shape{B, local_heads, T, T});
-    Tensor scratch = allocate_like(env, a.attn_out.shape);
+    Tensor scratch = allocate_like(env, Shape{T * B, local_heads * hd});
     d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
   }
   // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'. Transformer
@@ -495,10 +503,12 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     Tensor d_gelu;
     {
       const LibraryCall linear(env, te);
-      d_gelu = row_parallel_backward(env, a.gelu_out, d_out, params_[fc2_w_], bias(fc2_b_), fp8(3));
+      d_gelu = row_parallel_backward(env, a.gelu_out, d_out, params_[fc2_w_], bias(fc2_b_), fp8(3),
+                                     saved_fp8(a, 3));
     }
     d_out = Tensor{};
     a.gelu_out = Tensor{};
+    a.fp8_input[3] = Fp8Tensor{};
     Tensor d_fc1 = allocate_like(env, a.fc1_out.shape);
     if (dims_.options.swiglu)
       d.swiglu_backward(s, d_gelu, a.fc1_out, d_fc1);
@@ -509,7 +519,9 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     d_gelu = Tensor{};
     a.fc1_out = Tensor{};
     pre_mlp.emplace(env, te);
-    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2));
+    d_ln2 = column_parallel_backward(env, a.ln2_out, d_fc1, params_[fc1_w_], bias(fc1_b_), fp8(2),
+                                     saved_fp8(a, 2));
+    a.fp8_input[2] = Fp8Tensor{};
   }
   Tensor d_residual = allocate_like(env, grad_out.shape);
   norm_backward(env, d_ln2, a.residual, ln2_w_, ln2_b_, a.ln2_mean, a.ln2_rstd, d_residual);
@@ -522,9 +534,10 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Tensor d_attn;
   {
     const LibraryCall linear(env, te);
-    d_attn =
-        row_parallel_backward(env, a.attn_out, d_proj, params_[proj_w_], bias(proj_b_), fp8(1));
+    d_attn = row_parallel_backward(env, a.attn_out, d_proj, params_[proj_w_], bias(proj_b_), fp8(1),
+                                   saved_fp8(a, 1));
   }
+  a.fp8_input[1] = Fp8Tensor{};
   d_proj = Tensor{};
   Tensor d_qkv;
   {
@@ -536,8 +549,9 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   Tensor dx;
   {
     const LibraryCall layer_norm_linear(env, te);
-    Tensor d_ln1 =
-        column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_), fp8(0));
+    Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_),
+                                            fp8(0), saved_fp8(a, 0));
+    a.fp8_input[0] = Fp8Tensor{};
     d_qkv = Tensor{};
     a.qkv = a.ln1_out = Tensor{};
     dx = allocate_like(env, grad_out.shape);

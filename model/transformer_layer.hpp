@@ -20,6 +20,7 @@
 // for the keys, as Megatron-Core's q_layernorm and k_layernorm.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,11 @@ struct LayerActivations {
   Tensor context_kv;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
   MoeActivations moe;  // the MoE MLP's, in a mixture-of-experts layer
+  // FP8 linear layers (qkv, proj, fc1, fc2): the FP8 copy of each one's input that its
+  // weight gradient reads (Fp8Linear::saves_input). Where one is held, the compute-dtype
+  // input is not (ln1_out, ln2_out, gelu_out empty; attn_out only for fused attention's
+  // backward), as Transformer Engine saves only the quantized input.
+  std::array<Fp8Tensor, 4> fp8_input;
 };
 
 // A head's width: kv_channels, or hidden / heads when it is not set.
@@ -154,6 +160,11 @@ class TransformerLayer {
   std::unique_ptr<Fp8LayerState> fp8_state_;
   std::vector<Fp8Linear> fp8_;
   Fp8Linear* fp8(int linear) { return fp8_.empty() ? nullptr : &fp8_[linear]; }
+  // The FP8 copy of linear `linear`'s input saved in forward, or null when none was.
+  static const Fp8Tensor* saved_fp8(const LayerActivations& a, int linear) {
+    const Fp8Tensor& t = a.fp8_input[static_cast<std::size_t>(linear)];
+    return t.codes.storage ? &t : nullptr;
+  }
 };
 
 }  // namespace tandem

@@ -163,18 +163,17 @@ void GradBuckets::start_param_gather(bool chained) {
   if (reduction_ != GradReduction::reduce_scatter)
     throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
   Tensor& compute = params_.compute_values();
-  const bool sixteen_bit = compute.storage != params_.values().storage;
   for (auto& b : buckets_) {
     if (b.gather || b.gather_pending)
       throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
-    if (sixteen_bit) {  // Megatron's copy of the updated main slice into the model params
-      const Shape shape{b.slice_end - b.slice_begin};
-      Tensor rounded = compute.view(shape, b.slice_begin);
-      device_.copy(stream_, params_.values().view(shape, b.slice_begin), rounded);
+    if (params_
+            .separate_main()) {  // Megatron's copy of the updated main slice into the model params
+      const std::int64_t n = b.slice_end - b.slice_begin;
+      Tensor rounded = compute.view(Shape{n}, b.slice_begin);
+      device_.copy(stream_, params_.main_values(b.slice_begin, n), rounded);
     }
     b.gather_pending = true;
   }
-  main_values_stale_ = sixteen_bit;
   if (!chained)
     for (auto& b : buckets_) launch_gather(b, compute);
 }
@@ -216,15 +215,17 @@ void GradBuckets::finish_param_gather() {
     }
 }
 
-void GradBuckets::gather_main_values() {
+Tensor GradBuckets::gather_main_values() {
   finish_param_gather();
-  if (!main_values_stale_) return;
-  for (auto& b : buckets_) launch_gather(b, params_.values());
+  Tensor full = device_.allocate(Shape{params_.numel()}, DType::fp32);
+  params_.store_main_values(device_, stream_, full);
+  if (params_.holds_all_main()) return full;
+  for (auto& b : buckets_) launch_gather(b, full);
   for (auto& b : buckets_) {
     b.gather->wait();
     b.gather.reset();
   }
-  main_values_stale_ = false;
+  return full;
 }
 
 }  // namespace tandem

@@ -12,12 +12,12 @@
 //
 // The parameter all-gather moves the parameters forward reads: under mixed precision the
 // 16-bit copy (each rank first rounds its own updated slice), as Megatron gathers its bf16/fp16
-// param buffer, not the fp32 main parameters; the other ranks' fp32 main values are then not
-// on this rank until gather_main_values(). With overlap_param_gather nothing is launched after
-// the optimizer step: the next step launches the bucket forward needs first
-// (launch_next_gather, Megatron-Core's zero_grad) and forward's pre-hooks (on_params_needed)
-// wait for a bucket and launch the next one (its forward pre-hook dispatching one bucket ahead,
-// which keeps the NCCL order fixed).
+// param buffer, not the fp32 main parameters, of which each rank holds its own slices only
+// (ParameterSet::main_values); gather_main_values() assembles all of them. With
+// overlap_param_gather nothing is launched after the optimizer step: the next step launches the
+// bucket forward needs first (launch_next_gather, Megatron-Core's zero_grad) and forward's
+// pre-hooks (on_params_needed) wait for a bucket and launch the next one (its forward pre-hook
+// dispatching one bucket ahead, which keeps the NCCL order fixed).
 //
 // The buffer's layout is Megatron-Core's (grad_buffer_layout below); its sizes are what every
 // binding reduces and allocates, so the simulator's bytes and memory follow it too.
@@ -95,9 +95,10 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   void on_params_needed(const std::vector<int>& parameters) override;
   // Launches every bucket not launched yet and waits for all; no-op when nothing is pending.
   void finish_param_gather();
-  // The fp32 main parameters of the other ranks' slices (a checkpoint reads all of them):
-  // all-gathered in place, blocking. No-op unless a 16-bit gather left them behind.
-  void gather_main_values();
+  // Every fp32 main value of the buffer (a checkpoint reads all of them), in a fresh
+  // (numel) fp32 tensor: this rank's slices, the other ranks' all-gathered over dp,
+  // blocking.
+  Tensor gather_main_values();
 
   std::size_t num_buckets() const { return buckets_.size(); }
   // Buckets launched from inside backward in the last step (the rest waited for finish()).
@@ -130,7 +131,6 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   std::vector<bool> ready_;     // parameter index → final this step
   int last_microbatch_ = 0;
   int launched_early_ = 0;
-  bool main_values_stale_ = false;  // other ranks' fp32 slices not gathered (16-bit gather)
 };
 
 }  // namespace tandem

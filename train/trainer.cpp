@@ -214,17 +214,21 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   }
   std::int64_t num_parameters = 0;
   for (const auto& p : params_.all()) num_parameters += p.local_shape.numel();
-  params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute);
+  // With the distributed optimizer a rank holds the fp32 main values of its slices only.
+  MainValueShard main;
+  if (par.use_distributed_optimizer)
+    main = {.dp_size = dp,
+            .dp_rank = need(groups_.dp, "dp").rank(),
+            .expert_dp_size = experts ? groups_.expert_dp->size() : 0,
+            .expert_dp_rank = experts ? groups_.expert_dp->rank() : 0};
+  params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute, main);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   optimizer_ = std::make_unique<AdamW>(
       device_, params_,
       AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
                  static_cast<float>(t.adam_eps), static_cast<float>(t.weight_decay)},
-      par.use_distributed_optimizer
-          ? make_optimizer_shard(params_, dp, need(groups_.dp, "dp").rank(),
-                                 experts ? groups_.expert_dp->size() : 0,
-                                 experts ? groups_.expert_dp->rank() : 0)
-          : make_optimizer_shard(params_, 1, 0));
+      make_optimizer_shard(params_, main.dp_size, main.dp_rank, main.expert_dp_size,
+                           main.expert_dp_rank));
   std::vector<GptChunk*> raw;
   for (auto& c : chunks_) raw.push_back(c.get());
   ModelEnv env{device_,
@@ -497,7 +501,6 @@ CheckpointState Trainer::checkpoint_state() {
     device_.download(stream_, t, ct.values);
     return ct;
   };
-  buckets_->gather_main_values();  // every rank's fp32 slices, not only the 16-bit copy
   CheckpointState st;
   st.iteration = iteration_;
   st.consumed_samples = consumed_samples_;
@@ -506,7 +509,8 @@ CheckpointState Trainer::checkpoint_state() {
   st.world_size = ctx_.sizes.world();
   st.scenario = to_json(scenario_);
   st.parameters = parameter_table(params_);
-  st.tensors.push_back(grab("params", params_.values()));
+  // Every rank's fp32 main slices, not only the 16-bit copy.
+  st.tensors.push_back(grab("params", buckets_->gather_main_values()));
   st.tensors.push_back(grab("exp_avg", optimizer_->exp_avg()));
   st.tensors.push_back(grab("exp_avg_sq", optimizer_->exp_avg_sq()));
   for (auto& c : chunks_)
@@ -557,7 +561,11 @@ void Trainer::restore(const CheckpointState& st) {
     throw ConfigError("load", name, "is missing from the checkpoint");
   };
   buckets_->finish_param_gather();
-  put("params", params_.values());
+  {
+    Tensor full = device_.allocate(Shape{params_.numel()}, DType::fp32);
+    put("params", full);
+    params_.load_values(device_, stream_, full);
+  }
   put("exp_avg", optimizer_->exp_avg());
   put("exp_avg_sq", optimizer_->exp_avg_sq());
   // Delayed scaling continues from the saved amax history and scales. A checkpoint without
@@ -592,7 +600,6 @@ void Trainer::restore(const CheckpointState& st) {
     for (MoeLayer* l : moe_layers())
       for (float& b : l->expert_bias()) b = found->values[at++];
   }
-  compute_copy_stale_ = true;
   iteration_ = st.iteration;
   consumed_samples_ = st.consumed_samples;
   optimizer_->set_steps(st.optimizer_steps);

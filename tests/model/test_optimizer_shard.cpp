@@ -116,6 +116,43 @@ TEST(OptimizerShard, OwnBucketIsolatesAParameter) {
   EXPECT_THROW(make_optimizer_shard(p, 3, 0), std::invalid_argument);  // 8 does not divide by 3
 }
 
+// Under mixed precision a rank holds fp32 main values for its own slices only with the
+// distributed optimizer (Megatron's DistributedOptimizer: shard_fp32_from_float16_groups),
+// for the whole buffer without it; under fp32 the parameters are the main values.
+TEST(MainValues, DistributedOptimizerHoldsOnlyItsSlices) {
+  auto build = [](DType compute, MainValueShard main, CpuDevice& d) {
+    ParameterSet p(1, 0);
+    for (std::int64_t n : {3, 5, 7})
+      p.add({"p" + std::to_string(n), Shape{n}, ShardKind::replicated, 0, 0, true, false});
+    p.allocate(d, {.bucket_elements = 12, .pad_to = 2}, compute, main);
+    return p;
+  };
+  // The header's example: buffer [0, 16), rank 1 of dp 2 owns [6, 12) and [14, 16).
+  CpuDevice sharded_device;
+  ParameterSet sharded = build(DType::bf16, {.dp_size = 2, .dp_rank = 1}, sharded_device);
+  using Slices = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  EXPECT_EQ(sharded.main_slices(), (Slices{{6, 12}, {14, 16}}));
+  // 16 fp32 gradients, 16 bf16 parameters, 6 + 2 fp32 main values.
+  EXPECT_EQ(sharded_device.memory().live(), Bytes(16 * 4 + 16 * 2 + 8 * 4));
+  EXPECT_TRUE(sharded.separate_main());
+  EXPECT_FALSE(sharded.holds_all_main());
+  EXPECT_EQ(sharded.main_values(14, 2).offset, 6);  // after the first slice's 6
+  EXPECT_EQ(sharded.main_values(7, 5).offset, 1);
+  EXPECT_THROW(sharded.main_values(0, 1), std::logic_error);   // rank 0's
+  EXPECT_THROW(sharded.main_values(10, 4), std::logic_error);  // across two slices
+
+  CpuDevice whole_device;
+  ParameterSet whole = build(DType::bf16, {}, whole_device);
+  EXPECT_EQ(whole_device.memory().live(), Bytes(16 * 4 + 16 * 2 + 16 * 4));
+  EXPECT_TRUE(whole.holds_all_main());
+
+  CpuDevice fp32_device;
+  ParameterSet fp32 = build(DType::fp32, {.dp_size = 2, .dp_rank = 1}, fp32_device);
+  EXPECT_EQ(fp32_device.memory().live(), Bytes(16 * 4 + 16 * 4));
+  EXPECT_FALSE(fp32.separate_main());
+  EXPECT_EQ(fp32.main_values(0, 3).storage, fp32.compute_values().storage);
+}
+
 TEST(ShardMaps, ExtractInsertAndPositionsAgree) {
   for (ShardKind kind :
        {ShardKind::replicated, ShardKind::rows, ShardKind::columns, ShardKind::qkv_rows}) {
