@@ -395,14 +395,10 @@ double Trainer::average_over_dp(double value) {
   return static_cast<double>(host) / dp.size();
 }
 
-// The parameters forward will read: the dp all-gather of the distributed optimizer done,
-// and under mixed precision the 16-bit copy refreshed from the fp32 main parameters
-// (Megatron copies main to model params after each optimizer step).
+// The parameters forward will read: the dp all-gather of the distributed optimizer done
+// (without it the optimizer step itself refreshed the 16-bit copy).
 void Trainer::parameters_ready() {
   buckets_->finish_param_gather();
-  if (!compute_copy_stale_) return;
-  params_.refresh_compute(device_, stream_);
-  compute_copy_stale_ = false;
 }
 
 StepResult Trainer::train_step() {
@@ -456,7 +452,9 @@ StepResult Trainer::train_step() {
     buckets_->start_param_gather(overlap);
     if (!overlap) buckets_->finish_param_gather();
   } else {
-    compute_copy_stale_ = true;
+    // Megatron copies the updated main parameters into the model's 16-bit ones inside the
+    // optimizer step (_copy_main_params_to_model_params): the step's own GPU work.
+    params_.refresh_compute(device_, stream_);
   }
   consumed_samples_ += global;
   ++iteration_;
