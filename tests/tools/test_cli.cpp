@@ -356,8 +356,10 @@ TEST(CliSimulate, ContextParallelismNeedsTheFusedAttentionOp) {
 // rule; they used to abort inside the simulation (SIGABRT, exit 134).
 TEST(CliSimulate, LayoutsTheStepCannotBuildAreRefusedBeforeWork) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      // Grouped-query attention runs on the fused attention op only.
-      {"--group-query-attention --num-query-groups 2", {"num_query_groups = 2", "use_flash_attn"}},
+      // Grouped-query attention runs on the fused attention op only: Megatron's own layers
+      // (local) without --use-flash-attn have none.
+      {"--transformer-impl local --group-query-attention --num-query-groups 2",
+       {"num_query_groups = 2", "use_flash_attn"}},
       // tp 2 over one key/value head: Megatron-Core's classic rule, groups % tp == 0.
       {"--use-flash-attn --group-query-attention --num-query-groups 1 "
        "--tensor-model-parallel-size 2 --world-size 2",
@@ -370,6 +372,9 @@ TEST(CliSimulate, LayoutsTheStepCannotBuildAreRefusedBeforeWork) {
       EXPECT_NE(r.output.find(text), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("xbt"), std::string::npos) << r.output;
   }
+  // Under Megatron's default, Transformer Engine's layers, the same layout runs fused.
+  const auto te = run("simulate --quiet --group-query-attention --num-query-groups 2");
+  EXPECT_EQ(te.exit_code, 0) << te.output;
   // search varies the layout: it prunes the candidates the step cannot build, saying why.
   const auto s = run("search --quiet --jobs 1 --top 1 " + cases[1].first);
   EXPECT_EQ(s.exit_code, 0) << s.output;
@@ -385,7 +390,9 @@ const std::string kTinyTrain =
     "--threads 1 ";
 
 TEST(CliTrain, LayoutsTheStepCannotBuildAreRefusedBeforeMpiStarts) {
-  const auto r = run(kTinyTrain + "--train-iters 1 --group-query-attention --num-query-groups 2");
+  const auto r = run(kTinyTrain +
+                     "--train-iters 1 --transformer-impl local --group-query-attention "
+                     "--num-query-groups 2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("num_query_groups = 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("use_flash_attn"), std::string::npos) << r.output;
