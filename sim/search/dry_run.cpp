@@ -379,29 +379,38 @@ std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& 
 }
 
 // Every stage's step extended to m from its two short steps, or std::nullopt when a stage
-// has none, goes over the budget in one (its step at m decides) or they disagree; `built`
-// is set when building the model alone exceeds the budget (it does at any m).
+// has none, goes over the budget in one or they disagree. Over the budget while building,
+// `built` is set (the model is built alike at any m); during a short step, `crossed` names
+// the stage (its step at m decides).
 std::optional<std::vector<StageDryRun>> extrapolated_stages(const Scenario& s, const Layout& layout,
                                                             const Topology& topology,
                                                             const SimDevice::Pricer& pricer,
                                                             std::int64_t memory_budget,
-                                                            std::optional<std::int64_t>& built) {
-  std::vector<std::optional<ShortSteps>> ks;
-  for (int stage : stages_to_run(s)) {
-    ks.push_back(short_steps(s, stage));
-    if (!ks.back()) return std::nullopt;
+                                                            std::optional<std::int64_t>& built,
+                                                            std::optional<int>& crossed) {
+  const std::vector<int> stages = stages_to_run(s);
+  std::vector<ShortSteps> ks;
+  for (int stage : stages) {
+    const auto k = short_steps(s, stage);
+    if (!k) return std::nullopt;
+    ks.push_back(*k);
+  }
+  // Every stage's shorter step first: one that goes over the budget ends it the sooner.
+  StageRuns at1, at2;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    run_stage(with_microbatches(s, ks[i].m1), topology, layout, stages[i], pricer, memory_budget,
+              at1);
+    if (at1.budget == Budget::over_building) built = at1.over_bytes;
+    if (at1.budget == Budget::over_stepping) crossed = stages[i];
+    if (at1.budget != Budget::within) return std::nullopt;
   }
   std::vector<StageDryRun> out;
-  const std::vector<int> stages = stages_to_run(s);
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const ShortSteps& k = *ks[i];
-    StageRuns at1, at2;
-    run_stage(with_microbatches(s, k.m1), topology, layout, stages[i], pricer, memory_budget, at1);
-    if (at1.budget == Budget::over_building) built = at1.over_bytes;
-    if (at1.budget != Budget::within) return std::nullopt;
-    run_stage(with_microbatches(s, k.m2), topology, layout, stages[i], pricer, memory_budget, at2);
+    run_stage(with_microbatches(s, ks[i].m2), topology, layout, stages[i], pricer, memory_budget,
+              at2);
+    if (at2.budget == Budget::over_stepping) crossed = stages[i];
     if (at2.budget != Budget::within) return std::nullopt;
-    auto x = extrapolate(at1.stages.front(), at2.stages.front(), k, microbatches_of(s));
+    auto x = extrapolate(at1.stages[i], at2.stages[i], ks[i], microbatches_of(s));
     if (!x) return std::nullopt;
     out.push_back(*x);
   }
@@ -436,8 +445,17 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
   std::optional<std::vector<StageDryRun>> stages;
   if (steps == DryRunSteps::extrapolated) {
     std::optional<std::int64_t> built;
-    stages = extrapolated_stages(s, layout, topology, pricer, memory_budget, built);
+    std::optional<int> crossed;
+    stages = extrapolated_stages(s, layout, topology, pricer, memory_budget, built, crossed);
     if (built) return DryRun{.peak_memory_bytes = *built, .over_budget_before_step = true};
+    if (crossed) {
+      // The stage whose short step crossed the budget, stepped at m first: over there, the
+      // other stages need not run.
+      StageRuns at_m;
+      run_stage(s, topology, layout, *crossed, pricer, memory_budget, at_m);
+      if (at_m.budget == Budget::over_stepping)
+        return DryRun{.peak_memory_bytes = at_m.over_bytes, .over_budget_in_step = true};
+    }
   }
   DryRun r;
   r.extrapolated = stages.has_value();
