@@ -60,10 +60,14 @@ OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
 double attention_visible_pairs(std::int64_t Tq, std::int64_t Tk, std::int64_t q_offset,
                                std::int64_t k_offset, bool causal) {
   if (!causal) return static_cast<double>(Tq) * static_cast<double>(Tk);
-  double pairs = 0;
-  for (std::int64_t i = 0; i < Tq; ++i)
-    pairs += static_cast<double>(std::clamp<std::int64_t>(q_offset + i - k_offset + 1, 0, Tk));
-  return pairs;
+  // Query i sees clamp(c + i, 0, Tk) keys, c = q_offset − k_offset + 1: none for i < lo,
+  // c + i for lo ≤ i < hi, all Tk from hi on. In closed form (priced per attention op, the
+  // loop over 8192 queries was a tenth of a dry run); exact in integers.
+  const std::int64_t c = q_offset - k_offset + 1;
+  const std::int64_t lo = std::clamp<std::int64_t>(1 - c, 0, Tq);
+  const std::int64_t hi = std::clamp<std::int64_t>(Tk - c, lo, Tq);
+  const std::int64_t rising = (hi - lo) * c + (lo + hi - 1) * (hi - lo) / 2;
+  return static_cast<double>(rising + (Tq - hi) * Tk);
 }
 
 OpDesc rms_norm_desc(DType dtype, const RmsNormArgs& a) {

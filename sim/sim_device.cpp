@@ -3,6 +3,7 @@
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <stdexcept>
+#include <string>
 
 #include "sim/op_cost_llama.hpp"
 
@@ -126,8 +127,15 @@ SimDevice::SimDevice(Pricer price, SimDeviceOptions options)
 
 SimDevice::~SimDevice() = default;
 
+MemoryLimitExceeded::MemoryLimitExceeded(std::int64_t would_be, std::int64_t limit)
+    : std::runtime_error("an allocation would take the live bytes to " + std::to_string(would_be) +
+                         ", over the limit of " + std::to_string(limit)),
+      live_bytes(would_be) {}
+
 Tensor SimDevice::allocate(const Shape& shape, DType dtype) {
   const Bytes bytes = dtype_size(dtype) * shape.numel();
+  if (memory_->live().value > memory_limit_ - bytes.value)
+    throw MemoryLimitExceeded(memory_->live().value + bytes.value, memory_limit_);
   return Tensor{shape, dtype, std::make_shared<PhantomStorage>(bytes, memory_), 0};
 }
 

@@ -17,8 +17,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +103,13 @@ struct IssuedOp {
   double seconds = 0;
 };
 
+// Thrown by SimDevice::allocate when an allocation would take the live bytes above the
+// limit set with set_memory_limit (the search's dry run stops a step that cannot fit).
+struct MemoryLimitExceeded : std::runtime_error {
+  MemoryLimitExceeded(std::int64_t would_be, std::int64_t limit);
+  std::int64_t live_bytes;  // what the allocation would have made live: > limit
+};
+
 struct SimDeviceOptions {
   DType compute_dtype = DType::fp32;  // precision the ops are priced in (bf16 on GPUs)
   bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
@@ -121,6 +130,9 @@ class SimDevice : public Device {
   std::string_view kind() const override { return "sim"; }
   Tensor allocate(const Shape& shape, DType dtype) override;
   const MemoryTracker& memory() const override { return *memory_; }
+  // From now on an allocation that would take the live bytes above `bytes` throws
+  // MemoryLimitExceeded instead (nothing is allocated).
+  void set_memory_limit(std::int64_t bytes) { memory_limit_ = bytes; }
   Stream& default_stream() override { return *default_stream_; }
   std::unique_ptr<Stream> create_stream(std::string name) override;
   std::unique_ptr<Event> create_event() override;
@@ -276,6 +288,7 @@ class SimDevice : public Device {
   std::map<std::string, double> host_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;
+  std::int64_t memory_limit_ = std::numeric_limits<std::int64_t>::max();
   std::unique_ptr<SimStream> default_stream_;
   std::vector<IssuedOp> issued_;
   std::map<std::string, double> op_seconds_;

@@ -54,6 +54,9 @@ struct SearchCliOptions {
   std::vector<std::string> vary, fix;
   double memory_headroom = 0;
   bool quiet = false;
+  // Dry runs (and simulations) step every microbatch instead of extrapolating from two short
+  // steps (ss::DryRunSteps).
+  bool all_microbatches = false;
 };
 
 // This process's place among `mpirun`'s ranks (1 and 0 without mpirun).
@@ -180,6 +183,8 @@ std::string dry_run_key(const Scenario& s, int gpus_per_node) {
 json dry_run_to_json(const ss::DryRun& d) {
   return {{"peak_memory_bytes", d.peak_memory_bytes},
           {"over_budget_before_step", d.over_budget_before_step},
+          {"over_budget_in_step", d.over_budget_in_step},
+          {"extrapolated", d.extrapolated},
           {"lower_bound_seconds", d.lower_bound_seconds},
           {"busy_lower_bound", d.busy_lower_bound}};
 }
@@ -188,7 +193,8 @@ json dry_run_to_json(const ss::DryRun& d) {
 // their results in order. The first child draws the progress bar for its share.
 std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                                    const sim::SimDevice::Pricer& pricer, std::int64_t memory_budget,
-                                   int jobs, const std::filesystem::path& dir, bool progress) {
+                                   ss::DryRunSteps steps, int jobs,
+                                   const std::filesystem::path& dir, bool progress) {
   jobs = std::max(1, std::min<int>(jobs, static_cast<int>(scenarios.size())));
   std::vector<pid_t> pids;
   std::cout << std::flush;
@@ -205,7 +211,7 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const
           mine.push_back(scenarios[i]);
         const Progress bar(progress && j == 0, "dry run (memory, bound)");
         // One engine for the whole share; progress comes from chunks of it.
-        const auto results = ss::dry_run(mine, topology, pricer, memory_budget);
+        const auto results = ss::dry_run(mine, topology, pricer, memory_budget, steps);
         bar.done();
         json out = json::array();
         for (const auto& r : results) out.push_back(dry_run_to_json(r));
@@ -244,7 +250,9 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const
 struct Outcome {
   std::string status;  // pruned_memory, estimated_only, simulated, failed
   std::int64_t peak_memory_bytes = 0;
-  bool peak_is_lower_bound = false;  // over memory from building the model alone (no step run)
+  // Over memory from building the model alone (no step run), or from the step up to the
+  // allocation that crossed the budget (the step stopped there).
+  bool peak_is_lower_bound = false;
   double lower_bound_seconds = 0;
   json report;  // the simulation's summary when simulated
   std::string error;
@@ -566,8 +574,10 @@ void run_search(SearchCliOptions& o) {
   const auto gpu_bytes = static_cast<double>(topology.gpu.memory.value);
   const double budget = gpu_bytes * (1 - o.memory_headroom);
   const auto td0 = Clock::now();
-  const auto mine = parallel_dry_run(my_keys, topology, pricer, static_cast<std::int64_t>(budget),
-                                     o.jobs, scratch.path(), tty);
+  const auto mine =
+      parallel_dry_run(my_keys, topology, pricer, static_cast<std::int64_t>(budget),
+                       o.all_microbatches ? ss::DryRunSteps::all : ss::DryRunSteps::extrapolated,
+                       o.jobs, scratch.path(), tty);
   const MpiSession mpi(ranks);
   std::vector<json> dry(keyed.size());
   {
@@ -583,12 +593,15 @@ void run_search(SearchCliOptions& o) {
 
   std::vector<Outcome> outs(e.valid.size());
   std::vector<std::size_t> order;
-  std::int64_t pruned_memory = 0, pruned_before_step = 0;
+  std::int64_t pruned_memory = 0, pruned_before_step = 0, pruned_in_step = 0;
   for (std::size_t i = 0; i < e.valid.size(); ++i) {
     const json& d = dry[key_of[i]];
     outs[i].peak_memory_bytes = d["peak_memory_bytes"].get<std::int64_t>();
-    outs[i].peak_is_lower_bound = d["over_budget_before_step"].get<bool>();
-    pruned_before_step += outs[i].peak_is_lower_bound;
+    const bool before_step = d["over_budget_before_step"].get<bool>();
+    const bool in_step = d["over_budget_in_step"].get<bool>();
+    outs[i].peak_is_lower_bound = before_step || in_step;
+    pruned_before_step += before_step;
+    pruned_in_step += in_step;
     outs[i].lower_bound_seconds = d["lower_bound_seconds"].get<double>();
     if (static_cast<double>(outs[i].peak_memory_bytes) > budget) {
       outs[i].status = "pruned_memory";
@@ -815,7 +828,8 @@ void run_search(SearchCliOptions& o) {
     std::cout << "    " << pruned_memory << "  memory: high-water mark (dry run) over "
               << (1 - o.memory_headroom) * 100 << " % of " << gib(topology.gpu.memory.value)
               << " GiB (" << pruned_before_step
-              << " of them already with the model built, before a step)\n";
+              << " of them already with the model built, before a step; " << pruned_in_step
+              << " during the step, which stopped there)\n";
   std::cout
       << "\nrank  iter (s)    tokens/s  TFLOP/s   MFU  bubble exp tp  exp pp  exp dp  mem GiB "
          " layout\n";
@@ -869,6 +883,7 @@ void run_search(SearchCliOptions& o) {
              {"dry_runs", keyed.size()},
              {"pruned_memory", pruned_memory},
              {"pruned_memory_before_step", pruned_before_step},
+             {"pruned_memory_in_step", pruned_in_step},
              {"simulated", simulated},
              {"shared_simulation", shared},
              {"failed", failed},
@@ -935,6 +950,9 @@ void add_search_command(CLI::App& app) {
                   "Fraction of GPU memory to keep free (0.1: prune above 90 %)")
       ->capture_default_str();
   cmd->add_option("--calibration", opts->calibration, "Calibration table for every simulation");
+  cmd->add_flag("--all-microbatches", opts->all_microbatches,
+                "Dry runs step every microbatch instead of extrapolating each stage's step "
+                "from two short ones (slower; for checking the extrapolation)");
   cmd->add_flag("--quiet", opts->quiet, "No progress bar");
   opts->scenario.without_file = ScenarioOptions::WithoutFile::megatron_when_flagged;
   add_scenario_options(*cmd, opts->scenario);

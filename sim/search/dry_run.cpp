@@ -9,6 +9,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 #include <stdexcept>
+#include <string>
 
 #include "core/pipeline_layout.hpp"
 #include "schedules/layout.hpp"
@@ -208,12 +209,21 @@ int rank_of_stage(const Layout& layout, int stage) {
   throw std::logic_error("rank 0 is in no pipeline group");
 }
 
-// One stage's step; std::nullopt (and `built_bytes` set) when building the model alone
-// allocated more than `memory_budget`.
-std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology,
-                                     const Layout& layout, int stage,
-                                     const SimDevice::Pricer& pricer, std::int64_t memory_budget,
-                                     std::int64_t& built_bytes) {
+// What stepping a scenario's dry-run stages came to: every stage stepped, or a stage went
+// over the memory budget while its model was built or during its step (which then stops at
+// the allocation that crossed it).
+enum class Budget { within, over_building, over_stepping };
+struct StageRuns {
+  std::vector<StageDryRun> stages;  // within: one per stage run
+  Budget budget = Budget::within;
+  // Over: what building the model allocated, or the live bytes the crossing allocation
+  // would have made; either way at most the step's high-water mark.
+  std::int64_t over_bytes = 0;
+};
+
+// One stage's step, appended to `runs`, or `runs` marked over the budget.
+void run_stage(const Scenario& s, const Topology& topology, const Layout& layout, int stage,
+               const SimDevice::Pricer& pricer, std::int64_t memory_budget, StageRuns& runs) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
   // The issuing host as the simulator has it (sim_runner): its span bounds host-bound steps.
   SimDevice device(
@@ -281,14 +291,27 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     SimStepObserver observer(device, profiler_effects(s.training, device));
     Trainer trainer(s, ctx, device, groups, samples, nullptr, &observer);
     device.default_stream().synchronize();
-    built_bytes = device.memory().peak().value;
-    if (built_bytes > memory_budget) return std::nullopt;
+    const std::int64_t built_bytes = device.memory().peak().value;
+    if (built_bytes > memory_budget) {
+      runs.budget = Budget::over_building;
+      runs.over_bytes = built_bytes;
+      return;
+    }
     const double before = stage_clock.now();
     // From where the host is after the synchronize above, not from its issue clock, which
     // lags behind that wait and would count the wait into the step's host span.
     const double host_before = device.host_now();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
-    trainer.train_step();
+    // A step that cannot fit stops at the allocation that crosses the budget: its bound is
+    // never asked for (the search prunes it by memory).
+    device.set_memory_limit(memory_budget);
+    try {
+      trainer.train_step();
+    } catch (const MemoryLimitExceeded& e) {
+      runs.budget = Budget::over_stepping;
+      runs.over_bytes = e.live_bytes;
+      return;
+    }
     notes.busy_seconds = stage_clock.now() - before;
     notes.host_seconds = device.host_now() - host_before;
     notes.before_first_recv -= before;
@@ -297,16 +320,13 @@ std::optional<StageDryRun> run_stage(const Scenario& s, const Topology& topology
     notes.at_last_send -= before;
   }
   notes.peak_memory_bytes = device.memory().peak().value;
-  return notes;
+  runs.stages.push_back(notes);
 }
 
-DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer,
-                    std::int64_t memory_budget) {
-  const auto& p = s.parallelism;
-  const Layout layout = make_layout({s.cluster.world_size, p.tensor_model_parallel_size,
-                                     p.pipeline_model_parallel_size, p.context_parallel_size,
-                                     p.expert_model_parallel_size, p.order});
-  const int pp = p.pipeline_model_parallel_size;
+// The stages the dry run steps: 0, 1 and pp − 1, or each when the middle ones differ;
+// stage 0 first (it holds the most microbatches in flight).
+std::vector<int> stages_to_run(const Scenario& s) {
+  const int pp = s.parallelism.pipeline_model_parallel_size;
   std::vector<int> stages{0};
   if (middle_stages_alike(s)) {
     if (pp > 2) stages.push_back(1);
@@ -314,21 +334,177 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
     for (int stage = 1; stage < pp - 1; ++stage) stages.push_back(stage);
   }
   if (pp > 1) stages.push_back(pp - 1);
-  DryRun r;
-  for (int stage : stages) {
-    std::int64_t built = 0;
-    auto notes = run_stage(s, topology, layout, stage, pricer, memory_budget, built);
-    if (!notes) return DryRun{.peak_memory_bytes = built, .over_budget_before_step = true};
-    r.stages.push_back(*notes);
-    r.peak_memory_bytes = std::max(r.peak_memory_bytes, r.stages.back().peak_memory_bytes);
-    r.busy_lower_bound =
-        std::max({r.busy_lower_bound, r.stages.back().busy_seconds, r.stages.back().host_seconds});
+  return stages;
+}
+
+// Every stage's step at the scenario's m; the first stage over the budget ends the run.
+StageRuns run_stages(const Scenario& s, const Layout& layout, const Topology& topology,
+                     const SimDevice::Pricer& pricer, std::int64_t memory_budget) {
+  StageRuns runs;
+  for (int stage : stages_to_run(s)) {
+    run_stage(s, topology, layout, stage, pricer, memory_budget, runs);
+    if (runs.budget != Budget::within) break;
   }
-  r.lower_bound_seconds = std::max(r.busy_lower_bound, pipeline_lower_bound(r.stages, pp));
+  return runs;
+}
+
+std::int64_t microbatches_of(const Scenario& s) {
+  return s.training.global_batch_size /
+         (static_cast<std::int64_t>(s.training.micro_batch_size) * data_parallel_size(s));
+}
+
+// `s` with a global batch of m microbatches (per dp rank).
+Scenario with_microbatches(Scenario s, std::int64_t m) {
+  s.training.global_batch_size =
+      static_cast<int>(m * s.training.micro_batch_size * data_parallel_size(s));
+  return s;
+}
+
+// A stage's step at m microbatches on the line through its steps at k.m1 and k.m2, or
+// std::nullopt when the short steps differ in what the count of periods leaves alone.
+std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& b,
+                                       const ShortSteps& k, std::int64_t m) {
+  if (a.stage != b.stage || a.peak_memory_bytes != b.peak_memory_bytes ||
+      a.has_recv != b.has_recv || a.has_send != b.has_send ||
+      a.before_first_recv != b.before_first_recv || a.at_first_send != b.at_first_send)
+    return std::nullopt;
+  const double f = static_cast<double>(m - k.m2) / static_cast<double>(k.m2 - k.m1);
+  auto extend = [f](double x1, double x2) { return x2 + (x2 - x1) * f; };
+  StageDryRun x = b;
+  x.busy_seconds = extend(a.busy_seconds, b.busy_seconds);
+  x.host_seconds = extend(a.host_seconds, b.host_seconds);
+  x.at_last_recv = extend(a.at_last_recv, b.at_last_recv);
+  x.at_last_send = extend(a.at_last_send, b.at_last_send);
+  return x;
+}
+
+// Every stage's step extended to m from its two short steps, or std::nullopt when a stage
+// has none, goes over the budget in one or they disagree. Over the budget while building,
+// `built` is set (the model is built alike at any m); during a short step, `crossed` names
+// the stage (its step at m decides).
+std::optional<std::vector<StageDryRun>> extrapolated_stages(const Scenario& s, const Layout& layout,
+                                                            const Topology& topology,
+                                                            const SimDevice::Pricer& pricer,
+                                                            std::int64_t memory_budget,
+                                                            std::optional<std::int64_t>& built,
+                                                            std::optional<int>& crossed) {
+  const std::vector<int> stages = stages_to_run(s);
+  std::vector<ShortSteps> ks;
+  for (int stage : stages) {
+    const auto k = short_steps(s, stage);
+    if (!k) return std::nullopt;
+    ks.push_back(*k);
+  }
+  // Every stage's shorter step first: one that goes over the budget ends it the sooner.
+  StageRuns at1, at2;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    run_stage(with_microbatches(s, ks[i].m1), topology, layout, stages[i], pricer, memory_budget,
+              at1);
+    if (at1.budget == Budget::over_building) built = at1.over_bytes;
+    if (at1.budget == Budget::over_stepping) crossed = stages[i];
+    if (at1.budget != Budget::within) return std::nullopt;
+  }
+  std::vector<StageDryRun> out;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    run_stage(with_microbatches(s, ks[i].m2), topology, layout, stages[i], pricer, memory_budget,
+              at2);
+    if (at2.budget == Budget::over_stepping) crossed = stages[i];
+    if (at2.budget != Budget::within) return std::nullopt;
+    auto x = extrapolate(at1.stages[i], at2.stages[i], ks[i], microbatches_of(s));
+    if (!x) return std::nullopt;
+    out.push_back(*x);
+  }
+  return out;
+}
+
+// Layouts by their arguments: candidates that differ in micro batch, recomputation or
+// optimizer settings share one (a twelfth of a 1024-rank search's dry runs went to them).
+class LayoutCache {
+ public:
+  const Layout& of(const Scenario& s) {
+    const auto& p = s.parallelism;
+    const LayoutSpec spec{s.cluster.world_size,           p.tensor_model_parallel_size,
+                          p.pipeline_model_parallel_size, p.context_parallel_size,
+                          p.expert_model_parallel_size,   p.order};
+    const std::string key = std::to_string(spec.world_size) + " " + std::to_string(spec.tp) + " " +
+                            std::to_string(spec.pp) + " " + std::to_string(spec.cp) + " " +
+                            std::to_string(spec.ep) + " " + spec.order;
+    auto it = layouts_.find(key);
+    if (it == layouts_.end()) it = layouts_.emplace(key, make_layout(spec)).first;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, Layout> layouts_;
+};
+
+DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer,
+                    std::int64_t memory_budget, DryRunSteps steps, LayoutCache& layouts) {
+  const auto& p = s.parallelism;
+  const Layout& layout = layouts.of(s);
+  std::optional<std::vector<StageDryRun>> stages;
+  if (steps == DryRunSteps::extrapolated) {
+    std::optional<std::int64_t> built;
+    std::optional<int> crossed;
+    stages = extrapolated_stages(s, layout, topology, pricer, memory_budget, built, crossed);
+    if (built) return DryRun{.peak_memory_bytes = *built, .over_budget_before_step = true};
+    if (crossed) {
+      // The stage whose short step crossed the budget, stepped at m first: over there, the
+      // other stages need not run.
+      StageRuns at_m;
+      run_stage(s, topology, layout, *crossed, pricer, memory_budget, at_m);
+      if (at_m.budget == Budget::over_stepping)
+        return DryRun{.peak_memory_bytes = at_m.over_bytes, .over_budget_in_step = true};
+    }
+  }
+  DryRun r;
+  r.extrapolated = stages.has_value();
+  if (!stages) {
+    StageRuns at_m = run_stages(s, layout, topology, pricer, memory_budget);
+    if (at_m.budget != Budget::within)
+      return DryRun{.peak_memory_bytes = at_m.over_bytes,
+                    .over_budget_before_step = at_m.budget == Budget::over_building,
+                    .over_budget_in_step = at_m.budget == Budget::over_stepping};
+    stages = std::move(at_m.stages);
+  }
+  r.stages = std::move(*stages);
+  for (const auto& st : r.stages) {
+    r.peak_memory_bytes = std::max(r.peak_memory_bytes, st.peak_memory_bytes);
+    r.busy_lower_bound = std::max({r.busy_lower_bound, st.busy_seconds, st.host_seconds});
+  }
+  r.lower_bound_seconds =
+      std::max(r.busy_lower_bound, pipeline_lower_bound(r.stages, p.pipeline_model_parallel_size));
   return r;
 }
 
 }  // namespace
+
+std::optional<ShortSteps> short_steps(const Scenario& s, int stage) {
+  const auto& t = s.training;
+  if (!t.rampup_batch_size.empty() || t.micro_batch_size < 1 || data_parallel_size(s) < 1)
+    return std::nullopt;
+  const std::int64_t m = microbatches_of(s);
+  const std::int64_t pp = s.parallelism.pipeline_model_parallel_size;
+  const std::string kind = effective_pipeline_schedule(s);
+  ShortSteps k;
+  if (kind == "none") {
+    k = {2, 3};
+  } else if (kind == "1f1b") {
+    const std::int64_t warmup = pp - stage - 1;
+    k = {warmup + 2, warmup + 3};
+  } else if (kind == "zb-h1") {
+    k = {pp + 1, pp + 2};
+  } else if (kind == "interleaved") {
+    const std::int64_t group =
+        s.parallelism.microbatch_group_size_per_vp_stage.value_or(static_cast<int>(pp));
+    if (group < 1 || m % group != 0) return std::nullopt;
+    k = {2 * group, 3 * group};
+  } else {
+    return std::nullopt;  // gpipe: every microbatch's activations are held at once
+  }
+  if (k.m1 + k.m2 >= m) return std::nullopt;
+  return k;
+}
 
 double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
   if (pp < 2 || stages.size() < 2) return 0;
@@ -359,7 +535,8 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
 }
 
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
-                            const SimDevice::Pricer& pricer, std::int64_t memory_budget) {
+                            const SimDevice::Pricer& pricer, std::int64_t memory_budget,
+                            DryRunSteps steps) {
   std::vector<DryRun> results;
   if (scenarios.empty()) return results;
   xbt_log_control_set("xbt_cfg.thresh:warning");
@@ -373,8 +550,9 @@ std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topolo
   std::exception_ptr failure;
   simgrid::s4u::Actor::create("dry-run", host, [&] {
     try {
+      LayoutCache layouts;
       for (const auto& s : scenarios)
-        results.push_back(run_scenario(s, topology, pricer, memory_budget));
+        results.push_back(run_scenario(s, topology, pricer, memory_budget, steps, layouts));
     } catch (...) {
       failure = std::current_exception();
     }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/scenario.hpp"
@@ -48,15 +49,43 @@ struct DryRun {
   // gradient buffers, optimizer state) already exceeded the memory budget. Then
   // peak_memory_bytes is that, a lower bound on the high-water mark, and the seconds are 0.
   bool over_budget_before_step = false;
+  // The step was stopped at the allocation that took the live bytes over the budget (at the
+  // scenario's own m): peak_memory_bytes is those bytes, a lower bound on the high-water
+  // mark, and the seconds are 0.
+  bool over_budget_in_step = false;
   double busy_lower_bound = 0;  // max over stages of the compute stream's clock
   // The pipeline bound: a stage's work after its first receive cannot start before the
   // stages ahead of it did their first forward, and stage 0 cannot end before the last
   // backward came back through every stage. Always ≥ busy_lower_bound.
   double lower_bound_seconds = 0;
+  // The stages' figures were extended to m from two short steps (DryRunSteps::extrapolated).
+  bool extrapolated = false;
   // 0, 1, pp − 1 (those that exist), or every stage when the middle ones differ (a
   // pipeline_model_parallel_layout string).
   std::vector<StageDryRun> stages;
 };
+
+// How many microbatches a dry run steps through. A stage's step at m microbatches is its
+// warm-up, m − warm-up identical steady-state periods and its cool-down: with communicators
+// that complete at once nothing but the count of periods changes with m, so every figure of
+// the step is affine in m once the warm-up and cool-down have their full length. `extrapolated`
+// runs the step at two short counts m1 < m2 (ShortSteps) and extends each figure along that
+// line to m; `all` steps every microbatch (`tandem search --exact`).
+enum class DryRunSteps { extrapolated, all };
+
+// Two microbatch counts at which pipeline stage `stage`'s step has the warm-up and cool-down
+// of its step at the scenario's m and at least two steady-state periods (the first and the
+// last may differ from the rest), the second one period more: 1F1B w + 2 and w + 3 for the
+// stage's warm-up w = pp − stage − 1 (stage 0 pp + 1, the last stage 2); zb-h1 pp + 1 and
+// pp + 2 on every stage (its weight passes lag stage + 1 backward passes); no pipelining 2
+// and 3; interleaved 2 and 3 microbatch groups (the schedule walks groups of
+// microbatch_group_size_per_vp_stage, pp by default; only when m is a multiple of it).
+// std::nullopt when the step at m is no longer than the two short ones together, for GPipe
+// (its memory grows with m) and under a batch size ramp-up (m changes from step to step).
+struct ShortSteps {
+  std::int64_t m1 = 0, m2 = 0;
+};
+std::optional<ShortSteps> short_steps(const Scenario& s, int stage);
 
 // The pipeline bound from one stage per kind (first, a middle one, last), or from every
 // stage when `stages` holds pp of them, for pp stages.
@@ -65,9 +94,16 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
 // Dry-runs every scenario (valid ones; each one iteration), in order. The pricer is the
 // simulation's. A scenario whose stage allocates more than `memory_budget` bytes while its
 // model is built stops there (over_budget_before_step): two in five of a 175B search's
-// candidates, which no step could make fit. Throws what the Trainer throws.
+// candidates, which no step could make fit; a step stops at the allocation that takes it
+// over (over_budget_in_step). Throws what the Trainer throws.
+// With DryRunSteps::extrapolated, each stage of a scenario that has ShortSteps for all its
+// stages is run at its m1 and m2 and extrapolated to the scenario's m; when the two short steps
+// disagree on anything that must not depend on m (the memory high-water mark, where the first
+// pipeline send and receive fall), or one goes over the budget during its step, it is run at m
+// instead.
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                             const SimDevice::Pricer& pricer,
-                            std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max());
+                            std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max(),
+                            DryRunSteps steps = DryRunSteps::extrapolated);
 
 }  // namespace tandem::sim::search

@@ -4,6 +4,8 @@
 // it undercuts the unfused attention op, which writes and reads the score matrix.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sim/cost_model.hpp"
 #include "sim/op_cost_llama.hpp"
 #include "topology/topology_io.hpp"
@@ -22,6 +24,17 @@ TEST(OpCostLlama, VisiblePairs) {
   EXPECT_EQ(attention_visible_pairs(2, 4, 10, 9, true), 5.0);
   // A key block wholly in the future: nothing.
   EXPECT_EQ(attention_visible_pairs(8, 8, 0, 100, true), 0.0);
+  // The closed form against the count query by query, over offsets before, inside and past
+  // the key block (context parallelism's chunks) and blocks of unequal lengths.
+  for (const std::int64_t tq : {1, 2, 7, 16})
+    for (const std::int64_t tk : {0, 1, 5, 16})
+      for (std::int64_t dq = -40; dq <= 40; dq += 3) {
+        double brute = 0;
+        for (std::int64_t i = 0; i < tq; ++i)
+          brute += static_cast<double>(std::clamp<std::int64_t>(100 + dq + i - 100 + 1, 0, tk));
+        EXPECT_EQ(attention_visible_pairs(tq, tk, 100 + dq, 100, true), brute)
+            << tq << " " << tk << " " << dq;
+      }
 }
 
 // One Llama-3-8B-like layer on one GPU: B = 1, T = 4096, 8 groups of 4 query heads, hd 128.
