@@ -223,6 +223,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
             .expert_dp_rank = experts ? groups_.expert_dp->rank() : 0};
   params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute, main);
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
+  // The first step copies too (the values it copies are those initialize rounded).
+  compute_copy_stale_ = !par.use_distributed_optimizer && params_.separate_main();
   optimizer_ = std::make_unique<AdamW>(
       device_, params_,
       AdamConfig{static_cast<float>(t.adam_beta1), static_cast<float>(t.adam_beta2),
@@ -395,10 +397,16 @@ double Trainer::average_over_dp(double value) {
   return static_cast<double>(host) / dp.size();
 }
 
-// The parameters forward will read: the dp all-gather of the distributed optimizer done
-// (without it the optimizer step itself refreshed the 16-bit copy).
+// The parameters forward will read: the dp all-gather of the distributed optimizer done,
+// and under mixed precision without it the 16-bit copy refreshed from the fp32 main values
+// (Megatron copies main to model params at the end of each optimizer step; here at the
+// start of the step that reads them, so that every simulated step, the first included,
+// holds one copy, as a step in the steady state does).
 void Trainer::parameters_ready() {
   buckets_->finish_param_gather();
+  if (!compute_copy_stale_) return;
+  params_.refresh_compute(device_, stream_);
+  compute_copy_stale_ = false;
 }
 
 StepResult Trainer::train_step() {
@@ -452,9 +460,7 @@ StepResult Trainer::train_step() {
     buckets_->start_param_gather(overlap);
     if (!overlap) buckets_->finish_param_gather();
   } else {
-    // Megatron copies the updated main parameters into the model's 16-bit ones inside the
-    // optimizer step (_copy_main_params_to_model_params): the step's own GPU work.
-    params_.refresh_compute(device_, stream_);
+    compute_copy_stale_ = true;
   }
   consumed_samples_ += global;
   ++iteration_;

@@ -129,6 +129,9 @@ class Trainer {
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;
   std::int64_t iteration_ = 0;
+  // The 16-bit parameters lag the fp32 main values (after an optimizer step without the
+  // distributed optimizer, whose gather refreshes them).
+  bool compute_copy_stale_ = false;
   std::int64_t consumed_samples_ = 0;
 };
 
