@@ -12,6 +12,7 @@
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
 #include "model/gpt_chunk.hpp"
+#include "tests/model/random_microbatch.hpp"
 
 namespace tandem {
 namespace {
@@ -70,17 +71,7 @@ struct TinyGpt {
       : chunk(params, dims, ChunkPlan{0, 2, true, true}, r) {
     params.allocate(device);
     params.initialize(device, device.default_stream(), 7);
-    const std::int64_t rows = std::int64_t{kDims.seq} * kDims.micro_batch;
-    std::mt19937 gen(3);
-    std::uniform_int_distribution<int> tok(0, 100);
-    mb.tokens = device.allocate(Shape{rows}, DType::int32);
-    mb.labels = device.allocate(Shape{rows}, DType::int32);
-    mb.positions = device.allocate(Shape{rows}, DType::int32);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      mb.tokens.data<std::int32_t>()[i] = tok(gen);
-      mb.labels.data<std::int32_t>()[i] = tok(gen);
-      mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i / kDims.micro_batch);
-    }
+    mb = testing::random_microbatch(device, kDims);
   }
 
   double loss() {

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "exec/cpu/cpu_device.hpp"
 #include "exec/cpu/self_communicator.hpp"
 #include "model/gpt_chunk.hpp"
+#include "tests/model/random_microbatch.hpp"
 #include "tests/sim/recording_device.hpp"
 
 namespace tandem {
@@ -66,17 +66,7 @@ struct TeRun {
     env.transformer_engine = transformer_engine;
     params.allocate(device);
     params.initialize(device, device.default_stream(), 7);
-    const std::int64_t rows = std::int64_t{kTeDims.seq} * kTeDims.micro_batch;
-    std::mt19937 gen(3);
-    std::uniform_int_distribution<int> tok(0, 100);
-    mb.tokens = device.allocate(Shape{rows}, DType::int32);
-    mb.labels = device.allocate(Shape{rows}, DType::int32);
-    mb.positions = device.allocate(Shape{rows}, DType::int32);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      mb.tokens.data<std::int32_t>()[i] = tok(gen);
-      mb.labels.data<std::int32_t>()[i] = tok(gen);
-      mb.positions.data<std::int32_t>()[i] = static_cast<std::int32_t>(i / kTeDims.micro_batch);
-    }
+    mb = testing::random_microbatch(device, kTeDims);
     chunk.forward(env, 0, Tensor{}, mb);
     chunk.backward(env, 0, Tensor{}, 1.0f);
   }

@@ -18,6 +18,7 @@
 #include "sim/search/dry_run.hpp"
 #include "sim/search/search_space.hpp"
 #include "sim/sim_runner.hpp"
+#include "tests/sim/search_fixtures.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -28,11 +29,6 @@ namespace {
 // JSON it produced (or {"error": …}).
 using testing::in_child;
 
-SimDevice::Pricer pricer_for(const Topology& t) {
-  auto cost = std::make_shared<CostModel>(t.gpu);
-  return [cost](const OpDesc& op) { return cost->seconds(op); };
-}
-
 // The dry runs' lower bounds of `picked` on dgx-h100, in a child process (a JSON array, or
 // {"error": …}).
 nlohmann::json h100_bounds(const std::vector<Scenario>& picked) {
@@ -42,21 +38,6 @@ nlohmann::json h100_bounds(const std::vector<Scenario>& picked) {
     for (const auto& d : dry_run(picked, t, pricer_for(t))) out.push_back(d.lower_bound_seconds);
     return out;
   });
-}
-
-Scenario small_model() {
-  Scenario s;
-  s.model.num_layers = 8;
-  s.model.hidden_size = 256;
-  s.model.num_attention_heads = 8;
-  s.model.seq_length = 256;
-  s.model.vocab_size = 1000;
-  s.training.global_batch_size = 32;
-  s.training.fp16 = true;
-  s.cluster.world_size = 16;
-  s.cluster.gpus_per_node = 8;
-  s.cluster.topology = "dgx-a100-80g";
-  return s;
 }
 
 SearchSpace fixed_space(const Scenario& s) {

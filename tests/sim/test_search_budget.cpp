@@ -5,11 +5,11 @@
 // (google/sanitizers#189), so the sanitizer run of the unit programs cannot hold it.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "sim/cost_model.hpp"
 #include "sim/search/dry_run.hpp"
+#include "tests/sim/search_fixtures.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -17,27 +17,6 @@ namespace tandem::sim::search {
 namespace {
 
 using testing::in_child;
-
-SimDevice::Pricer pricer_for(const Topology& t) {
-  auto cost = std::make_shared<CostModel>(t.gpu);
-  return [cost](const OpDesc& op) { return cost->seconds(op); };
-}
-
-// As test_search.cpp's small model: 8 layers of 256 on 16 A100s.
-Scenario small_model() {
-  Scenario s;
-  s.model.num_layers = 8;
-  s.model.hidden_size = 256;
-  s.model.num_attention_heads = 8;
-  s.model.seq_length = 256;
-  s.model.vocab_size = 1000;
-  s.training.global_batch_size = 32;
-  s.training.fp16 = true;
-  s.cluster.world_size = 16;
-  s.cluster.gpus_per_node = 8;
-  s.cluster.topology = "dgx-a100-80g";
-  return s;
-}
 
 TEST(DryRun, StopsWhereTheBudgetIsCrossedWhileBuildingOrStepping) {
   const Scenario s = small_model();
