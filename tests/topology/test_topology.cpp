@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -404,6 +405,28 @@ TEST(TopologyValidation, HostFiguresAreNonNegativeAndTheCollectiveWaitABoolean) 
   EXPECT_EQ(v.at("gpu.host_waits_for_collectives").rule,
             "must be true or false, not a JSON string");
   EXPECT_EQ(count, 3U);
+}
+
+// gemm_fp8_peak_fraction (cost-model rule 2d) is a fraction of the FP8 peak, optional, and
+// round-trips through JSON where a preset has it.
+TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
+  const Topology h100 = load_topology("dgx-h100");
+  EXPECT_DOUBLE_EQ(h100.gpu.gemm_fp8_peak_fraction, 0.66);
+  EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.gemm_fp8_peak_fraction, 0.0);  // absent
+  json j = to_json(h100);
+  EXPECT_DOUBLE_EQ(j["gpu"]["gemm_fp8_peak_fraction"].get<double>(), 0.66);
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {json(1.5), "1.5", "must lie in (0, 1]"},
+      {json(0), "0", "must lie in (0, 1]"},
+      {json("0.66"), "0.66", "must be a number, not a JSON string"}};
+  for (const auto& [bad, value, rule] : cases) {
+    j["gpu"]["gemm_fp8_peak_fraction"] = bad;
+    const auto [v, count] = rejected(j);
+    ASSERT_TRUE(v.count("gpu.gemm_fp8_peak_fraction")) << bad;
+    EXPECT_EQ(v.at("gpu.gemm_fp8_peak_fraction").value, value);
+    EXPECT_EQ(v.at("gpu.gemm_fp8_peak_fraction").rule, rule);
+    EXPECT_EQ(count, 1U);
+  }
 }
 
 TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked) {
