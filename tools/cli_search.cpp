@@ -51,7 +51,8 @@ struct SearchCliOptions {
   ScenarioOptions scenario;
   int world_size = 0, jobs = 0, top = 10;  // jobs 0: one per core (one per mpirun rank)
   std::string json_path, csv_path, svg_path, calibration;
-  std::vector<std::string> vary, fix;
+  std::vector<std::string> vary, fix, only;
+  std::string best_scenario_path;  // the best simulated candidate's scenario, as JSON
   double memory_headroom = 0;
   bool quiet = false;
   // Dry runs (and simulations) step every microbatch instead of extrapolating from two short
@@ -533,6 +534,7 @@ void run_search(SearchCliOptions& o) {
   check_output("--json", o.json_path);
   check_output("--csv", o.csv_path);
   check_output("--svg", o.svg_path);
+  check_output("--best-scenario", o.best_scenario_path);
   ss::SearchSpace space = ss::default_space(base, world);
   // Tensor parallelism may span the nodes of an NVLink domain (a GB200 NVL72 rack's trays of
   // 4): its sizes are the world's divisors up to the domain, not up to the node.
@@ -542,6 +544,7 @@ void run_search(SearchCliOptions& o) {
     for (int d = 1; d <= std::min(world, topology.nvlink_domain.gpus); ++d)
       if (world % d == 0) tp.push_back(std::to_string(d));
   }
+  if (!o.only.empty()) ss::only(space, base, o.only);
   for (const auto& v : o.vary) ss::vary(space, v);
   for (const auto& f : o.fix) ss::fix(space, f);
 
@@ -905,6 +908,16 @@ void run_search(SearchCliOptions& o) {
     write_file(o.json_path, j.dump(1) + "\n");
     std::cout << "wrote " << o.json_path << "\n";
   }
+  if (!o.best_scenario_path.empty()) {
+    if (ranked.empty())
+      throw std::runtime_error("--best-scenario: no candidate was simulated, so none is best");
+    Scenario best = e.valid[ranked.front()].scenario;
+    best.description += (best.description.empty() ? "" : " ") +
+                        std::string("Layout picked by tandem search (the fastest simulated): ") +
+                        e.valid[ranked.front()].label + ".";
+    write_file(o.best_scenario_path, to_json(best).dump(2) + "\n");
+    std::cout << "wrote " << o.best_scenario_path << "\n";
+  }
   if (!o.csv_path.empty()) {
     write_file(o.csv_path, csv_of(cands));
     std::cout << "wrote " << o.csv_path << "\n";
@@ -946,6 +959,13 @@ void add_search_command(CLI::App& app) {
                   "Megatron names; precision=bf16,fp8,fp8-tensorwise,fp8-blockwise,mxfp8 "
                   "compares bf16 with FP8 recipes)");
   cmd->add_option("--fix", opts->fix, "FIELD=VALUE: search only this value");
+  cmd->add_option("--only", opts->only,
+                  "FIELD,…: search only these fields (as --vary names them); every other "
+                  "field keeps the scenario's value (--vary and --fix still apply after it)")
+      ->delimiter(',');
+  cmd->add_option("--best-scenario", opts->best_scenario_path,
+                  "Write the fastest simulated candidate's scenario as JSON (tandem simulate "
+                  "runs it)");
   cmd->add_option("--memory-headroom", opts->memory_headroom,
                   "Fraction of GPU memory to keep free (0.1: prune above 90 %)")
       ->capture_default_str();

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "sim/search/search_space.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::cli {
@@ -146,6 +147,64 @@ std::vector<std::vector<std::string>> parse_csv(std::string_view text, std::vect
   return records;
 }
 
+namespace {
+// DIR/searched.csv (optional): scenario,fields,source with fields space-separated.
+void read_searched_knobs(const std::filesystem::path& dir, PublishedTable& table) {
+  const auto file = dir / "searched.csv";
+  if (!std::filesystem::exists(file)) return;
+  const std::string source = file.string();
+  std::ifstream in(file);
+  if (!in) throw ConfigError("searched knobs", source, "cannot be opened");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::vector<int> lines;
+  const auto records = parse_csv(buf.str(), &lines);
+  const std::vector<std::string> header{"scenario", "fields", "source"};
+  if (records.empty() || records[0] != header)
+    throw ConfigError("line 1, header", records.empty() ? "" : records[0].front(),
+                      "the header must be exactly scenario,fields,source");
+  std::vector<Violation> problems;
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    const auto& f = records[r];
+    const int line = lines[r];
+    if (f.size() != 3) {
+      problems.push_back({where(line, "row"), std::to_string(f.size()) + " fields",
+                          "a row needs 3 fields (quote a source that holds commas)"});
+      continue;
+    }
+    if (!table.scenario_files.count(f[0])) {
+      problems.push_back({where(line, "scenario"), f[0], "is not a scenario of published.csv"});
+      continue;
+    }
+    if (table.searched.count(f[0])) {
+      problems.push_back({where(line, "scenario"), f[0], "each scenario may appear once"});
+      continue;
+    }
+    SearchedKnobs knobs;
+    knobs.source = f[2];
+    std::stringstream words(f[1]);
+    for (std::string w; words >> w;) {
+      try {
+        sim::search::SearchSpace probe;
+        sim::search::only(probe, Scenario{}, {w});
+        knobs.fields.push_back(w);
+      } catch (const ConfigError&) {
+        problems.push_back({where(line, "fields"), w,
+                            "is not a field tandem search searches (tp, pp, cp, vp, mbs, "
+                            "recompute, sp, distopt, overlap_grad, overlap_param, order, "
+                            "schedule, precision, or the Megatron names)"});
+      }
+    }
+    if (knobs.fields.empty() && f[1].find_first_not_of(' ') == std::string::npos)
+      problems.push_back({where(line, "fields"), f[1], "names no field to search"});
+    if (knobs.source.empty())
+      problems.push_back({where(line, "source"), "", "must say what the publication leaves out"});
+    table.searched[f[0]] = knobs;
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems), source);
+}
+}  // namespace
+
 PublishedTable read_published_table(const std::filesystem::path& dir) {
   PublishedTable table;
   table.csv = dir / "published.csv";
@@ -233,6 +292,7 @@ PublishedTable read_published_table(const std::filesystem::path& dir) {
   if (problems.empty() && table.rows.empty())
     problems.push_back({"rows", "", "the table has no rows below its header"});
   if (!problems.empty()) throw ConfigError(std::move(problems), source);
+  read_searched_knobs(dir, table);
   return table;
 }
 
@@ -252,10 +312,13 @@ PublishedTable select_sets(const PublishedTable& table, const std::vector<std::s
   PublishedTable out = table;
   out.rows.clear();
   out.scenario_files.clear();
+  out.searched.clear();
   for (const auto& row : table.rows)
     if (std::find(sets.begin(), sets.end(), row.set) != sets.end()) {
       out.rows.push_back(row);
       out.scenario_files[row.scenario] = table.scenario_files.at(row.scenario);
+      if (auto it = table.searched.find(row.scenario); it != table.searched.end())
+        out.searched[row.scenario] = it->second;
     }
   return out;
 }

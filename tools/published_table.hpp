@@ -41,16 +41,26 @@ struct PublishedRow {
   std::string set = "published";  // the paper or table (a five-column table is one set)
 };
 
+// Knobs of a published run its authors tuned but did not state (DIR/searched.csv: scenario,
+// fields, source): `tandem validate` runs `tandem search --only FIELDS` on the scenario and
+// compares the fastest layout it finds, as the authors kept theirs.
+struct SearchedKnobs {
+  std::vector<std::string> fields;  // search field names (tandem search --only)
+  std::string source;               // why they are searched: what the publication leaves out
+};
+
 struct PublishedTable {
   std::filesystem::path csv;
   std::vector<PublishedRow> rows;
   std::map<std::string, std::filesystem::path> scenario_files;  // name → DIR/name.json
   std::map<std::string, std::string> scenario_topology;         // name → its topology preset
+  std::map<std::string, SearchedKnobs> searched;                // name → knobs searched
 };
 
 // Reads DIR/published.csv and checks each row and each scenario it names (loaded and
-// validated, its topology known). Throws ConfigError(source = the CSV path) listing every
-// problem as "line N, column: value: rule".
+// validated, its topology known), and DIR/searched.csv when present (each scenario in the
+// table once, each field one `tandem search` searches). Throws ConfigError(source = the CSV path)
+// listing every problem as "line N, column: value: rule".
 PublishedTable read_published_table(const std::filesystem::path& dir);
 
 // Keeps the rows of the named sets (all when `sets` is empty). Throws ConfigError naming

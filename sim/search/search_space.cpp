@@ -31,7 +31,7 @@ const std::map<std::string, std::string>& short_names() {
   return names;
 }
 
-std::string field_of(const std::string& word) {
+std::string field_of(const std::string& word, const std::string& flag = "--vary/--fix") {
   std::string w = word;
   while (!w.empty() && w.front() == '-') w.erase(w.begin());
   std::replace(w.begin(), w.end(), '-', '_');
@@ -42,7 +42,7 @@ std::string field_of(const std::string& word) {
   for (const auto& [s, _] : short_names()) known.push_back(s);
   const std::string near = closest_match(w, known);
   throw ConfigError(
-      "--vary/--fix", word,
+      flag, word,
       "is not a searched field (" +
           (near.empty() ? std::string("see tandem search --help") : "did you mean " + near + "?") +
           ")");
@@ -273,6 +273,44 @@ void fix(SearchSpace& space, const std::string& assignment) {
   if (values.size() != 1)
     throw ConfigError("--fix", assignment, "fixes one value (use --vary for a list)");
   space.values[field] = values;
+}
+
+std::string value_of(const Scenario& base, const std::string& field) {
+  const auto& p = base.parallelism;
+  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  if (field == "tensor_model_parallel_size") return std::to_string(p.tensor_model_parallel_size);
+  if (field == "pipeline_model_parallel_size")
+    return std::to_string(p.pipeline_model_parallel_size);
+  if (field == "context_parallel_size") return std::to_string(p.context_parallel_size);
+  if (field == "num_layers_per_virtual_pipeline_stage")
+    return p.num_layers_per_virtual_pipeline_stage
+               ? std::to_string(*p.num_layers_per_virtual_pipeline_stage)
+               : "none";
+  if (field == "micro_batch_size") return std::to_string(base.training.micro_batch_size);
+  if (field == "recompute_granularity") return base.training.recompute_granularity;
+  if (field == "sequence_parallel") return flag(p.sequence_parallel);
+  if (field == "use_distributed_optimizer") return flag(p.use_distributed_optimizer);
+  if (field == "overlap_grad_reduce") return flag(p.overlap_grad_reduce);
+  if (field == "overlap_param_gather") return flag(p.overlap_param_gather);
+  if (field == "order") return p.order;
+  if (field == "account_for_embedding_in_pipeline_split")
+    return flag(p.account_for_embedding_in_pipeline_split);
+  if (field == "account_for_loss_in_pipeline_split")
+    return flag(p.account_for_loss_in_pipeline_split);
+  if (field == "pipeline_schedule") return p.pipeline_schedule;
+  if (field == "precision") {
+    const std::string own = precision_of(base);
+    return precision_values().count(own) ? own : "base";
+  }
+  throw ConfigError("--only", field, "is not a searched field");
+}
+
+void only(SearchSpace& space, const Scenario& base, const std::vector<std::string>& fields) {
+  std::vector<std::string> kept;
+  for (const auto& f : fields) kept.push_back(field_of(f, "--only"));
+  for (const auto& field : search_fields())
+    if (std::find(kept.begin(), kept.end(), field) == kept.end())
+      space.values[field] = {value_of(base, field)};
 }
 
 std::string candidate_label(const Scenario& s) {

@@ -48,6 +48,16 @@ SearchSpace default_space(const Scenario& base, int world_size);
 void vary(SearchSpace& space, const std::string& assignment);
 void fix(SearchSpace& space, const std::string& assignment);  // "FIELD=VALUE"
 
+// `base`'s value of a searched field as flag text ("none" for no interleaving, "base" for a
+// precision the precision field has no word for), so that setting it changes nothing.
+std::string value_of(const Scenario& base, const std::string& field);
+
+// Searches only `fields` (Megatron names or the short names of vary()): every other field
+// takes `base`'s value, the listed ones keep the values the space holds. What `tandem search
+// --only` and `tandem validate`'s searched knobs do: the layout as published, and the knobs
+// its authors tuned but did not state. Throws ConfigError naming an unknown field.
+void only(SearchSpace& space, const Scenario& base, const std::vector<std::string>& fields);
+
 struct Candidate {
   int id = 0;             // index in enumeration order (stable across runs and ranks)
   Scenario scenario;      // validated

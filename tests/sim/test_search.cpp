@@ -155,6 +155,47 @@ TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
   EXPECT_THROW(vary(space, "tp"), ConfigError);
 }
 
+// --only: the listed fields keep their search values, every other field is the base's, so
+// the candidates differ only there (validate's searched knobs: the published layout, with
+// what its authors tuned but did not state).
+TEST(SearchSpace, OnlyTheListedFieldsAreSearched) {
+  Scenario s = small_model();
+  s.parallelism.tensor_model_parallel_size = 2;
+  s.parallelism.pipeline_model_parallel_size = 2;
+  s.parallelism.sequence_parallel = true;
+  s.training.recompute_granularity = "selective";
+  SearchSpace space = default_space(s, 16);
+  only(space, s, {"mbs", "recompute_granularity"});
+  EXPECT_EQ(space.values.at("micro_batch_size"), (std::vector<std::string>{"1", "2", "4", "8"}));
+  EXPECT_EQ(space.values.at("recompute_granularity"),
+            (std::vector<std::string>{"none", "selective", "full"}));
+  EXPECT_EQ(space.values.at("tensor_model_parallel_size"), std::vector<std::string>{"2"});
+  EXPECT_EQ(space.values.at("pipeline_model_parallel_size"), std::vector<std::string>{"2"});
+  EXPECT_EQ(space.values.at("num_layers_per_virtual_pipeline_stage"),
+            std::vector<std::string>{"none"});
+  EXPECT_EQ(space.values.at("sequence_parallel"), std::vector<std::string>{"true"});
+  const Enumeration e = enumerate(s, 16, space);
+  // dp 4 and global batch 32: micro batches 1, 2, 4 and 8 all divide 8 per rank; 4 × 3 = 12
+  // layouts, one of them the baseline's (mbs 1, selective) counted twice.
+  EXPECT_EQ(e.enumerated, 13);
+  ASSERT_EQ(e.valid.size(), 12u);
+  for (const auto& c : e.valid) {
+    EXPECT_EQ(c.scenario.parallelism.tensor_model_parallel_size, 2) << c.label;
+    EXPECT_EQ(c.scenario.parallelism.pipeline_model_parallel_size, 2) << c.label;
+    EXPECT_TRUE(c.scenario.parallelism.sequence_parallel) << c.label;
+    EXPECT_FALSE(c.scenario.parallelism.num_layers_per_virtual_pipeline_stage) << c.label;
+  }
+  EXPECT_EQ(value_of(s, "recompute_granularity"), "selective");
+  EXPECT_EQ(value_of(s, "num_layers_per_virtual_pipeline_stage"), "none");
+  try {
+    only(space, s, {"mbs", "microbatch"});
+    FAIL() << "an unknown field was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("--only"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("microbatch"), std::string::npos) << err.what();
+  }
+}
+
 // --vary precision: each value is Megatron's flag set (bf16; bf16 + --fp8-format hybrid +
 // --fp8-recipe), the base's own precision by default, and the GPU's FP8 rules prune what it
 // lacks (MXFP8 needs Blackwell, FP8 at all needs compute capability 8.9).

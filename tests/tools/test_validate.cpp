@@ -220,6 +220,63 @@ TEST_F(Validate, SetsAreSummarisedAndJudgedApart) {
   EXPECT_EQ(bad.output.find("simulated in"), std::string::npos) << bad.output;
 }
 
+// searched.csv: a scenario whose micro batch its authors did not state is compared at the
+// fastest micro batch; here the fastest of `tandem simulate` run on its own at each.
+TEST_F(Validate, SearchedKnobsAreComparedAtTheFastestLayout) {
+  const auto dir = fresh_dir("tandem_validate_searched");
+  write_small_scenarios(dir);
+  double fastest = 0;
+  int fastest_mbs = 0;
+  for (int mbs : {1, 2, 4, 8}) {  // global batch 16 over dp 2: each divides 8
+    const auto out = dir / ("mbs" + std::to_string(mbs) + ".json");
+    const auto r =
+        run("simulate " + (dir / "small-tp2-pp2.json").string() + " --quiet --micro-batch-size " +
+            std::to_string(mbs) + " --json " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double t = read_json(out)["iteration_seconds"].get<double>();
+    if (fastest_mbs == 0 || t < fastest) fastest = t, fastest_mbs = mbs;
+  }
+  const double t_b = reports_["small-pp4"]["iteration_seconds"].get<double>();
+  write(dir / "published.csv",
+        "scenario,metric,value,unit,source\nsmall-tp2-pp2,iteration_time,1,s,x\n"
+        "small-pp4,iteration_time," +
+            number(t_b) + ",s,x\n");
+  write(dir / "searched.csv",
+        "scenario,fields,source\nsmall-tp2-pp2,mbs,\"micro batch not stated, for the test\"\n");
+  const auto dry = run("validate " + dir.string() + " --dry-run");
+  ASSERT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("small-tp2-pp2.json (searched: mbs)"), std::string::npos) << dry.output;
+  const auto json = dir / "v.json";
+  const auto r = run("validate " + dir.string() + " --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(json);
+  EXPECT_NEAR(j["rows"][0]["predicted"].get<double>(), fastest, 1e-9 * fastest);
+  EXPECT_NEAR(j["rows"][1]["predicted"].get<double>(), t_b, 1e-9 * t_b);  // not searched
+  const auto& s = j["searched"]["small-tp2-pp2"];
+  EXPECT_EQ(s["fields"], nlohmann::json::array({"mbs"}));
+  EXPECT_NE(s["picked"].get<std::string>().find("mbs" + std::to_string(fastest_mbs)),
+            std::string::npos)
+      << s.dump();
+  EXPECT_FALSE(j["searched"].contains("small-pp4"));
+  EXPECT_NE(r.output.find("small-tp2-pp2 [mbs]: tp2 pp2 mbs" + std::to_string(fastest_mbs)),
+            std::string::npos)
+      << r.output;
+
+  // A field the search does not know, a scenario the table lacks and a row without a source
+  // are refused before anything runs.
+  write(dir / "searched.csv",
+        "scenario,fields,source\nsmall-tp2-pp2,mbs microbatch,x\nno-such-run,mbs,x\n"
+        "small-pp4,mbs,\n");
+  const auto bad = run("validate " + dir.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  for (const std::string& expected :
+       {std::string("line 2, fields = microbatch: is not a field tandem search searches"),
+        std::string("line 3, scenario = no-such-run: is not a scenario of published.csv"),
+        std::string("line 4, source: must say what the publication leaves out")})
+    EXPECT_NE(bad.output.find(expected), std::string::npos) << expected << "\n" << bad.output;
+  EXPECT_EQ(bad.output.find("searched in"), std::string::npos) << bad.output;
+}
+
 TEST(ValidateInput, MissingTableIsRejected) {
   const auto dir = fresh_dir("tandem_validate_missing");
   const auto r = run("validate " + dir.string());
