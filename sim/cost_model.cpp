@@ -155,14 +155,14 @@ double CostModel::model_seconds(const OpDesc& op) const {
 }
 
 double CostModel::roofline_seconds(double flops, double bytes) const {
-  const double compute = flops / gpu_.peak_fp32.value;
+  const double compute = flops / (gpu_.peak_fp32.value * gpu_.clock_factor());
   const double memory = bytes / (gpu_.memory_bandwidth.value * gpu_.memory_peak_fraction);
   return gpu_.kernel_launch.value + std::max(compute, memory);
 }
 
 double CostModel::operand_peak(DType dtype, Operands operands) const {
-  if (operands == Operands::dtype) return gpu_.peak(dtype).value;
-  const double fp8 = gpu_.peak(Precision::fp8).value;
+  if (operands == Operands::dtype) return gpu_.peak(dtype).value * gpu_.clock_factor();
+  const double fp8 = gpu_.peak(Precision::fp8).value * gpu_.clock_factor();
   if (fp8 <= 0)
     throw ConfigError("gpu.peak_tflops.fp8", gpu_.name,
                       "the GPU has no FP8 tensor rate in its preset: FP8 GEMMs cannot be priced");
@@ -209,7 +209,7 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
                                          Operands operands) const {
   const double sms = std::max(gpu_.sm_count, 1);
   const double per_sm_flops = operand_peak(dtype, operands) * peak_fraction / sms;
-  const double per_sm_l2 = gpu_.l2_bandwidth.value / sms;
+  const double per_sm_l2 = gpu_.l2_bandwidth.value * gpu_.clock_factor() / sms;
   const double size =
       operands == Operands::fp8 ? 1.0 : static_cast<double>(dtype_size(dtype).value);
   const std::int64_t tile_m = std::max(gpu_.gemm_tile_m, 1), tile_n = std::max(gpu_.gemm_tile_n, 1);

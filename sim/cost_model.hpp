@@ -31,6 +31,11 @@
 //    gemm_fp8_peak_fraction where the preset has one: cuBLASLt's FP8 kernels reach a smaller
 //    share of their peak than its 16-bit ones (H100 SXM: 70.9 % against 80.3 % at each
 //    dtype's best shape in a published maximum-achievable-matmul sweep).
+//    2e. The sustained clock. Every SM-bound rate (the tensor and CUDA-core peaks of GEMMs,
+//    fused attention and the roofline, and the L2 bandwidth of rule 2b) is scaled by the
+//    preset's sustained_clock_fraction: its GEMM and attention figures come from short
+//    microbenchmarks at a boosted clock, a whole training step runs at the power limit.
+//    HBM-bound kernels keep memory_peak_fraction (the memory clock is not the SM's).
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax

@@ -134,7 +134,7 @@ double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op) {
       backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
   const double fraction =
       preset > 0 ? preset : (backward ? kFlashBackwardFraction : kFlashForwardFraction);
-  const double compute = op.flops / (gpu.peak(op.dtype).value * fraction);
+  const double compute = op.flops / (gpu.peak(op.dtype).value * gpu.clock_factor() * fraction);
   const double memory = op.bytes / (gpu.memory_bandwidth.value * gpu.memory_peak_fraction);
   return gpu.kernel_launch.value + std::max(compute, memory);
 }

@@ -60,6 +60,11 @@ struct GpuSpec {
   // cuBLASLt's FP8 kernels reach a smaller share of their (twice as high) peak than the 16-bit
   // ones do of theirs. 0: gemm_peak_fraction.
   double gemm_fp8_peak_fraction = 0;
+  // The SM clock a whole training step sustains, as a fraction of the clock the compute
+  // figures above were measured at (short GEMM and attention microbenchmarks run boosted; a
+  // step at the power limit does not): scales every SM-bound rate (tensor and CUDA-core
+  // FLOPs, L2 bandwidth), not HBM. 0: 1, for figures taken from training runs already.
+  double sustained_clock_fraction = 0;
   // The fraction of the tensor peak fused attention (cuDNN's or FlashAttention's kernel)
   // reaches on long sequences, forward and backward. 0: FlashAttention-2's on A100
   // (sim/op_cost_llama.hpp).
@@ -104,6 +109,10 @@ struct GpuSpec {
   FlopsPerSecond peak(DType dtype) const;
   // The dense peak of a precision; 0 for fp8 or fp4 on a GPU without them.
   FlopsPerSecond peak(Precision p) const;
+  // sustained_clock_fraction, 1 when unset.
+  double clock_factor() const {
+    return sustained_clock_fraction > 0 ? sustained_clock_fraction : 1;
+  }
 
   bool operator==(const GpuSpec&) const = default;
 };

@@ -188,6 +188,7 @@ const std::vector<std::string>& gpu_keys() {
                                                 "gemm_peak_fraction",
                                                 "gemm_unaligned_peak_fraction",
                                                 "gemm_fp8_peak_fraction",
+                                                "sustained_clock_fraction",
                                                 "fused_attention_forward_fraction",
                                                 "fused_attention_backward_fraction",
                                                 "memory_peak_fraction",
@@ -278,6 +279,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
     g.gemm_unaligned_peak_fraction = s.number("gemm_unaligned_peak_fraction", Range::fraction);
   if (s.body().contains("gemm_fp8_peak_fraction"))
     g.gemm_fp8_peak_fraction = s.number("gemm_fp8_peak_fraction", Range::fraction);
+  if (s.body().contains("sustained_clock_fraction"))
+    g.sustained_clock_fraction = s.number("sustained_clock_fraction", Range::fraction);
   for (auto [key, field] :
        {std::pair{"fused_attention_forward_fraction", &GpuSpec::fused_attention_forward_fraction},
         std::pair{"fused_attention_backward_fraction",
@@ -684,6 +687,7 @@ nlohmann::json to_json(const Topology& t) {
   optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
   optional("gemm_unaligned_peak_fraction", g.gemm_unaligned_peak_fraction);
   optional("gemm_fp8_peak_fraction", g.gemm_fp8_peak_fraction);
+  optional("sustained_clock_fraction", g.sustained_clock_fraction);
   optional("fused_attention_forward_fraction", g.fused_attention_forward_fraction);
   optional("fused_attention_backward_fraction", g.fused_attention_backward_fraction);
   optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);

@@ -53,11 +53,38 @@ TEST(Fp8Sim, Fp8GemmTakesItsOwnPeakFraction) {
                    .flops = 2.0 * n * n * n,
                    .bytes = 4.0 * n * n};
   const double waves = 16, tile_flops = 2.0 * 256 * 128 * n, launch = 4e-6;
-  EXPECT_NEAR(CostModel(h100).seconds(fp8), waves * 132 * tile_flops / (1979e12 * 0.66) + launch,
-              1e-9);
+  // At the preset's sustained clock (0.80 of the microbenchmarks', cost-model rule 2e).
+  EXPECT_NEAR(CostModel(h100).seconds(fp8),
+              waves * 132 * tile_flops / (1979e12 * 0.66 * 0.80) + launch, 1e-9);
   h100.gemm_fp8_peak_fraction = 0;
-  EXPECT_NEAR(CostModel(h100).seconds(fp8), waves * 132 * tile_flops / (1979e12 * 0.75) + launch,
-              1e-9);
+  EXPECT_NEAR(CostModel(h100).seconds(fp8),
+              waves * 132 * tile_flops / (1979e12 * 0.75 * 0.80) + launch, 1e-9);
+}
+
+// Rule 2e: the sustained clock slows what the SMs bound (a GEMM, fused attention) by its
+// inverse and leaves what HBM bounds (a copy) as it was.
+TEST(CostModelClock, SustainedClockScalesSmBoundOpsOnly) {
+  GpuSpec h100 = load_topology("dgx-h100").gpu;
+  h100.l2_bandwidth = BytesPerSecond(0);
+  const std::int64_t n = 8192;
+  const OpDesc gemm{.op = "gemm",
+                    .dtype = DType::bf16,
+                    .m = n,
+                    .n = n,
+                    .k = n,
+                    .flops = 2.0 * n * n * n,
+                    .bytes = 6.0 * n * n};
+  const OpDesc copy{.op = "copy", .dtype = DType::bf16, .bytes = 4.0 * n * n};
+  const double launch = 4e-6;
+  GpuSpec boosted = h100;
+  boosted.sustained_clock_fraction = 0;  // unset: the microbenchmarks' clock
+  const double g_boost = CostModel(boosted).seconds(gemm) - launch;
+  const double g_sustained = CostModel(h100).seconds(gemm) - launch;
+  EXPECT_NEAR(g_sustained, g_boost / 0.80, 1e-12);
+  // 16 waves of 256 x 128 tiles at 0.75 of 989 TFLOP/s, then at 0.80 of that clock.
+  EXPECT_NEAR(g_boost, 16 * 132 * 2.0 * 256 * 128 * n / (989e12 * 0.75), 1e-9);
+  EXPECT_DOUBLE_EQ(CostModel(h100).seconds(copy), CostModel(boosted).seconds(copy));
+  EXPECT_NEAR(CostModel(h100).seconds(copy), launch + 4.0 * n * n / (3350e9 * 0.90), 1e-9);
 }
 
 TEST(Fp8Sim, GpuWithoutFp8RateIsRefused) {

@@ -429,6 +429,29 @@ TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
   }
 }
 
+TEST(TopologyValidation, SustainedClockFractionIsAFractionAndRoundTrips) {
+  const Topology h100 = load_topology("dgx-h100");
+  EXPECT_DOUBLE_EQ(h100.gpu.sustained_clock_fraction, 0.80);
+  EXPECT_DOUBLE_EQ(h100.gpu.clock_factor(), 0.80);
+  // Absent where the compute figures come from training runs (A100: Korthikanti's Table 4).
+  EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.clock_factor(), 1.0);
+  EXPECT_EQ(load_topology("dgx-h100").fitted_on.count("gpu.sustained_clock_fraction"), 1U);
+  json j = to_json(h100);
+  EXPECT_DOUBLE_EQ(j["gpu"]["sustained_clock_fraction"].get<double>(), 0.80);
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {json(1.2), "1.2", "must lie in (0, 1]"},
+      {json(-0.5), "-0.5", "must lie in (0, 1]"},
+      {json("0.8"), "0.8", "must be a number, not a JSON string"}};
+  for (const auto& [bad, value, rule] : cases) {
+    j["gpu"]["sustained_clock_fraction"] = bad;
+    const auto [v, count] = rejected(j);
+    ASSERT_TRUE(v.count("gpu.sustained_clock_fraction")) << bad;
+    EXPECT_EQ(v.at("gpu.sustained_clock_fraction").value, value);
+    EXPECT_EQ(v.at("gpu.sustained_clock_fraction").rule, rule);
+    EXPECT_EQ(count, 1U);
+  }
+}
+
 TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["gpu"]["gemm_unaligned_peak_fraction"] = 1.5;
