@@ -419,6 +419,11 @@ struct Fp8QuantizeArgs {
   Fp8Tensor& output;
   const Tensor* scale = nullptr;  // (1) fp32
   Tensor* amax = nullptr;         // (1) fp32
+  // The codes of a quantization just made, again, as the second copy TE holds for the
+  // backward (its transposed copy): TE's cast_transpose writes both in the first cast's
+  // pass, so a binding that prices kernels charges this one no traffic of its own. The
+  // codes are computed all the same.
+  bool transposed_copy = false;
 };
 
 // C = alpha · op(A) · op(B) + beta · C with A and B in FP8 (the product of the decoded

@@ -50,7 +50,7 @@ void Fp8LayerState::allocate_for_restore(Device& d) {
 }
 
 Fp8Tensor Fp8Linear::quantize(ModelEnv& env, const Tensor& t, std::int64_t rows, std::int64_t cols,
-                              Fp8LayerState::Role role, bool along_rows) {
+                              Fp8LayerState::Role role, bool along_rows, bool transposed_copy) {
   const std::string& recipe = state_->config().recipe;
   Fp8Layout layout{.format = state_->format(role)};
   if (recipe == "blockwise") {
@@ -67,7 +67,8 @@ Fp8Tensor Fp8Linear::quantize(ModelEnv& env, const Tensor& t, std::int64_t rows,
   env.device.fp8_quantize(env.stream, {.input = t,
                                        .output = q,
                                        .scale = state_->scale(slot(role)),
-                                       .amax = state_->amax(slot(role))});
+                                       .amax = state_->amax(slot(role)),
+                                       .transposed_copy = transposed_copy});
   return q;
 }
 
@@ -80,8 +81,8 @@ void Fp8Linear::quantize_weight(ModelEnv& env, const Parameter& w) {
   weight_rowwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, false);
   // dgrad's copy (dx = dy · w reduces over out): MX blocks along out; the other recipes' codes
   // are fprop's, held again as TE holds its transposed copy.
-  weight_columnwise_ =
-      quantize(env, w.compute, out, in, Fp8LayerState::weight, state_->config().recipe == "mxfp8");
+  const bool mx = state_->config().recipe == "mxfp8";
+  weight_columnwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, mx, !mx);
 }
 
 Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w,

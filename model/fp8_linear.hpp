@@ -118,8 +118,10 @@ class Fp8Linear {
   int slot(Fp8LayerState::Role role) const { return 3 * linear_ + role; }
   // (rows, cols) of `t` quantized for `role`, its blocks along rows (`along_rows`: the
   // columnwise copy wgrad reads) or along columns.
+  // `transposed_copy`: the codes of the quantization just made, as TE's transposed copy
+  // (Fp8QuantizeArgs::transposed_copy).
   Fp8Tensor quantize(ModelEnv& env, const Tensor& t, std::int64_t rows, std::int64_t cols,
-                     Fp8LayerState::Role role, bool along_rows);
+                     Fp8LayerState::Role role, bool along_rows, bool transposed_copy = false);
   void quantize_weight(ModelEnv& env, const Parameter& w);
 
   Fp8LayerState* state_;

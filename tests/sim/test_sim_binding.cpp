@@ -639,6 +639,39 @@ nlohmann::json issue_in_child(double op_us, double issue_us, int ops) {
   });
 }
 
+// TE's cast_transpose writes a weight's FP8 codes and their transposed copy in one pass
+// (2 bytes read, 1 + 1 written an element, the scale given): the second quantization, the
+// copy dgrad reads, is priced with no traffic of its own, only its launch.
+TEST(SimFp8, TheTransposedCopyIsPricedWithTheCastThatWroteIt) {
+  const auto j = in_child([] {
+    auto seen = std::make_shared<std::vector<OpDesc>>();
+    SimDevice device([seen](const OpDesc& op) {
+      seen->push_back(op);
+      return 0.0;
+    });
+    on_one_host([&] {
+      Tensor w = device.allocate(Shape{256, 128}, DType::bf16);
+      Tensor scale = device.allocate(Shape{1}, DType::fp32);
+      const Fp8Layout layout{.format = Fp8Format::e4m3};
+      Fp8Tensor rowwise = allocate_fp8(device, 256, 128, layout);
+      Fp8Tensor copy = allocate_fp8(device, 256, 128, layout);
+      device.fp8_quantize(device.default_stream(),
+                          {.input = w, .output = rowwise, .scale = &scale});
+      device.fp8_quantize(device.default_stream(),
+                          {.input = w, .output = copy, .scale = &scale, .transposed_copy = true});
+    });
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : *seen)
+      if (op.op == "fp8_quantize") ops.push_back({op.bytes, op.flops});
+    return nlohmann::json{{"ops", ops}};
+  });
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  ASSERT_EQ(j["ops"].size(), 2u) << j.dump();
+  EXPECT_DOUBLE_EQ(j["ops"][0][0].get<double>(), 256.0 * 128 * (2 + 1 + 1));
+  EXPECT_DOUBLE_EQ(j["ops"][1][0].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["ops"][1][1].get<double>(), 0.0);
+}
+
 // Kernels of 1 µs issued every 10 µs: op i starts when issued (10·i µs) and the stream
 // waits 10 µs for the first and 9 µs for each later one. The 100th ends at 1001 µs.
 TEST(SimHost, AStreamStarvesWhenKernelsAreShorterThanTheirIssue) {
