@@ -103,6 +103,15 @@ Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w,
   return y;
 }
 
+Fp8Tensor Fp8Linear::quantize_input(ModelEnv& env, const Tensor& x) {
+  return quantize(env, x, x.shape[0], x.shape[1], Fp8LayerState::input, false);
+}
+
+const Fp8Tensor& Fp8Linear::forward_weight(ModelEnv& env, const Parameter& w) {
+  quantize_weight(env, w);
+  return weight_rowwise_;
+}
+
 Fp8Grad Fp8Linear::quantize_grad(ModelEnv& env, const Tensor& dy) {
   return {.dy = &dy,
           .rowwise = quantize(env, dy, dy.shape[0], dy.shape[1], Fp8LayerState::grad, false)};

@@ -109,6 +109,12 @@ class Fp8Linear {
   Fp8Grad quantize_grad(ModelEnv& env, const Tensor& dy);
   // dx (rows, in) = dy · w.
   Tensor input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w);
+  // The operands of --tp-comm-overlap's ring steps (model/tp_comm_overlap.hpp), which
+  // quantize each rank's rows before they move: x (rows, in) as forward quantizes it, and the
+  // step's weight copies for fprop and dgrad (quantized at the step's first forward).
+  Fp8Tensor quantize_input(ModelEnv& env, const Tensor& x);
+  const Fp8Tensor& forward_weight(ModelEnv& env, const Parameter& w);
+  const Fp8Tensor& dgrad_weight() const { return weight_columnwise_; }
   // w.grad += dyᵀ · x (x: rows, in), in FP8 unless fp8_wgrad is off; from `saved_input`
   // (forward's copy) when given, else x quantized here.
   void weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x, const Fp8Tensor* saved_input,

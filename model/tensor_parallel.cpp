@@ -143,8 +143,11 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                                const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input);
-  if (env.tp_comm_overlap && fp8 == nullptr) {  // FP8 layers: refused by check_step_supports
-    Tensor y = ring_exchange_gather_gemm(env, x, w.compute, true);
+  if (env.tp_comm_overlap) {
+    // FP8 (delayed scaling): the shard quantized, its codes passed round the ring.
+    Tensor y = fp8 ? ring_exchange_gather_fp8_gemm(env, fp8->quantize_input(env, x),
+                                                   fp8->forward_weight(env, w), true)
+                   : ring_exchange_gather_gemm(env, x, w.compute, true);
     if (b) env.device.bias_add(env.stream, y, b->compute);
     return y;
   }
@@ -180,7 +183,11 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
                             Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   Tensor y;
-  if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
+  if (env.sequence_parallel && env.tp_comm_overlap && fp8 != nullptr) {
+    const Fp8Tensor xq = fp8->quantize_input(env, x);
+    if (fp8_input != nullptr && fp8->saves_input()) *fp8_input = xq;  // wgrad's copy
+    y = fp8_gemm_pipelined_reduce_scatter(env, xq, fp8->forward_weight(env, w));
+  } else if (env.sequence_parallel && env.tp_comm_overlap) {
     y = gemm_pipelined_reduce_scatter(env, x, w.compute);
   } else {
     y = linear_forward(env, x, w, nullptr, fp8, fp8_input);
@@ -195,7 +202,24 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, 
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
-  if (env.sequence_parallel && env.tp_comm_overlap && fp8 == nullptr) {
+  if (env.sequence_parallel && env.tp_comm_overlap && fp8 != nullptr) {
+    // The shard's gradient quantized and its codes passed round the ring; the gathered
+    // codes serve the weight gradient (per-tensor scaling: wgrad reads dgrad's codes).
+    Fp8Grad grad = fp8->quantize_grad(env, dy);
+    Fp8Grad gathered = grad;
+    Tensor dx = ring_exchange_gather_fp8_gemm(env, grad.rowwise, fp8->dgrad_weight(), false,
+                                              &gathered.rowwise);
+    const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
+    weight_grad_work(env, [f = fp8, gathered, d = dy, x, saved, &w](ModelEnv& e) {
+      Fp8Grad here = gathered;
+      here.dy = &d;
+      f->weight_grad(e, here, x, saved.codes.storage ? &saved : nullptr, w);
+    });
+    if (b)
+      weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
+    return dx;
+  }
+  if (env.sequence_parallel && env.tp_comm_overlap) {
     Tensor total;  // the gathered output gradient, for the weight gradient
     Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
     linear_weight_grad(env, x, total, w, nullptr);

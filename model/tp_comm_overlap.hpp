@@ -24,4 +24,13 @@ Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w
 // r + 1 while it computes the next block. X: (tp·n, in); W: (out, in); returns (n, out).
 Tensor gemm_pipelined_reduce_scatter(ModelEnv& env, const Tensor& x, const Tensor& w);
 
+// The same in FP8 under per-tensor scaling, as Transformer Engine's userbuffers run an FP8
+// linear: each rank's rows are quantized before they move (every rank quantizes with the
+// one delayed scale, so the codes are those of the gathered tensor quantized at once), the
+// ring carries the 1-byte codes, and each block is an FP8 GEMM; the reduce-scatter's
+// partial sums stay in the compute dtype. `gathered` receives the gathered codes.
+Tensor ring_exchange_gather_fp8_gemm(ModelEnv& env, const Fp8Tensor& x, const Fp8Tensor& w,
+                                     bool transpose_w, Fp8Tensor* gathered = nullptr);
+Tensor fp8_gemm_pipelined_reduce_scatter(ModelEnv& env, const Fp8Tensor& x, const Fp8Tensor& w);
+
 }  // namespace tandem

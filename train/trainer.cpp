@@ -163,10 +163,21 @@ void check_step_supports(const Scenario& s) {
   check_attention_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
-  if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled())
+  // The FP8 ring steps quantize each rank's rows before they move: the one delayed scale
+  // gives the codes of the whole gathered tensor; a current (tensorwise) scale or the block
+  // recipes' columnwise copies would need the gathered tensor first.
+  if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled() &&
+      s.training.fp8.recipe != "delayed")
     v.push_back({"tp_comm_overlap", "true",
-                 "the ring-step GEMMs of the overlap are not built in FP8 yet; leave "
-                 "tp_comm_overlap out of FP8 runs"});
+                 "with FP8 the training step overlaps tensor-parallel communication under the "
+                 "delayed recipe only (each rank's rows are quantized with the one delayed scale "
+                 "before they move; fp8_recipe is " +
+                     s.training.fp8.recipe +
+                     "); use fp8_recipe delayed or leave tp_comm_overlap out"});
+  if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled() && !s.training.fp8.wgrad)
+    v.push_back({"tp_comm_overlap", "true",
+                 "with FP8 the overlapped backward gathers the output gradient as FP8 codes, "
+                 "which the weight gradient then needs in FP8: not with fp8_wgrad false"});
   if (!v.empty()) throw ConfigError(v);
 }
 

@@ -209,6 +209,28 @@ TEST(Cli, NumbersOutOfRangeNameTheOptionValueAndRule) {
   }
 }
 
+// --tp-comm-overlap in FP8: the ring steps quantize each rank's rows before they move, which
+// the one delayed scale allows; a current (tensorwise) scale would need the gathered tensor,
+// and the overlapped backward's FP8 gradient codes need FP8 weight gradients.
+TEST(Cli, Fp8TensorParallelOverlapRunsUnderDelayedScalingOnly) {
+  const std::string layout =
+      "simulate --topology dgx-h100 --world-size 2 --tensor-model-parallel-size 2 "
+      "--sequence-parallel true --tp-comm-overlap true --bf16 true --fp8-format hybrid ";
+  const auto delayed = run(layout + "--fp8-recipe delayed");
+  EXPECT_EQ(delayed.exit_code, 0) << delayed.output;
+  EXPECT_NE(delayed.output.find("iteration time"), std::string::npos) << delayed.output;
+  const auto tensorwise = run(layout + "--fp8-recipe tensorwise");
+  EXPECT_EQ(tensorwise.exit_code, 2) << tensorwise.output;
+  EXPECT_NE(tensorwise.output.find("tp_comm_overlap = true: with FP8 the training step overlaps "
+                                   "tensor-parallel communication under the delayed recipe only"),
+            std::string::npos)
+      << tensorwise.output;
+  EXPECT_NE(tensorwise.output.find("fp8_recipe is tensorwise"), std::string::npos);
+  const auto no_wgrad = run(layout + "--fp8-recipe delayed --fp8-wgrad false");
+  EXPECT_EQ(no_wgrad.exit_code, 2) << no_wgrad.output;
+  EXPECT_NE(no_wgrad.output.find("not with fp8_wgrad false"), std::string::npos) << no_wgrad.output;
+}
+
 // --- Megatron command lines: pretrain_gpt.py's arguments after --, or a launch script ---
 
 const std::string kMegatronScripts = std::string(TANDEM_SOURCE_DIR) + "/tests/tools/megatron/";

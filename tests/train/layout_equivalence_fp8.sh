@@ -11,7 +11,7 @@
 # as Transformer Engine starts) can round to the other code, or to 0 in one run and to its
 # least code in the other, which Adam turns into a whole ±lr step of that element: for tp
 # rows the losses are held within 1e-3 relative (measured: 1.2e-4) and the parameters only
-# printed (measured: 8.6e-3 at most, lr 3e-3).
+# printed (measured: 8.6e-3 at most, lr 3e-3). With --tp-comm-overlap (FP8 ring steps) too.
 #   tests/train/layout_equivalence_fp8.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -32,7 +32,13 @@ layouts=(
   "2|1e-5|1e-3|--tensor-model-parallel-size 1"
   "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel"
   "8|1e-3|-|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
+  "8|1e-3|-|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
 )
+# --tp-comm-overlap's FP8 ring steps quantize each rank's rows with the one delayed scale
+# before they move, so at tp 2 (where the ring's two-term sums are the collective's) they
+# give the losses of the same layout without the overlap to 1e-6: rows (2, 4) against (2, 3).
+declare -A run_losses
 failed=0
 printf "%-130s %-18s %s\n" "layout" "max rel loss diff" "max abs param diff"
 for k in "${!layouts[@]}"; do
@@ -48,8 +54,18 @@ for k in "${!layouts[@]}"; do
   diff_out=$("$tandem" checkpoint diff "$work/reference" "$work/layout$k" \
     --tolerance "$([ "$param_tol" = - ] && echo 1 || echo "$param_tol")" 2>&1) || params_ok=0
   params=$(echo "$diff_out" | sed -n 's/^max abs difference: \([^ ]*\).*/\1/p')
+  run_losses[$k]="$got"
   printf "%-130s %-18s %s\n" "world $n $flags" "$worst" "${params:-missing}"
   if [ "$params_ok" -eq 0 ]; then echo "$diff_out"; failed=1; fi
   if [ "$worst" = missing ] || awk -v w="$worst" -v t="$loss_tol" 'BEGIN { exit !(w > t) }'; then failed=1; fi
+done
+for pair in "2 4" "3 5"; do
+  read -r plain overlapped <<<"$pair"
+  same=$(paste <(echo "${run_losses[$plain]}") <(echo "${run_losses[$overlapped]}") | awk '
+    NF != 2 { print "missing"; exit }
+    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d }
+    END { if (NR != 5) print "missing"; else printf "%.2e\n", m }')
+  echo "tp-comm-overlap against the same layout without it (rows $plain, $overlapped): $same"
+  if [ "$same" = missing ] || awk -v w="$same" 'BEGIN { exit !(w > 1e-6) }'; then failed=1; fi
 done
 exit "$failed"
