@@ -163,6 +163,8 @@ void check_step_supports(const Scenario& s) {
   check_attention_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
+  if (s.model.mla.enabled())
+    v.push_back({"multi_latent_attention", "true", "the MLA layer is not in the training step yet"});
   if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled())
     v.push_back({"tp_comm_overlap", "true",
                  "the ring-step GEMMs of the overlap are not built in FP8 yet; leave "
