@@ -1,5 +1,7 @@
 #include "core/device.hpp"
 
+#include <stdexcept>
+
 namespace tandem {
 
 const std::vector<std::string>& device_op_names() {
@@ -51,6 +53,50 @@ const std::vector<std::string>& device_op_names() {
                                                  "upload",
                                                  "download"};
   return names;
+}
+
+FlashGeometry flash_geometry(const char* op, const Tensor& q_source, const Tensor& kv_source,
+                             const Tensor& output, const Tensor& lse, std::int64_t v_head_dim) {
+  const Shape& q = q_source.shape;
+  const Shape& k = kv_source.shape;
+  auto fail = [&](const std::string& rule) {
+    throw std::invalid_argument(std::string(op) + ": q_source " + q.to_string() + ", kv_source " +
+                                k.to_string() + ", output " + output.shape.to_string() +
+                                " and lse " + lse.shape.to_string() + ": " + rule);
+  };
+  FlashGeometry g;
+  if (v_head_dim <= 0) {
+    // (T, B, G, P + 2, head_dim); kv_source the same past the sequence, or (…, 2, head_dim).
+    if (q.rank() != 5 || q[3] < 3)
+      fail("expected q_source (T, B, groups, heads_per_group + 2, head_dim)");
+    if (k.rank() != 5 || q[1] != k[1] || q[2] != k[2] || (q[3] != k[3] && k[3] != 2) ||
+        q[4] != k[4])
+      fail("q_source and kv_source differ past the sequence");
+    g = {.Tq = q[0], .Tk = k[0], .B = q[1], .G = q[2], .P = q[3] - 2, .head_dim = q[4]};
+    g.v_head_dim = g.head_dim;
+    g.kv_only = k[3] == 2;
+  } else {
+    // (T, B, G, (P + 1)·head_dim + v_head_dim) rows; P from the lse (B, G·P, Tq).
+    if (q.rank() != 4 || k.rank() != 4 || q[1] != k[1] || q[2] != k[2])
+      fail("with v_head_dim the sources are (T, B, groups, features), alike past the sequence");
+    g = {.Tq = q[0], .Tk = k[0], .B = q[1], .G = q[2], .v_head_dim = v_head_dim};
+    const std::int64_t rows = g.B * g.G * g.Tq;
+    if (rows == 0 || lse.numel() % rows != 0 || lse.numel() / rows < 1)
+      fail("the lse must hold B · G · P · Tq values, P ≥ 1");
+    g.P = lse.numel() / rows;
+    const std::int64_t keys = q[3] - v_head_dim;
+    if (keys <= 0 || keys % (g.P + 1) != 0)
+      fail("a group's row must be (P + 1) · head_dim + v_head_dim = " + std::to_string(v_head_dim) +
+           " features wide");
+    g.head_dim = keys / (g.P + 1);
+    g.kv_only = k[3] != q[3];
+    if (g.kv_only && k[3] != g.head_dim + v_head_dim)
+      fail("kv_source rows must be as wide as q_source's or head_dim + v_head_dim");
+  }
+  if (output.numel() != g.Tq * g.B * g.G * g.P * g.v_head_dim ||
+      lse.numel() != g.B * g.G * g.P * g.Tq)
+    fail("output or lse does not match q_source");
+  return g;
 }
 
 std::string_view fp8_format_name(Fp8Format f) {

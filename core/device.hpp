@@ -147,6 +147,9 @@ struct RmsNormBackwardArgs {
 // (T, B, groups, heads_per_group + 2, head_dim): the first `rotate_per_group` heads of
 // each group (its queries and its key) are rotated, the value passes. Backward is the same
 // op with inverse = true on the gradient (the rotation is orthogonal).
+// Multi-latent attention's decoupled RoPE rotates only the positional features of a head,
+// [first_feature, first_feature + rotary_dim), pairing adjacent features (interleaved;
+// kernels/math/rope.hpp says why that is Megatron's mla_rotary_interleaved).
 struct RopeArgs {
   Tensor& x;                          // (T, B, groups, per_group, head_dim)
   std::int64_t rotate_per_group = 0;  // heads rotated at the front of each group
@@ -154,6 +157,8 @@ struct RopeArgs {
   float base = 10000.0f;              // Megatron's rotary_base
   std::int64_t position_offset = 0;   // row t is position position_offset + t
   bool inverse = false;
+  std::int64_t first_feature = 0;  // the rotated features start here
+  bool interleaved = false;        // pairs (2i, 2i + 1), not the halves (i, i + rotary_dim / 2)
 };
 
 // Which (query, key) pairs a fused attention call lets through, by absolute positions.
@@ -170,6 +175,14 @@ enum class AttentionMaskKind {
 // attention passes them around a context-parallel group; at positions q_offset + i and
 // k_offset + j. With `accumulate`, output and lse already hold the result over other keys
 // for the same queries, and the call extends it (ring attention's merge of blocks).
+//
+// Multi-latent attention's value heads are narrower than its query and key heads (128
+// against 192 in DeepSeek-V3): with v_head_dim set the sources are 4-d, each (t, b, group)
+// one row of features [P queries of head_dim | key of head_dim | value of v_head_dim] —
+// q_source (Tq, B, G, (P + 1)·head_dim + v_head_dim), kv_source the same or its key and
+// value only (Tk, B, G, head_dim + v_head_dim) — the output is (Tq, B, G·P, v_head_dim),
+// P comes from the lse and head_dim from the row width. Scores are scaled by
+// 1/sqrt(head_dim) either way.
 struct FlashAttentionArgs {
   const Tensor& q_source;   // (Tq, B, G, P + 2, head_dim)
   const Tensor& kv_source;  // (Tk, B, G, P + 2, head_dim) or (Tk, B, G, 2, head_dim)
@@ -179,6 +192,7 @@ struct FlashAttentionArgs {
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
   bool accumulate = false;
+  std::int64_t v_head_dim = 0;  // 0: the values are head_dim wide (the 5-d layouts)
 };
 
 // Writes the query slots of grad_q_source and the key/value slots of grad_kv_source and
@@ -197,7 +211,18 @@ struct FlashAttentionBackwardArgs {
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
   bool accumulate = false;
+  std::int64_t v_head_dim = 0;  // as the forward's
 };
+
+// The sizes a fused attention call reads off its tensors (FlashAttentionArgs), checked;
+// std::invalid_argument naming `op` when the shapes do not fit together.
+struct FlashGeometry {
+  std::int64_t Tq = 0, Tk = 0, B = 0, G = 0, P = 0;
+  std::int64_t head_dim = 0, v_head_dim = 0;  // v_head_dim = head_dim in the 5-d layouts
+  bool kv_only = false;                       // kv_source holds keys and values only
+};
+FlashGeometry flash_geometry(const char* op, const Tensor& q_source, const Tensor& kv_source,
+                             const Tensor& output, const Tensor& lse, std::int64_t v_head_dim);
 
 // Megatron's vocab-parallel pieces: each tp rank holds vocabulary rows
 // [vocab_begin, vocab_begin + local vocab); tokens outside the shard contribute nothing,
@@ -226,6 +251,11 @@ struct CrossEntropyArgs {
 // [to_column, to_column + width) of `to`, or added to them with `accumulate`: the keys and
 // values of the grouped QKV out of it into a block of their own and their gradients back
 // (context parallelism passes only those around its group, as Megatron does).
+// With count > 1 a row holds count such blocks, block k at from_column + k·from_stride and
+// to_column + k·to_stride: multi-latent attention's heads out of their projections into the
+// attention's rows and back. from_stride 0 copies one block into every destination block
+// (the shared positional key into each head); to_stride 0 sums the count blocks into one
+// (its gradient over the heads), added in block order.
 struct ColumnCopyArgs {
   const Tensor& from;  // (rows, from columns)
   Tensor& to;          // (rows, to columns), the same dtype
@@ -233,6 +263,9 @@ struct ColumnCopyArgs {
   std::int64_t to_column = 0;
   std::int64_t width = 0;
   bool accumulate = false;
+  std::int64_t count = 1;
+  std::int64_t from_stride = 0;
+  std::int64_t to_stride = 0;
 };
 
 // Mixture of experts: Megatron-Core's TopKRouter (softmax or sigmoid scores, group-limited

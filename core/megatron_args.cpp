@@ -69,9 +69,6 @@ namespace {
 // Empty when `flag` is not one of them (or is given in a form that changes nothing).
 std::string changes_the_model(const std::string& flag, const std::vector<std::string>& values) {
   static const std::map<std::string, std::string> refused{
-      {"--multi-latent-attention",
-       "multi-latent attention (DeepSeek's MLA) is not built: the layers would run standard "
-       "attention"},
       {"--mtp-num-layers",
        "multi-token prediction is not built: the model would have no MTP layers and no MTP "
        "loss"},

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/fp8_config.hpp"
+#include "core/mla_config.hpp"
 #include "core/parallel_context.hpp"
 
 namespace tandem {
@@ -100,6 +101,9 @@ struct ModelConfig {
   std::optional<double> moe_expert_capacity_factor;  // absent: dropless
   std::string moe_token_drop_policy = "probs";       // probs | position
   bool moe_pad_expert_input_to_capacity = false;
+  // Multi-latent attention (DeepSeek-V2/V3): core/mla_config.hpp; off unless
+  // mla.multi_latent_attention.
+  MlaConfig mla;
 
   bool operator==(const ModelConfig&) const = default;
 };

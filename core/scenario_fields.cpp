@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/fp8_fields.hpp"
+#include "core/mla_fields.hpp"
 #include "core/scenario_detail.hpp"
 #include "core/scenario_values.hpp"
 
@@ -612,7 +613,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 const std::vector<FieldDef>& registry() {
   static const std::vector<FieldDef> fields = [] {
     std::vector<FieldDef> all;
-    for (auto part : {model_fields(), parallelism_fields(), training_fields_batch(),
+    for (auto part : {model_fields(), mla_fields(), parallelism_fields(), training_fields_batch(),
                       training_fields_rest(), fp8_fields(), cluster_fields()})
       all.insert(all.end(), part.begin(), part.end());
     return all;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/fp8_fields.hpp"
+#include "core/mla_fields.hpp"
 #include "core/pipeline_layout.hpp"
 #include "core/scenario_detail.hpp"
 
@@ -746,10 +747,10 @@ void check_order(const Scenario& s, Violations& out) {
 
 void validate(const Scenario& s) {
   Violations out;
-  for (auto check :
-       {check_fields, check_world, check_model_split, check_attention, check_moe,
-        check_pipeline_split, check_interleaving, check_batch, check_microbatch_groups,
-        check_sequence, check_optimizer, check_recompute, check_schedule, check_order, check_fp8})
+  for (auto check : {check_fields, check_world, check_model_split, check_attention, check_moe,
+                     check_pipeline_split, check_interleaving, check_batch, check_microbatch_groups,
+                     check_sequence, check_optimizer, check_recompute, check_schedule, check_order,
+                     check_fp8, check_mla})
     check(s, out);
   if (!out.empty()) throw ConfigError(std::move(out), cat("scenario \"", s.name, "\""));
 }

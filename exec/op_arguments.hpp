@@ -69,14 +69,6 @@ inline kernels::cpu::AttentionDropout attention_dropout(const AttentionDropout& 
           .heads_total = d.heads_total};
 }
 
-// The grouped QKV layout (T, B, G, P + 2, head_dim) of fused attention and RoPE.
-inline void check_grouped_qkv(const char* op, const Tensor& t) {
-  if (t.shape.rank() != 5 || t.shape[3] < 3)
-    throw std::invalid_argument(std::string(op) +
-                                ": expected (T, B, groups, heads_per_group + 2, head_dim), got " +
-                                t.shape.to_string());
-}
-
 inline kernels::math::AttentionMask mask_of(AttentionMaskKind m) {
   return m == AttentionMaskKind::causal ? kernels::math::AttentionMask::causal
                                         : kernels::math::AttentionMask::none;
@@ -84,28 +76,20 @@ inline kernels::math::AttentionMask mask_of(AttentionMaskKind m) {
 
 template <typename Args>
 kernels::cpu::FlashShape flash_shape(const char* op, const Args& a) {
-  check_grouped_qkv(op, a.q_source);
-  const Shape& q = a.q_source.shape;
-  const Shape& k = a.kv_source.shape;
-  // kv_source: the grouped QKV like q_source, or its keys and values only (…, 2, head_dim).
-  if (k.rank() != 5 || q[1] != k[1] || q[2] != k[2] || (q[3] != k[3] && k[3] != 2) || q[4] != k[4])
-    throw std::invalid_argument(std::string(op) + ": q_source " + q.to_string() +
-                                " and kv_source " + k.to_string() + " differ past the sequence");
-  const kernels::cpu::FlashShape s{.B = q[1],
-                                   .Tq = q[0],
-                                   .Tk = k[0],
-                                   .G = q[2],
-                                   .P = q[3] - 2,
-                                   .HD = q[4],
-                                   .q_offset = a.q_offset,
-                                   .k_offset = a.k_offset,
-                                   .mask = mask_of(a.mask),
-                                   .kv_only = k[3] == 2,
-                                   .accumulate = a.accumulate};
-  if (a.output.numel() != s.Tq * s.B * s.G * s.P * s.HD || a.lse.numel() != s.B * s.G * s.P * s.Tq)
-    throw std::invalid_argument(std::string(op) + ": output or lse does not match q_source " +
-                                q.to_string());
-  return s;
+  const FlashGeometry g =
+      flash_geometry(op, a.q_source, a.kv_source, a.output, a.lse, a.v_head_dim);
+  return {.B = g.B,
+          .Tq = g.Tq,
+          .Tk = g.Tk,
+          .G = g.G,
+          .P = g.P,
+          .HD = g.head_dim,
+          .VD = g.v_head_dim,
+          .q_offset = a.q_offset,
+          .k_offset = a.k_offset,
+          .mask = mask_of(a.mask),
+          .kv_only = g.kv_only,
+          .accumulate = a.accumulate};
 }
 
 inline kernels::math::RouterScore router_score_of(MoeScoreFunction f) {
@@ -210,29 +194,42 @@ inline std::int64_t row_copy_bytes(const RowCopyArgs& a) {
 
 inline kernels::math::ColumnCopy column_copy(const ColumnCopyArgs& a) {
   const Shape &f = a.from.shape, &t = a.to.shape;
+  const std::int64_t last = a.count - 1;  // the last block's index
+  // Blocks that share a destination column are summed only when they share all of them.
+  const bool overlapping = a.count > 1 && a.to_stride > 0 && a.to_stride < a.width;
   if (f.rank() != 2 || t.rank() != 2 || f[0] != t[0] || a.from.dtype != a.to.dtype || a.width < 0 ||
-      a.from_column < 0 || a.to_column < 0 || a.from_column + a.width > f[1] ||
-      a.to_column + a.width > t[1])
-    throw std::invalid_argument("copy_columns: " + std::to_string(a.width) + " columns from " +
-                                std::to_string(a.from_column) + " of " + f.to_string() + " to " +
-                                std::to_string(a.to_column) + " of " + t.to_string() +
-                                ": needs two (rows, columns) tensors of one dtype and rows, and "
-                                "the columns inside both");
+      a.count < 1 || a.from_stride < 0 || a.to_stride < 0 || overlapping || a.from_column < 0 ||
+      a.to_column < 0 || a.from_column + last * a.from_stride + a.width > f[1] ||
+      a.to_column + last * a.to_stride + a.width > t[1])
+    throw std::invalid_argument(
+        "copy_columns: " + std::to_string(a.count) + " block(s) of " + std::to_string(a.width) +
+        " columns from " + std::to_string(a.from_column) + " (stride " +
+        std::to_string(a.from_stride) + ") of " + f.to_string() + " to " +
+        std::to_string(a.to_column) + " (stride " + std::to_string(a.to_stride) + ") of " +
+        t.to_string() +
+        ": needs two (rows, columns) tensors of one dtype and rows, the columns inside both, and "
+        "destination blocks apart (stride ≥ width) or all on the same columns (stride 0)");
   return {.rows = f[0],
           .width = a.width,
           .from_ld = f[1],
           .from_column = a.from_column,
           .to_ld = t[1],
           .to_column = a.to_column,
-          .accumulate = a.accumulate};
+          .accumulate = a.accumulate,
+          .count = a.count,
+          .from_stride = a.from_stride,
+          .to_stride = a.to_stride};
 }
 
 inline kernels::cpu::RopeShape rope_shape(const RopeArgs& a) {
-  check_grouped_qkv("rope", a.x);
   const Shape& x = a.x.shape;
-  if (a.rotary_dim <= 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > x[4] || a.rotate_per_group < 0 ||
-      a.rotate_per_group > x[3])
+  if (x.rank() != 5)
+    throw std::invalid_argument("rope: expected (T, B, groups, per_group, head_dim), got " +
+                                x.to_string());
+  if (a.rotary_dim <= 0 || a.rotary_dim % 2 != 0 || a.first_feature < 0 ||
+      a.first_feature + a.rotary_dim > x[4] || a.rotate_per_group < 0 || a.rotate_per_group > x[3])
     throw std::invalid_argument("rope: rotary_dim " + std::to_string(a.rotary_dim) +
+                                " from feature " + std::to_string(a.first_feature) +
                                 " must be even and within head_dim " + std::to_string(x[4]) +
                                 ", rotate_per_group within the group");
   return {.T = x[0],
@@ -243,7 +240,9 @@ inline kernels::cpu::RopeShape rope_shape(const RopeArgs& a) {
           .head_dim = x[4],
           .rotary_dim = a.rotary_dim,
           .position_offset = a.position_offset,
-          .base = a.base};
+          .base = a.base,
+          .first_feature = a.first_feature,
+          .interleaved = a.interleaved};
 }
 
 // SwiGLU: input (rows, 2F), output (rows, F).

@@ -47,6 +47,12 @@ struct DenseShape {
   double padded_vocab = 0, seq = 0, max_positions = 0;
   bool swiglu = false, bias = true, rmsnorm = false, learned_positions = true, untied = false;
   bool qk_layernorm = false;  // a norm of kv_channels over each query head and each key head
+  // Multi-latent attention (mla false: the QKV projection above): the query latent (0: one
+  // projection, linear_q_proj), the shared key/value latent, a head's query/key features
+  // without and with RoPE and its value features. With qk_layernorm the norms are over the
+  // latents (q_layernorm, kv_layernorm), not over each head.
+  bool mla = false;
+  double q_lora = 0, kv_lora = 0, qk_head = 0, pe_head = 0, v_head = 0;
   // Mixture of experts (moe_layers = 0: dense): experts of width moe_ffn, top_k per token,
   // a shared expert of width shared_ffn (0: none), in moe_layers of the layers.
   double experts = 0, top_k = 0, moe_ffn = 0, shared_ffn = 0, moe_layers = 0;
@@ -72,6 +78,14 @@ inline DenseShape dense_shape(const Scenario& s) {
   d.learned_positions = m.position_embedding_type == "learned_absolute";
   d.untied = m.untie_embeddings_and_output_weights;
   d.qk_layernorm = m.qk_layernorm;
+  if (m.mla.enabled()) {
+    d.mla = true;
+    d.q_lora = m.mla.q_lora_rank.value_or(0);
+    d.kv_lora = m.mla.kv_lora_rank;
+    d.qk_head = m.mla.qk_head_dim;
+    d.pe_head = m.mla.qk_pos_emb_head_dim;
+    d.v_head = m.mla.v_head_dim;
+  }
   if (m.num_experts) {
     d.experts = *m.num_experts;
     d.top_k = m.moe_router_topk;
@@ -82,6 +96,33 @@ inline DenseShape dense_shape(const Scenario& s) {
   return d;
 }
 
+// One token's attention projections as num_floating_point_operations counts them, before
+// its 3·2: QKV h·(q + 2·kv) and the output q·h; or Megatron's multi-latent attention term
+// (training.py, its "MLA" branch, with its +1 for each latent norm): the queries
+// h·H·(qk + pe), or q_lora·(h + H·(qk + pe) + 1) through the latent; the keys and values
+// kv_lora·(h + H·(qk + v) + 1) + h·pe; the output H·v·h.
+inline double attention_projection_macs(const DenseShape& d) {
+  if (!d.mla) {
+    const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
+    return d.hidden * (q + 2.0 * kv + q);
+  }
+  const double q_head = d.qk_head + d.pe_head;
+  const double queries =
+      d.q_lora > 0 ? d.q_lora * (d.hidden + d.heads * q_head + 1.0) : d.hidden * d.heads * q_head;
+  const double keys_values =
+      d.kv_lora * (d.hidden + d.heads * (d.qk_head + d.v_head) + 1.0) + d.hidden * d.pe_head;
+  return queries + keys_values + d.heads * d.v_head * d.hidden;
+}
+
+// The attention core's FLOPs of `batch` sequences as Megatron counts them (QKᵀ and ·V over
+// the causal half, 3 passes, 2 FLOPs a multiply-add): 6·B·s²·L·q, or with multi-latent
+// attention's query/key heads of qk + pe and value heads of v, 3·B·s²·L·H·(qk + pe + v).
+inline double attention_core_flops(const DenseShape& d, double batch) {
+  const double per_layer =
+      d.mla ? 3.0 * d.heads * (d.qk_head + d.pe_head + d.v_head) : 6.0 * d.kv_channels * d.heads;
+  return batch * d.seq * d.seq * d.layers * per_layer;
+}
+
 // Megatron-LM's num_floating_point_operations (training.py) for `batch` sequences: every
 // GEMM 3 times (forward, weight and data gradients) at 2 FLOPs per multiply-add; the MLP
 // has 3 GEMMs with SwiGLU, else 2; attention's QKᵀ and ·V over the causal half; an MoE
@@ -89,21 +130,23 @@ inline DenseShape dense_shape(const Scenario& s) {
 // h·E GEMM is left out, as Megatron does).
 //   3·2·B·s·[L·h·(q + 2·kv + q) + h·f·(ffn·(L − Lm) + (moe_ffn·k + shared)·Lm) + h·V]
 //     + 3·2·B·s²·L·q
-// with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2, Lm MoE layers.
+// with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2, Lm MoE layers;
+// with multi-latent attention its projections and core as attention_projection_macs and
+// attention_core_flops say.
 inline double num_floating_point_operations(const DenseShape& d, double batch) {
-  const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
   const double f = d.swiglu ? 3.0 : 2.0;
   const double mlp =
       d.ffn * (d.layers - d.moe_layers) + (d.moe_ffn * d.top_k + d.shared_ffn) * d.moe_layers;
-  const double per_token = 6.0 * d.layers * d.hidden * (q + 2.0 * kv + q) +
+  const double per_token = 6.0 * d.layers * attention_projection_macs(d) +
                            6.0 * d.hidden * f * mlp + 6.0 * d.hidden * d.padded_vocab;
-  return batch * d.seq * per_token + batch * d.seq * d.seq * d.layers * 6.0 * q;
+  return batch * d.seq * per_token + attention_core_flops(d, batch);
 }
 
 // Parameters, as Megatron-Core's GPT holds them. One layer: QKV h·(q + 2kv) and output
 // q·h projections, the MLP h·ffn·(2 with SwiGLU, else 1) in and ffn·h out, biases of each
 // unless disabled, and two norms (weight, plus bias for LayerNorm); with qk_layernorm two
-// more of kv_channels (q_layernorm, k_layernorm), replicated over tp. An MoE layer has, in
+// more of kv_channels (q_layernorm, k_layernorm), replicated over tp; with multi-latent
+// attention its projections in place of QKV (attention_parameters). An MoE layer has, in
 // place of the MLP, the router's h·E weight (no bias), E expert MLPs of width moe_ffn and
 // the shared expert's MLP; a token uses top_k of the experts (the active parameters).
 // Around the layers: the word embedding V·h, learned positions max_positions·h, the final
@@ -118,9 +161,34 @@ struct ParameterCount {
   double active = 0;  // what one token's forward uses (= total for a dense model)
 };
 
-// qk_layernorm's two norms over a head's kv_channels (weight, plus bias for LayerNorm).
+// qk_layernorm's two norms over a head's kv_channels (weight, plus bias for LayerNorm);
+// with multi-latent attention its norms over the query latent (if any) and the key/value
+// latent.
 inline double qk_norm_parameters(const DenseShape& d) {
-  return d.qk_layernorm ? 2.0 * (d.rmsnorm ? 1.0 : 2.0) * d.kv_channels : 0.0;
+  if (!d.qk_layernorm) return 0.0;
+  const double per_feature = d.rmsnorm ? 1.0 : 2.0;
+  return per_feature * (d.mla ? d.q_lora + d.kv_lora : 2.0 * d.kv_channels);
+}
+
+// Multi-latent attention's down projections, which every tp rank holds whole (Transformer
+// Engine's duplicated linears): h·q_lora (with a query latent) and h·(kv_lora + pe).
+inline double mla_duplicated_parameters(const DenseShape& d) {
+  return d.mla ? d.hidden * d.q_lora + d.hidden * (d.kv_lora + d.pe_head) : 0.0;
+}
+
+// A layer's attention: the QKV and output projections with their biases and the QK norms;
+// or multi-latent attention's projections (no biases but the output's) and latent norms.
+inline double attention_parameters(const DenseShape& d) {
+  if (d.mla) {
+    const double q_head = d.qk_head + d.pe_head;
+    const double queries = d.q_lora > 0 ? d.q_lora * d.heads * q_head : d.hidden * d.heads * q_head;
+    const double up = d.kv_lora * d.heads * (d.qk_head + d.v_head);
+    const double output = d.heads * d.v_head * d.hidden + (d.bias ? d.hidden : 0.0);
+    return mla_duplicated_parameters(d) + queries + up + output + qk_norm_parameters(d);
+  }
+  const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
+  return d.hidden * (q + 2.0 * kv) + q * d.hidden + (d.bias ? (q + 2.0 * kv) + d.hidden : 0.0) +
+         qk_norm_parameters(d);
 }
 
 // An MLP of width `ffn` on hidden `h`: fc1 (twice as wide with SwiGLU) and fc2, with biases.
@@ -130,10 +198,8 @@ inline double mlp_parameters(const DenseShape& d, double ffn) {
 }
 
 inline ParameterCount parameter_count(const DenseShape& d) {
-  const double q = d.kv_channels * d.heads, kv = d.kv_channels * d.query_groups;
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
-  const double attention = d.hidden * (q + 2.0 * kv) + q * d.hidden +
-                           (d.bias ? (q + 2.0 * kv) + d.hidden : 0.0) + qk_norm_parameters(d);
+  const double attention = attention_parameters(d);
   const double shared = d.shared_ffn > 0 ? mlp_parameters(d, d.shared_ffn) : 0.0;
   const double router = d.hidden * d.experts;
   ParameterCount c;
@@ -157,17 +223,18 @@ inline ParameterCount parameter_count(const DenseShape& d) {
 // stage holding the loss; with tied embeddings and pp > 1 Megatron keeps a copy of the
 // word embedding there).
 // Tensor parallelism splits the weights, the column-parallel biases and the vocabulary;
-// norms, learned positions and the row-parallel biases (attention output, fc2) are
-// replicated over tp. In an MoE layer expert parallelism gives each rank experts / ep of
-// the experts (each split over tp like an MLP), and the router is replicated. Which layers
-// are MoE layers `moe_layer` says, one flag per layer (empty for a dense model;
-// is_moe_layer() in core/scenario.hpp gives Megatron's moe_layer_freq either form).
+// norms, learned positions, the row-parallel biases (attention output, fc2) and multi-latent
+// attention's down projections are replicated over tp. In an MoE layer expert parallelism gives
+// each rank experts / ep of the experts (each split over tp like an MLP), and the router is
+// replicated. Which layers are MoE layers `moe_layer` says, one flag per layer (empty for a dense
+// model; is_moe_layer() in core/scenario.hpp gives Megatron's moe_layer_freq either form).
 inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 1,
                                   const std::vector<bool>& moe_layer = {},
                                   const std::vector<ChunkPlan>& partition = {}) {
   const ParameterCount c = parameter_count(d);
   const double norm = d.rmsnorm ? d.hidden : 2.0 * d.hidden;
-  const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0) + qk_norm_parameters(d);
+  const double replicated = 2.0 * norm + (d.bias ? 2.0 * d.hidden : 0.0) + qk_norm_parameters(d) +
+                            mla_duplicated_parameters(d);
   const double layer = (c.per_layer - replicated) / tp + replicated;
   const double router = d.hidden * d.experts;
   const double moe =

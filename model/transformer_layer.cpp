@@ -70,33 +70,52 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
     const bool replicated = kind == ShardKind::replicated;
     return params.add({p + n, Shape{size}, kind, 0, 0, false, false, replicated && sp});
   };
-  const Heads h = heads_of(dims);
-  const std::int64_t hd = head_dim_of(dims), q_width = dims.heads * hd;  // query columns
-  if (o.flash_attn && h.groups % params.tp_size() != 0)
-    throw std::invalid_argument("num_query_groups " + std::to_string(h.groups) +
-                                " is not divisible by tensor_model_parallel_size " +
-                                std::to_string(params.tp_size()));
-  ln1_w_ = norm("input_layernorm.weight", 1.0f);
-  if (!rms) ln1_b_ = norm("input_layernorm.bias", 0.0f);
-  // Fused attention reads Megatron's grouped QKV: a tp rank's rows are whole query groups.
-  const std::int64_t qkv_rows = o.flash_attn ? h.groups * (h.per_group + 2) * hd : 3 * q_width;
-  const ShardKind qkv_kind = o.flash_attn ? ShardKind::rows : ShardKind::qkv_rows;
-  qkv_w_ = linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
-  if (bias) qkv_b_ = linear_bias("attention.qkv.bias", qkv_rows, qkv_kind);
-  proj_w_ = linear("attention.dense.weight", Shape{C, q_width}, ShardKind::columns, out_std);
-  if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
-  if (o.qk_layernorm) {
-    // One weight over a head's channels, shared by the heads of every tp rank: each rank's
-    // gradient holds its heads' share, summed over tp (heads_partial_grad).
-    auto head_norm = [&](const std::string& n, float v) {
-      ParameterSpec spec{p + n, Shape{hd}, ShardKind::replicated, 0.0f, v, false, false, false};
-      spec.heads_partial_grad = true;
-      return params.add(std::move(spec));
-    };
-    q_norm_w_ = head_norm("attention.q_layernorm.weight", 1.0f);
-    if (!rms) q_norm_b_ = head_norm("attention.q_layernorm.bias", 0.0f);
-    k_norm_w_ = head_norm("attention.k_layernorm.weight", 1.0f);
-    if (!rms) k_norm_b_ = head_norm("attention.k_layernorm.bias", 0.0f);
+  if (o.mla.enabled) {
+    // The input norm, the latent projections and the output projection from heads·v_head_dim.
+    if (!o.flash_attn)
+      throw std::invalid_argument(
+          "multi-latent attention runs on the fused attention op: set use_flash_attn");
+    if (o.fp8.enabled())
+      throw std::invalid_argument("multi-latent attention's projections are not built in FP8");
+    ln1_w_ = norm("input_layernorm.weight", 1.0f);
+    if (!rms) ln1_b_ = norm("input_layernorm.bias", 0.0f);
+    mla_ = std::make_unique<MlaAttention>(
+        params, p + "attention.", o.mla,
+        MlaNorm{.rms = rms, .epsilon = o.norm_epsilon, .qk_layernorm = o.qk_layernorm}, dims.hidden,
+        dims.heads, dims.seq, dims.micro_batch, sp, o.rotary_base);
+    proj_w_ =
+        linear("attention.dense.weight", Shape{C, std::int64_t{dims.heads} * o.mla.v_head_dim},
+               ShardKind::columns, out_std);
+    if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
+  } else {
+    const Heads h = heads_of(dims);
+    const std::int64_t hd = head_dim_of(dims), q_width = dims.heads * hd;  // query columns
+    if (o.flash_attn && h.groups % params.tp_size() != 0)
+      throw std::invalid_argument("num_query_groups " + std::to_string(h.groups) +
+                                  " is not divisible by tensor_model_parallel_size " +
+                                  std::to_string(params.tp_size()));
+    ln1_w_ = norm("input_layernorm.weight", 1.0f);
+    if (!rms) ln1_b_ = norm("input_layernorm.bias", 0.0f);
+    // Fused attention reads Megatron's grouped QKV: a tp rank's rows are whole query groups.
+    const std::int64_t qkv_rows = o.flash_attn ? h.groups * (h.per_group + 2) * hd : 3 * q_width;
+    const ShardKind qkv_kind = o.flash_attn ? ShardKind::rows : ShardKind::qkv_rows;
+    qkv_w_ = linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
+    if (bias) qkv_b_ = linear_bias("attention.qkv.bias", qkv_rows, qkv_kind);
+    proj_w_ = linear("attention.dense.weight", Shape{C, q_width}, ShardKind::columns, out_std);
+    if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
+    if (o.qk_layernorm) {
+      // One weight over a head's channels, shared by the heads of every tp rank: each rank's
+      // gradient holds its heads' share, summed over tp (heads_partial_grad).
+      auto head_norm = [&](const std::string& n, float v) {
+        ParameterSpec spec{p + n, Shape{hd}, ShardKind::replicated, 0.0f, v, false, false, false};
+        spec.heads_partial_grad = true;
+        return params.add(std::move(spec));
+      };
+      q_norm_w_ = head_norm("attention.q_layernorm.weight", 1.0f);
+      if (!rms) q_norm_b_ = head_norm("attention.q_layernorm.bias", 0.0f);
+      k_norm_w_ = head_norm("attention.k_layernorm.weight", 1.0f);
+      if (!rms) k_norm_b_ = head_norm("attention.k_layernorm.bias", 0.0f);
+    }
   }
   ln2_w_ = norm("post_attention_layernorm.weight", 1.0f);
   if (!rms) ln2_b_ = norm("post_attention_layernorm.bias", 0.0f);
@@ -128,6 +147,8 @@ std::vector<int> TransformerLayer::parameter_indices() const {
   for (int i : {ln1_w_, ln1_b_, qkv_w_, qkv_b_, q_norm_w_, q_norm_b_, k_norm_w_, k_norm_b_, proj_w_,
                 proj_b_, ln2_w_, ln2_b_, fc1_w_, fc1_b_, fc2_w_, fc2_b_})
     if (i >= 0) out.push_back(i);
+  if (mla_)
+    for (int i : mla_->parameter_indices()) out.push_back(i);
   if (moe_)
     for (int i : moe_->parameter_indices()) out.push_back(i);
   return out;
@@ -405,18 +426,27 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
   // Transformer Engine's modules are one library call each (env.transformer_engine); the
   // residual adds, the activation and the QK norms stay framework ops, as in Megatron-Core.
   const bool te = env.transformer_engine;
-  {
-    const LibraryCall layer_norm_linear(env, te);
-    a.ln1_out = allocate_like(env, x.shape);
-    norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-    a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0),
-                                    &a.fp8_input[0]);
-  }
-  if (saved_fp8(a, 0)) a.ln1_out = Tensor{};
-  if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
-  {
-    const LibraryCall dot_product_attention(env, te);
-    attention_forward(env, a, keep_probs);
+  if (mla_) {
+    {
+      const LibraryCall input_norm(env, te);  // TENorm: MLA's projections take its output
+      a.ln1_out = allocate_like(env, x.shape);
+      norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+    }
+    a.attn_out = mla_->forward(env, a.ln1_out, a.mla, keep_probs);
+  } else {
+    {
+      const LibraryCall layer_norm_linear(env, te);
+      a.ln1_out = allocate_like(env, x.shape);
+      norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+      a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0),
+                                      &a.fp8_input[0]);
+    }
+    if (saved_fp8(a, 0)) a.ln1_out = Tensor{};
+    if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
+    {
+      const LibraryCall dot_product_attention(env, te);
+      attention_forward(env, a, keep_probs);
+    }
   }
   a.residual = allocate_like(env, x.shape);
   Tensor proj;
@@ -539,15 +569,23 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   }
   a.fp8_input[1] = Fp8Tensor{};
   d_proj = Tensor{};
-  Tensor d_qkv;
-  {
-    const LibraryCall dot_product_attention(env, te);
-    d_qkv = attention_backward(env, d_attn, a);
-  }
-  d_attn = Tensor{};
-  if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
   Tensor dx;
-  {
+  if (mla_) {
+    a.attn_out = Tensor{};  // MLA's own output (a.mla) is what its core's backward reads
+    Tensor d_ln1 = mla_->backward(env, d_attn, a.ln1_out, a.mla);
+    d_attn = Tensor{};
+    a.ln1_out = Tensor{};
+    const LibraryCall input_norm(env, te);
+    dx = allocate_like(env, grad_out.shape);
+    norm_backward(env, d_ln1, a.input, ln1_w_, ln1_b_, a.ln1_mean, a.ln1_rstd, dx);
+  } else {
+    Tensor d_qkv;
+    {
+      const LibraryCall dot_product_attention(env, te);
+      d_qkv = attention_backward(env, d_attn, a);
+    }
+    d_attn = Tensor{};
+    if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
     const LibraryCall layer_norm_linear(env, te);
     Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_),
                                             fp8(0), saved_fp8(a, 0));

@@ -17,7 +17,10 @@
 // projection takes heads·kv_channels back to the hidden size. With qk_layernorm
 // [--qk-layernorm] the layer's normalization runs over each query and each key head after
 // the QKV projection and before RoPE, one kv_channels-wide weight for the queries and one
-// for the keys, as Megatron-Core's q_layernorm and k_layernorm.
+// for the keys, as Megatron-Core's q_layernorm and k_layernorm. With multi-latent attention
+// [--multi-latent-attention] the QKV projection and its norms give way to
+// model/mla_attention.hpp's projections through low-rank latents; the input norm is then a
+// module of its own, and the output projection takes heads·v_head_dim back.
 #pragma once
 
 #include <array>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "model/fp8_linear.hpp"
+#include "model/mla_attention.hpp"
 #include "model/moe_layer.hpp"
 #include "model/tensor_parallel.hpp"
 
@@ -58,6 +62,8 @@ struct LayerOptions {
   // Megatron's --fp8-* flags: the linear layers of the layers in FP8 run their GEMMs in FP8
   // (model/fp8_linear.hpp).
   Fp8Config fp8{};
+  // Multi-latent attention in place of the QKV projection (model/mla_attention.hpp).
+  MlaOptions mla{};
 };
 
 struct LayerDims {
@@ -88,6 +94,7 @@ struct LayerActivations {
   Tensor context_kv;
   Tensor residual, ln2_out, ln2_mean, ln2_rstd, fc1_out, gelu_out;
   MoeActivations moe;  // the MoE MLP's, in a mixture-of-experts layer
+  MlaActivations mla;  // multi-latent attention's (attn_out is its output)
   // FP8 linear layers (qkv, proj, fc1, fc2): the FP8 copy of each one's input that its
   // weight gradient reads (Fp8Linear::saves_input). Where one is held, the compute-dtype
   // input is not (ln1_out, ln2_out, gelu_out empty; attn_out only for fused attention's
@@ -152,10 +159,11 @@ class TransformerLayer {
   LayerDims dims_;
   Recompute recompute_;
   // -1 where the configuration has no such parameter (biases, RMSNorm's β).
-  int ln1_w_, ln1_b_ = -1, qkv_w_, qkv_b_ = -1, proj_w_, proj_b_ = -1;
-  int ln2_w_, ln2_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
+  int ln1_w_ = -1, ln1_b_ = -1, qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
+  int ln2_w_ = -1, ln2_b_ = -1, fc1_w_ = -1, fc1_b_ = -1, fc2_w_ = -1, fc2_b_ = -1;
   int q_norm_w_ = -1, q_norm_b_ = -1, k_norm_w_ = -1, k_norm_b_ = -1;  // qk_layernorm
-  std::unique_ptr<MoeLayer> moe_;  // in place of fc1 / fc2 in a mixture-of-experts layer
+  std::unique_ptr<MoeLayer> moe_;      // in place of fc1 / fc2 in a mixture-of-experts layer
+  std::unique_ptr<MlaAttention> mla_;  // in place of the QKV with multi-latent attention
   // FP8 linear layers (qkv, proj, fc1, fc2), when this layer runs in FP8; else empty.
   std::unique_ptr<Fp8LayerState> fp8_state_;
   std::vector<Fp8Linear> fp8_;

@@ -19,40 +19,34 @@ double bytes_of(DType dtype, double count) {
   return count * static_cast<double>(dtype_size(dtype).value);
 }
 
-struct Grouped {
-  std::int64_t Tq, Tk, B, G, P, HD;
-};
-
-Grouped grouped(const char* op, const Tensor& q, const Tensor& kv) {
-  if (q.shape.rank() != 5 || kv.shape.rank() != 5 || q.shape[3] < 3)
-    throw std::invalid_argument(std::string(op) +
-                                ": expected (T, B, groups, heads_per_group + 2, head_dim), got " +
-                                q.shape.to_string() + " and " + kv.shape.to_string());
-  return {q.shape[0], kv.shape[0], q.shape[1], q.shape[2], q.shape[3] - 2, q.shape[4]};
-}
-
 template <typename Args>
 OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
-  const Grouped g = grouped(op, a.q_source, a.kv_source);
+  const FlashGeometry g =
+      flash_geometry(op, a.q_source, a.kv_source, a.output, a.lse, a.v_head_dim);
   const double heads = static_cast<double>(g.B * g.G * g.P);
   const double pairs = attention_visible_pairs(g.Tq, g.Tk, a.q_offset, a.k_offset,
                                                a.mask == AttentionMaskKind::causal);
-  const double hd = static_cast<double>(g.HD);
-  const double q = heads * static_cast<double>(g.Tq) * hd;                 // Q and O (and dQ, dO)
-  const double kv = 2.0 * static_cast<double>(g.B * g.G * g.Tk) * hd;      // K and V
-  const double lse = heads * static_cast<double>(g.Tq) * 4.0;              // fp32
-  const double traffic = backward ? bytes_of(dtype, 3 * q + 2 * kv) + lse  // Q O dO dQ, K V dK dV
-                                  : bytes_of(dtype, 2 * q + kv) + lse;     // Q O, K V
+  // Query and key heads hd wide, value heads vd (multi-latent attention: vd < hd).
+  const double hd = static_cast<double>(g.head_dim), vd = static_cast<double>(g.v_head_dim);
+  const double rows = heads * static_cast<double>(g.Tq);
+  const double q = rows * hd, o = rows * vd;                            // Q (dQ), O (dO)
+  const double kv = static_cast<double>(g.B * g.G * g.Tk) * (hd + vd);  // K and V
+  const double lse = rows * 4.0;                                        // fp32
+  const double traffic = backward
+                             ? bytes_of(dtype, 2 * q + 2 * o + 2 * kv) + lse  // Q dQ O dO K V dK dV
+                             : bytes_of(dtype, q + o + kv) + lse;             // Q O K V
+  // Forward QKᵀ (2·hd) and PV (2·vd) a pair; backward QKᵀ again, dV = PᵀdO and dP = dO·Vᵀ
+  // (2·vd each), dQ and dK (2·hd each): 4·pairs·hd and 10·pairs·hd when vd = hd.
+  const double per_pair = backward ? 6.0 * hd + 4.0 * vd : 2.0 * hd + 2.0 * vd;
   return {.op = op,
           .dtype = dtype,
           .m = g.Tq,
           .n = g.Tk,
-          .k = g.HD,
+          .k = g.head_dim,
           .batch = g.B * g.G * g.P,
-          .flops = (backward ? 10.0 : 4.0) * pairs * hd * heads,
+          .flops = per_pair * pairs * heads,
           // Accumulating reads what it adds to: the earlier output (forward), the gradients.
-          .bytes = traffic + (backward ? bytes_of(dtype, q) : 0.0) +
-                   (a.accumulate ? bytes_of(dtype, backward ? q + kv : q) : 0.0)};
+          .bytes = traffic + (a.accumulate ? bytes_of(dtype, backward ? q + kv : o) : 0.0)};
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 // from its real work, not from the unfused op's parts:
 //   FLOPs    forward 4·pairs·head_dim per query head (S = Q·Kᵀ and O = P·V over the
 //            visible (query, key) pairs: about half of Tq·Tk under a causal mask);
-//            backward 10·pairs·head_dim (S recomputed, dP, dV, dQ, dK: 2.5× forward)
+//            backward 10·pairs·head_dim (S recomputed, dP, dV, dQ, dK: 2.5× forward);
+//            with value heads of their own width vd (multi-latent attention) each product
+//            over the values counts vd: 2·pairs·(hd + vd) and 2·pairs·(3·hd + 2·vd)
 //   bytes    the compulsory traffic only — Q, K, V, O and the log-sum-exp, and in
 //            backward dO, dQ, dK, dV too; no Tq·Tk term, the scores never reach memory
 //   rate     tensor cores at peak(dtype) · the preset's fused_attention_forward_fraction

@@ -1,5 +1,6 @@
 #include "sim/sim_device.hpp"
 
+#include <algorithm>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <stdexcept>
@@ -554,13 +555,18 @@ void SimDevice::copy(Stream& s, const Tensor& from, Tensor&) {
 
 void SimDevice::copy_columns(Stream& s, const ColumnCopyArgs& a) {
   const std::int64_t rows = a.from.shape.rank() > 0 ? a.from.shape[0] : 0;
-  const double moved =
-      static_cast<double>(rows * a.width) * static_cast<double>(dtype_size(a.from.dtype).value);
+  const double element = static_cast<double>(dtype_size(a.from.dtype).value);
+  // Every block is read; the destination is written once per block, or once when the
+  // blocks are summed into the same columns (to_stride 0), and read too when accumulating.
+  const std::int64_t blocks = std::max<std::int64_t>(1, a.count);
+  const std::int64_t written = a.to_stride == 0 ? 1 : blocks;
+  const double read = static_cast<double>(rows * a.width * blocks) * element;
+  const double write = static_cast<double>(rows * a.width * written) * element;
   run(s, {.op = "copy_columns",
           .dtype = a.from.dtype,
           .m = rows,
-          .n = a.width,
-          .bytes = (a.accumulate ? 3.0 : 2.0) * moved});
+          .n = a.width * blocks,
+          .bytes = read + (a.accumulate ? 2.0 : 1.0) * write});
 }
 
 // The MoE ops move rows (memory-bound); the router's counts are the routing model's.

@@ -374,13 +374,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   const double tokens = static_cast<double>(t.global_batch_size) * s.model.seq_length;
   r.tokens_per_second = tokens / r.iteration_seconds;
   // Megatron's num_floating_point_operations for the model's own shape (GQA, SwiGLU,
-  // kv_channels, untied output), which counts the causal half of the attention scores;
+  // kv_channels, untied output, multi-latent attention), which counts the causal half of the
+  // attention scores;
   // the model FLOPs of the papers' tables count all of them (for a GPT with a 4h MLP this
   // is Narayanan et al. 2021 / Korthikanti et al. 2022 eq. 7 exactly).
   const DenseShape dense = dense_shape(s);
   const double batch = static_cast<double>(t.global_batch_size);
-  const double attention_half =
-      6.0 * batch * dense.seq * dense.seq * dense.layers * dense.kv_channels * dense.heads;
+  const double attention_half = attention_core_flops(dense, batch);
   const double logits = 6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab;
   r.megatron_log_flops = num_floating_point_operations(dense, batch);
   r.model_flops = r.megatron_log_flops + attention_half;

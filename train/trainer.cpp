@@ -12,6 +12,24 @@
 namespace tandem {
 namespace {
 
+// Multi-latent attention's sizes (model/mla_attention.hpp). Megatron's MLA RoPE rotates
+// int(qk_pos_emb_head_dim · rotary_percent) features under rope_type rope
+// (RotaryEmbedding) and all of them under yarn (YarnRotaryEmbedding ignores the percent).
+MlaOptions mla_options_of(const Scenario& s) {
+  const MlaConfig& a = s.model.mla;
+  if (!a.enabled()) return {};
+  const int rotated =
+      a.yarn() ? a.qk_pos_emb_head_dim
+               : static_cast<int>(a.qk_pos_emb_head_dim * s.model.rotary_percent) / 2 * 2;
+  return {.enabled = true,
+          .q_lora_rank = a.q_lora_rank.value_or(0),
+          .kv_lora_rank = a.kv_lora_rank,
+          .qk_head_dim = a.qk_head_dim,
+          .qk_pos_emb_head_dim = a.qk_pos_emb_head_dim,
+          .v_head_dim = a.v_head_dim,
+          .rotary_dim = rotated};
+}
+
 // The model's architecture switches under Megatron's names (model/transformer_layer.hpp).
 LayerOptions options_of(const Scenario& s) {
   const auto& m = s.model;
@@ -28,7 +46,8 @@ LayerOptions options_of(const Scenario& s) {
           .qk_layernorm = m.qk_layernorm,
           .untie_embeddings_and_output_weights = m.untie_embeddings_and_output_weights,
           .learned_position_embedding = m.position_embedding_type == "learned_absolute",
-          .fp8 = s.training.fp8};
+          .fp8 = s.training.fp8,
+          .mla = mla_options_of(s)};
 }
 
 std::vector<bool> moe_layers_of(const Scenario& s) {
@@ -123,6 +142,23 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
                      "groups; the training step does not replicate key/value heads over tp)"});
 }
 
+// Multi-latent attention as the step builds it (model/mla_attention.hpp).
+void check_mla_step(const Scenario& s, std::vector<Violation>& v) {
+  if (!runs_fused_attention(s.model))
+    v.push_back({"multi_latent_attention", "true",
+                 "runs its attention core on the fused attention op in the training step "
+                 "(queries and keys wider than the values, as Transformer Engine's fused "
+                 "attention takes them): set use_flash_attn (or transformer_impl "
+                 "transformer_engine without attention dropout)"});
+  if (s.parallelism.context_parallel_size > 1)
+    v.push_back({"context_parallel_size", std::to_string(s.parallelism.context_parallel_size),
+                 "multi-latent attention over a context-parallel group is not built yet: use 1"});
+  if (s.training.fp8.enabled())
+    v.push_back({"fp8", s.training.fp8.format,
+                 "multi-latent attention's projections are not built in FP8 yet: leave fp8 out "
+                 "of MLA runs"});
+}
+
 void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
   const auto& m = s.model;
   if (m.moe_token_dispatcher_type == "flex")
@@ -163,6 +199,7 @@ void check_step_supports(const Scenario& s) {
   check_attention_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
+  if (s.model.mla.enabled()) check_mla_step(s, v);
   // The FP8 ring steps quantize each rank's rows before they move: the one delayed scale
   // gives the codes of the whole gathered tensor; a current (tensorwise) scale or the block
   // recipes' columnwise copies would need the gathered tensor first.

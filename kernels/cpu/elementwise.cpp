@@ -38,15 +38,27 @@ void copy(const float* from, float* to, std::int64_t n) {
 }
 
 void copy_columns(const math::ColumnCopy& c, const float* from, float* to) {
-  // Row by row: a row's columns are contiguous on both sides.
+  // Row by row: a block's columns are contiguous on both sides.
+  const std::int64_t per_row = c.per_row();
 #pragma omp parallel for schedule(static) if (c.elements() >= kMinParallelElements)
   for (std::int64_t r = 0; r < c.rows; ++r) {
-    const float* f = from + c.from(r * c.width);
-    float* t = to + c.to(r * c.width);
-    if (c.accumulate)
-      for (std::int64_t j = 0; j < c.width; ++j) t[j] += f[j];
-    else
-      std::copy_n(f, c.width, t);
+    for (std::int64_t b0 = 0; b0 < per_row; b0 += c.width) {
+      const std::int64_t e = r * per_row + b0;
+      float* t = to + c.to(e);
+      if (c.sums()) {
+        for (std::int64_t j = 0; j < c.width; ++j) {
+          float sum = 0;
+          for (std::int64_t k = 0; k < c.count; ++k) sum += from[c.from(e, k) + j];
+          t[j] = c.accumulate ? t[j] + sum : sum;
+        }
+        continue;
+      }
+      const float* f = from + c.from(e);
+      if (c.accumulate)
+        for (std::int64_t j = 0; j < c.width; ++j) t[j] += f[j];
+      else
+        std::copy_n(f, c.width, t);
+    }
   }
 }
 

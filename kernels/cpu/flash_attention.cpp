@@ -21,18 +21,20 @@ constexpr std::int64_t kBlockK = 64;
 // Offsets (elements) and leading dimensions of the grouped layout.
 struct Layout {
   FlashShape s;
-  std::int64_t ld_src() const { return s.B * s.G * (s.P + 2) * s.HD; }
-  std::int64_t kv_slots() const { return math::kv_slots(s.P, s.kv_only); }
-  std::int64_t ld_kv() const { return s.B * s.G * kv_slots() * s.HD; }
-  std::int64_t ld_out() const { return s.B * s.G * s.P * s.HD; }
+  std::int64_t VD = s.vd();
+  std::int64_t group() const { return math::group_width(s.P, s.HD, VD); }
+  std::int64_t kv_group() const { return math::kv_group_width(s.P, s.HD, VD, s.kv_only); }
+  std::int64_t ld_src() const { return s.B * s.G * group(); }
+  std::int64_t ld_kv() const { return s.B * s.G * kv_group(); }
+  std::int64_t ld_out() const { return s.B * s.G * s.P * VD; }
   std::int64_t q(std::int64_t b, std::int64_t h) const {
-    return b * s.G * (s.P + 2) * s.HD + ((h / s.P) * (s.P + 2) + h % s.P) * s.HD;
+    return (b * s.G + h / s.P) * group() + (h % s.P) * s.HD;
   }
   std::int64_t k(std::int64_t b, std::int64_t g) const {
-    return (b * s.G + g) * kv_slots() * s.HD + math::key_slot(s.P, s.kv_only) * s.HD;
+    return (b * s.G + g) * kv_group() + math::key_offset(s.P, s.HD, s.kv_only);
   }
   std::int64_t v(std::int64_t b, std::int64_t g) const { return k(b, g) + s.HD; }
-  std::int64_t o(std::int64_t b, std::int64_t h) const { return (b * s.G * s.P + h) * s.HD; }
+  std::int64_t o(std::int64_t b, std::int64_t h) const { return (b * s.G * s.P + h) * VD; }
   std::int64_t lse(std::int64_t b, std::int64_t h) const { return (b * s.G * s.P + h) * s.Tq; }
 };
 
@@ -58,6 +60,7 @@ struct ForwardScratch {
 void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* qs,
                   const float* kvs, float* out, float* lse, ForwardScratch& w) {
   const FlashShape& s = L.s;
+  const std::int64_t VD = L.VD;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.HD));
   const float* Q = qs + L.q(b, h);
   const float* K = kvs + L.k(b, h / s.P);
@@ -72,7 +75,7 @@ void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* 
         math::resume_row(lse[L.lse(b, h) + i0 + r], w.max[r], w.sum[r]);
         if (w.sum[r] == 0) continue;
         const float* o = out + L.o(b, h) + (i0 + r) * L.ld_out();
-        std::copy_n(o, s.HD, w.acc.data() + r * s.HD);
+        std::copy_n(o, VD, w.acc.data() + r * VD);
       }
     const std::int64_t keys = key_end(s, i0 + rows - 1);
     for (std::int64_t j0 = 0; j0 < keys; j0 += kBlockK) {
@@ -101,22 +104,22 @@ void forward_head(const Layout& L, std::int64_t b, std::int64_t h, const float* 
         }
         w.sum[r] = w.sum[r] * alpha + sum;
         w.max[r] = m_new;
-        float* a = w.acc.data() + r * s.HD;
-        for (std::int64_t d = 0; d < s.HD; ++d) a[d] *= alpha;
+        float* a = w.acc.data() + r * VD;
+        for (std::int64_t d = 0; d < VD; ++d) a[d] *= alpha;
       }
       gemm({.m = rows,
-            .n = s.HD,
+            .n = VD,
             .k = cols,
             .beta = 1.0f,
             .lda = kBlockK,
             .ldb = L.ld_kv(),
-            .ldc = s.HD},
+            .ldc = VD},
            S, V + j0 * L.ld_kv(), w.acc.data());
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       float* o = out + L.o(b, h) + (i0 + r) * L.ld_out();
       const float inv = w.sum[r] > 0 ? 1.0f / w.sum[r] : 0.0f;
-      for (std::int64_t d = 0; d < s.HD; ++d) o[d] = w.acc[r * s.HD + d] * inv;
+      for (std::int64_t d = 0; d < VD; ++d) o[d] = w.acc[r * VD + d] * inv;
       lse[L.lse(b, h) + i0 + r] = math::row_lse(w.max[r], w.sum[r]);
     }
   }
@@ -137,14 +140,14 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
                     float* dqs, float* dkvs, BackwardScratch& w) {
   const FlashShape& s = L.s;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.HD));
-  const std::int64_t ld = L.ld_src(), ldk = L.ld_kv(), ldo = L.ld_out();
+  const std::int64_t ld = L.ld_src(), ldk = L.ld_kv(), ldo = L.ld_out(), VD = L.VD;
   const float* K = kvs + L.k(b, g);
   const float* V = kvs + L.v(b, g);
   float* dK = dkvs + L.k(b, g);
   float* dV = dkvs + L.v(b, g);
   if (!s.accumulate) {
     zero_slot(dK, s.Tk, ldk, s.HD);
-    zero_slot(dV, s.Tk, ldk, s.HD);
+    zero_slot(dV, s.Tk, ldk, VD);
   }
   for (std::int64_t p = 0; p < s.P; ++p) {
     const std::int64_t h = g * s.P + p;
@@ -154,7 +157,7 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
       const float* o = out + L.o(b, h) + i * ldo;
       const float* d_o = dout + L.o(b, h) + i * ldo;
       float dot = 0;
-      for (std::int64_t d = 0; d < s.HD; ++d) dot += o[d] * d_o[d];
+      for (std::int64_t d = 0; d < VD; ++d) dot += o[d] * d_o[d];
       w.D[static_cast<std::size_t>(p * s.Tq + i)] = dot;
     }
   }
@@ -190,7 +193,7 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
           }
         // dV_j += Pᵀ·dO_i
         gemm({.m = cols,
-              .n = s.HD,
+              .n = VD,
               .k = rows,
               .transpose_a = true,
               .beta = 1.0f,
@@ -201,7 +204,7 @@ void backward_group(const Layout& L, std::int64_t b, std::int64_t g, const float
         // dP = dO_i·V_jᵀ, then dS = P ⊙ (dP − D)·scale in place
         gemm({.m = rows,
               .n = cols,
-              .k = s.HD,
+              .k = VD,
               .transpose_b = true,
               .lda = ldo,
               .ldb = ldk,
@@ -238,7 +241,7 @@ void flash_attention_forward(FlashShape s, const float* q_source, const float* k
   const std::int64_t tasks = s.B * s.G * s.P;
 #pragma omp parallel
   {
-    ForwardScratch w(s.HD);
+    ForwardScratch w(s.vd());
 #pragma omp for schedule(static)
     for (std::int64_t bh = 0; bh < tasks; ++bh)
       forward_head(L, bh / (s.G * s.P), bh % (s.G * s.P), q_source, kv_source, out, lse, w);

@@ -7,7 +7,10 @@
 // Layout, sequence-first as Megatron's [s, b, h], grouped as Megatron's fused QKV:
 //   q_source  (Tq, B, G, P + 2, HD): per group P query heads, then its key and value head
 //   kv_source (Tk, B, G, P + 2, HD): only the key and value heads are read
-//   out       (Tq, B, G·P, HD);  lse (B, G·P, Tq), fp32
+//   out       (Tq, B, G·P, VD);  lse (B, G·P, Tq), fp32
+// where the value heads are VD wide (VD = HD unless set: multi-latent attention's queries
+// and keys are wider than its values), so a group's row is [P·HD queries | HD key | VD
+// value] and a key/value-only row [HD | VD]. The scores are scaled by 1/sqrt(HD).
 // Query head h belongs to group h / P (GQA; P = 1 is multi-head attention). q_source and
 // kv_source may be the same tensor (self-attention) or different blocks of a longer
 // sequence (ring attention), which is why positions are explicit: query i sits at
@@ -26,7 +29,8 @@ struct FlashShape {
   std::int64_t Tk = 0;
   std::int64_t G = 0;   // query groups (= key/value heads) on this rank
   std::int64_t P = 1;   // query heads per group
-  std::int64_t HD = 0;  // head dimension
+  std::int64_t HD = 0;  // head dimension of the queries and keys
+  std::int64_t VD = 0;  // of the values; 0: HD
   std::int64_t q_offset = 0;
   std::int64_t k_offset = 0;
   math::AttentionMask mask = math::AttentionMask::causal;
@@ -37,6 +41,7 @@ struct FlashShape {
   // call's keys extend (ring attention's merge). Backward: add into the gradients instead
   // of writing them.
   bool accumulate = false;
+  std::int64_t vd() const { return VD > 0 ? VD : HD; }
 };
 
 void flash_attention_forward(FlashShape s, const float* q_source, const float* kv_source,

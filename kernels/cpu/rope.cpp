@@ -26,12 +26,14 @@ void rope_apply(RopeShape s, float* x, bool inverse) {
       }
       for (std::int64_t bh = 0; bh < s.B * heads; ++bh) {
         if (bh % s.per_group >= s.rotate_per_group) continue;
-        float* v = x + t * row + bh * s.head_dim;
+        float* v = x + t * row + bh * s.head_dim + s.first_feature;
         for (std::int64_t i = 0; i < half; ++i) {
-          const auto r = math::rope_rotate(v[i], v[i + half], cos_t[static_cast<std::size_t>(i)],
-                                           sin_t[static_cast<std::size_t>(i)], inverse);
-          v[i] = r.first;
-          v[i + half] = r.second;
+          const auto at = math::rope_pair(i, s.rotary_dim, s.interleaved);
+          const auto r =
+              math::rope_rotate(v[at.first], v[at.second], cos_t[static_cast<std::size_t>(i)],
+                                sin_t[static_cast<std::size_t>(i)], inverse);
+          v[at.first] = r.first;
+          v[at.second] = r.second;
         }
       }
     }

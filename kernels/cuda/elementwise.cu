@@ -30,7 +30,9 @@ __global__ void convert_kernel(ConstFloats from, Floats to, std::int64_t n) {
 
 __global__ void copy_columns_kernel(math::ColumnCopy c, ConstFloats from, Floats to) {
   TANDEM_GRID_STRIDE(e, c.elements()) {
-    const float v = load(from, c.from(e));
+    float v = load(from, c.from(e));
+    if (c.sums())
+      for (std::int64_t k = 1; k < c.count; ++k) v += load(from, c.from(e, k));
     store(to, c.to(e), c.accumulate ? load(to, c.to(e)) + v : v);
   }
 }

@@ -100,11 +100,12 @@ __global__ void rope_kernel(cpu::RopeShape s, Floats x, bool inverse) {
     if ((row_head % heads) % s.per_group >= s.rotate_per_group) continue;
     const std::int64_t t = row_head / (s.B * heads);
     const float theta = math::rope_angle(s.position_offset + t, i, s.rotary_dim, s.base);
-    const std::int64_t at = row_head * s.head_dim + i;
-    const auto r =
-        math::rope_rotate(load(x, at), load(x, at + half), cosf(theta), sinf(theta), inverse);
-    store(x, at, r.first);
-    store(x, at + half, r.second);
+    const std::int64_t at = row_head * s.head_dim + s.first_feature;
+    const auto pair = math::rope_pair(i, s.rotary_dim, s.interleaved);
+    const auto r = math::rope_rotate(load(x, at + pair.first), load(x, at + pair.second),
+                                     cosf(theta), sinf(theta), inverse);
+    store(x, at + pair.first, r.first);
+    store(x, at + pair.second, r.second);
   }
 }
 
@@ -114,21 +115,25 @@ constexpr int kMaxHeadDim = 256;
 
 struct Layout {
   cpu::FlashShape s;
-  __device__ std::int64_t ld_src() const { return s.B * s.G * (s.P + 2) * s.HD; }
-  __device__ std::int64_t kv_slots() const { return math::kv_slots(s.P, s.kv_only); }
-  __device__ std::int64_t ld_kv() const { return s.B * s.G * kv_slots() * s.HD; }
-  __device__ std::int64_t ld_out() const { return s.B * s.G * s.P * s.HD; }
+  std::int64_t VD = s.vd();
+  __device__ std::int64_t group() const { return math::group_width(s.P, s.HD, VD); }
+  __device__ std::int64_t kv_group() const {
+    return math::kv_group_width(s.P, s.HD, VD, s.kv_only);
+  }
+  __device__ std::int64_t ld_src() const { return s.B * s.G * group(); }
+  __device__ std::int64_t ld_kv() const { return s.B * s.G * kv_group(); }
+  __device__ std::int64_t ld_out() const { return s.B * s.G * s.P * VD; }
   __device__ std::int64_t q(std::int64_t t, std::int64_t b, std::int64_t h) const {
-    return t * ld_src() + b * s.G * (s.P + 2) * s.HD + ((h / s.P) * (s.P + 2) + h % s.P) * s.HD;
+    return t * ld_src() + (b * s.G + h / s.P) * group() + (h % s.P) * s.HD;
   }
   __device__ std::int64_t k(std::int64_t t, std::int64_t b, std::int64_t g) const {
-    return t * ld_kv() + (b * s.G + g) * kv_slots() * s.HD + math::key_slot(s.P, s.kv_only) * s.HD;
+    return t * ld_kv() + (b * s.G + g) * kv_group() + math::key_offset(s.P, s.HD, s.kv_only);
   }
   __device__ std::int64_t v(std::int64_t t, std::int64_t b, std::int64_t g) const {
     return k(t, b, g) + s.HD;
   }
   __device__ std::int64_t o(std::int64_t t, std::int64_t b, std::int64_t h) const {
-    return t * ld_out() + (b * s.G * s.P + h) * s.HD;
+    return t * ld_out() + (b * s.G * s.P + h) * VD;
   }
   __device__ std::int64_t lse(std::int64_t i, std::int64_t b, std::int64_t h) const {
     return (b * s.G * s.P + h) * s.Tq + i;
@@ -152,13 +157,14 @@ __global__ void flash_forward_kernel(Layout L, ConstFloats qs, ConstFloats kvs, 
   const float scale = rsqrtf(static_cast<float>(s.HD));
   TANDEM_GRID_STRIDE(e, s.B * s.G * s.P * s.Tq) {
     const std::int64_t i = e % s.Tq, bh = e / s.Tq, h = bh % (s.G * s.P), b = bh / (s.G * s.P);
+    const std::int64_t VD = L.VD;
     float acc[kMaxHeadDim];
-    for (std::int64_t d = 0; d < s.HD; ++d) acc[d] = 0;
+    for (std::int64_t d = 0; d < VD; ++d) acc[d] = 0;
     float m = -FLT_MAX, l = 0;
     if (s.accumulate) {
       math::resume_row(lse[L.lse(i, b, h)], m, l);
       if (l > 0)
-        for (std::int64_t d = 0; d < s.HD; ++d) acc[d] = load(out, L.o(i, b, h) + d);
+        for (std::int64_t d = 0; d < VD; ++d) acc[d] = load(out, L.o(i, b, h) + d);
     }
     for (std::int64_t j = 0; j < s.Tk; ++j) {
       if (!L.visible(i, j)) continue;
@@ -169,10 +175,10 @@ __global__ void flash_forward_kernel(Layout L, ConstFloats qs, ConstFloats kvs, 
       l = l * alpha + p;
       m = m_new;
       const std::int64_t va = L.v(j, b, h / s.P);
-      for (std::int64_t d = 0; d < s.HD; ++d) acc[d] = acc[d] * alpha + p * load(kvs, va + d);
+      for (std::int64_t d = 0; d < VD; ++d) acc[d] = acc[d] * alpha + p * load(kvs, va + d);
     }
     const float inv = l > 0 ? 1.0f / l : 0.0f;
-    for (std::int64_t d = 0; d < s.HD; ++d) store(out, L.o(i, b, h) + d, acc[d] * inv);
+    for (std::int64_t d = 0; d < VD; ++d) store(out, L.o(i, b, h) + d, acc[d] * inv);
     lse[L.lse(i, b, h)] = math::row_lse(m, l);
   }
 }
@@ -184,9 +190,9 @@ __global__ void flash_dq_kernel(Layout L, ConstFloats dout, ConstFloats qs, Cons
   const float scale = rsqrtf(static_cast<float>(s.HD));
   TANDEM_GRID_STRIDE(e, s.B * s.G * s.P * s.Tq) {
     const std::int64_t i = e % s.Tq, bh = e / s.Tq, h = bh % (s.G * s.P), b = bh / (s.G * s.P);
-    const std::int64_t g = h / s.P, oa = L.o(i, b, h);
+    const std::int64_t g = h / s.P, oa = L.o(i, b, h), VD = L.VD;
     float D = 0;
-    for (std::int64_t d = 0; d < s.HD; ++d) D += load(dout, oa + d) * load(out, oa + d);
+    for (std::int64_t d = 0; d < VD; ++d) D += load(dout, oa + d) * load(out, oa + d);
     float dq[kMaxHeadDim];
     const std::int64_t qa = L.q(i, b, h);
     for (std::int64_t d = 0; d < s.HD; ++d) dq[d] = s.accumulate ? load(dqs, qa + d) : 0.0f;
@@ -196,7 +202,7 @@ __global__ void flash_dq_kernel(Layout L, ConstFloats dout, ConstFloats qs, Cons
       const float p = math::prob_from_lse(L.score(qs, kvs, i, j, b, h, scale), row_lse);
       float dp = 0;
       const std::int64_t va = L.v(j, b, g), ka = L.k(j, b, g);
-      for (std::int64_t d = 0; d < s.HD; ++d) dp += load(dout, oa + d) * load(kvs, va + d);
+      for (std::int64_t d = 0; d < VD; ++d) dp += load(dout, oa + d) * load(kvs, va + d);
       const float ds = math::softmax_input_grad(p, dp, D) * scale;
       for (std::int64_t d = 0; d < s.HD; ++d) dq[d] += ds * load(kvs, ka + d);
     }
@@ -212,11 +218,9 @@ __global__ void flash_dkv_kernel(Layout L, ConstFloats dout, ConstFloats qs, Con
   TANDEM_GRID_STRIDE(e, s.B * s.G * s.Tk) {
     const std::int64_t j = e % s.Tk, bg = e / s.Tk, g = bg % s.G, b = bg / s.G;
     float dk[kMaxHeadDim], dv[kMaxHeadDim];
-    const std::int64_t va = L.v(j, b, g), ka = L.k(j, b, g);
-    for (std::int64_t d = 0; d < s.HD; ++d) {
-      dk[d] = s.accumulate ? load(dkvs, ka + d) : 0.0f;
-      dv[d] = s.accumulate ? load(dkvs, va + d) : 0.0f;
-    }
+    const std::int64_t va = L.v(j, b, g), ka = L.k(j, b, g), VD = L.VD;
+    for (std::int64_t d = 0; d < s.HD; ++d) dk[d] = s.accumulate ? load(dkvs, ka + d) : 0.0f;
+    for (std::int64_t d = 0; d < VD; ++d) dv[d] = s.accumulate ? load(dkvs, va + d) : 0.0f;
     for (std::int64_t p_ = 0; p_ < s.P; ++p_) {
       const std::int64_t h = g * s.P + p_;
       for (std::int64_t i = 0; i < s.Tq; ++i) {
@@ -225,22 +229,18 @@ __global__ void flash_dkv_kernel(Layout L, ConstFloats dout, ConstFloats qs, Con
         const float p =
             math::prob_from_lse(L.score(qs, kvs, i, j, b, h, scale), lse[L.lse(i, b, h)]);
         float D = 0, dp = 0;
-        for (std::int64_t d = 0; d < s.HD; ++d) {
+        for (std::int64_t d = 0; d < VD; ++d) {
           const float g_o = load(dout, oa + d);
           D += g_o * load(out, oa + d);
           dp += g_o * load(kvs, va + d);
         }
         const float ds = math::softmax_input_grad(p, dp, D) * scale;
-        for (std::int64_t d = 0; d < s.HD; ++d) {
-          dv[d] += p * load(dout, oa + d);
-          dk[d] += ds * load(qs, qa + d);
-        }
+        for (std::int64_t d = 0; d < VD; ++d) dv[d] += p * load(dout, oa + d);
+        for (std::int64_t d = 0; d < s.HD; ++d) dk[d] += ds * load(qs, qa + d);
       }
     }
-    for (std::int64_t d = 0; d < s.HD; ++d) {
-      store(dkvs, ka + d, dk[d]);
-      store(dkvs, va + d, dv[d]);
-    }
+    for (std::int64_t d = 0; d < s.HD; ++d) store(dkvs, ka + d, dk[d]);
+    for (std::int64_t d = 0; d < VD; ++d) store(dkvs, va + d, dv[d]);
   }
 }
 
@@ -249,9 +249,10 @@ unsigned int row_blocks(std::int64_t rows) {
 }
 
 void check_head_dim(const cpu::FlashShape& s) {
-  if (s.HD > kMaxHeadDim)
+  if (s.HD > kMaxHeadDim || s.vd() > kMaxHeadDim)
     throw std::invalid_argument("flash_attention (cuda): head_dim " + std::to_string(s.HD) +
-                                " exceeds " + std::to_string(kMaxHeadDim));
+                                " or value head_dim " + std::to_string(s.vd()) + " exceeds " +
+                                std::to_string(kMaxHeadDim));
 }
 
 }  // namespace

@@ -62,6 +62,23 @@ TANDEM_HOST_DEVICE inline std::int64_t key_slot(std::int64_t heads_per_group, bo
   return kv_only ? 0 : heads_per_group;
 }
 
+// Feature widths of the grouped layouts when the value heads are `vd` wide and the query
+// and key heads `hd` (multi-latent attention: vd 128 against hd 192; vd = hd otherwise): a
+// group's row holds its P query heads, its key and its value, [P·hd | hd | vd]; a
+// key/value-only row [hd | vd]; the key sits after the queries (or first).
+TANDEM_HOST_DEVICE inline std::int64_t group_width(std::int64_t heads_per_group, std::int64_t hd,
+                                                   std::int64_t vd) {
+  return (heads_per_group + 1) * hd + vd;
+}
+TANDEM_HOST_DEVICE inline std::int64_t kv_group_width(std::int64_t heads_per_group, std::int64_t hd,
+                                                      std::int64_t vd, bool kv_only) {
+  return kv_only ? hd + vd : group_width(heads_per_group, hd, vd);
+}
+TANDEM_HOST_DEVICE inline std::int64_t key_offset(std::int64_t heads_per_group, std::int64_t hd,
+                                                  bool kv_only) {
+  return key_slot(heads_per_group, kv_only) * hd;
+}
+
 // Backward: the probability of one score from the row's saved log-sum-exp.
 TANDEM_HOST_DEVICE inline float prob_from_lse(float score, float lse) {
   return exp_approx(score - lse);

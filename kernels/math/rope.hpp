@@ -4,6 +4,12 @@
 // rotated pairwise by θ_i = position · base^(−2i/d):
 //   y1 = x1·cos θ − x2·sin θ,  y2 = x2·cos θ + x1·sin θ;  features past rotary_dim pass.
 // The rotation is orthogonal, so backward is the same rotation by −θ.
+// Multi-latent attention rotates only its positional features, the last
+// qk_pos_emb_head_dim of each query head and the shared positional key, and pairs them as
+// (x[2i], x[2i+1]): Megatron-Core de-interleaves them into halves and rotates the halves
+// (mla_rotary_interleaved), leaving the features in the de-interleaved order; rotating the
+// adjacent pairs in place gives the same features in the original order, and q·k, which
+// sees both orders alike, is the same.
 #pragma once
 
 #include <cmath>
@@ -20,6 +26,16 @@ TANDEM_HOST_DEVICE inline float rope_angle(std::int64_t position, std::int64_t i
   const float inv_freq =
       1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
   return static_cast<float>(position) * inv_freq;
+}
+
+// The features of pair i among the rotated `rotary_dim`: (i, i + rotary_dim / 2) by halves,
+// (2i, 2i + 1) interleaved.
+struct RopePair {
+  std::int64_t first, second;
+};
+TANDEM_HOST_DEVICE inline RopePair rope_pair(std::int64_t i, std::int64_t rotary_dim,
+                                             bool interleaved) {
+  return interleaved ? RopePair{2 * i, 2 * i + 1} : RopePair{i, i + rotary_dim / 2};
 }
 
 struct RotatedPair {

@@ -2,6 +2,9 @@
 // derivations and published model sizes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "core/megatron_args.hpp"
 #include "core/scenario.hpp"
 #include "model/flops.hpp"
 
@@ -175,6 +178,105 @@ TEST(MegatronFlops, Llama3_8bByHand) {
   const double six_n = 6 * 8.03e9;
   EXPECT_GT(per_token, 1.0 * six_n);
   EXPECT_LT(per_token, 1.2 * six_n);
+}
+
+// DeepSeek-V3 (DeepSeek-AI 2024, its config.json) from Megatron's flags: 61 layers of
+// hidden 7168, 128 heads of multi-latent attention (q latent 1536, kv latent 512, heads of
+// 128 + 64 positional and values of 128, latent RMSNorms), the first 3 layers dense with
+// SwiGLU ffn 18432, the other 58 with 256 routed experts of 2048 (top 8, sigmoid) and one
+// shared expert of 2048, RMSNorm, no biases, untied, vocab 129280. The main model, without
+// the MTP module, as DeepSeek counts its 671B total and 37B activated.
+Scenario deepseek_v3() {
+  const auto cl = parse_megatron_args({"--num-layers",
+                                       "61",
+                                       "--hidden-size",
+                                       "7168",
+                                       "--ffn-hidden-size",
+                                       "18432",
+                                       "--num-attention-heads",
+                                       "128",
+                                       "--multi-latent-attention",
+                                       "--q-lora-rank",
+                                       "1536",
+                                       "--kv-lora-rank",
+                                       "512",
+                                       "--qk-head-dim",
+                                       "128",
+                                       "--qk-pos-emb-head-dim",
+                                       "64",
+                                       "--v-head-dim",
+                                       "128",
+                                       "--qk-layernorm",
+                                       "--normalization",
+                                       "RMSNorm",
+                                       "--swiglu",
+                                       "--disable-bias-linear",
+                                       "--untie-embeddings-and-output-weights",
+                                       "--position-embedding-type",
+                                       "rope",
+                                       "--vocab-size",
+                                       "129280",
+                                       "--num-experts",
+                                       "256",
+                                       "--moe-ffn-hidden-size",
+                                       "2048",
+                                       "--moe-shared-expert-intermediate-size",
+                                       "2048",
+                                       "--moe-router-topk",
+                                       "8",
+                                       "--moe-router-score-function",
+                                       "sigmoid",
+                                       "--moe-layer-freq",
+                                       "([0]*3+[1]*58)",
+                                       "--seq-length",
+                                       "4096"});
+  Scenario s;
+  apply_overrides(s, cl.overrides);
+  return s;
+}
+
+TEST(ParameterCount, DeepSeekV3IsThePublished671BWith37BActive) {
+  const Scenario s = deepseek_v3();
+  ASSERT_EQ(num_moe_layers(s), 58);
+  ASSERT_EQ(padded_vocab_size(s), 129280);
+  const ParameterCount c = parameter_count(dense_shape(s));
+  // By hand, one layer's attention: q_down 7168·1536, q_layernorm 1536, q_up 1536·128·192,
+  // kv_down 7168·(512 + 64), kv_layernorm 512, kv_up 512·128·(128 + 128), o 128·128·7168.
+  const double attention = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 +
+                           512.0 * 128 * 256 + 128.0 * 128 * 7168;
+  EXPECT_DOUBLE_EQ(attention, 187107328.0);
+  const double norms = 2.0 * 7168, expert = 3.0 * 7168 * 2048, router = 7168.0 * 256;
+  const double dense = attention + 3.0 * 7168 * 18432 + norms;
+  const double moe = attention + router + 256 * expert + expert + norms;
+  const double moe_active = attention + router + 8 * expert + expert + norms;
+  const double around = 2.0 * 129280 * 7168 + 7168;
+  EXPECT_DOUBLE_EQ(c.total, 3 * dense + 58 * moe + around);
+  EXPECT_DOUBLE_EQ(c.active, 3 * dense + 58 * moe_active + around);
+  // The published rounding: 671B total, 37B activated.
+  EXPECT_EQ(std::llround(c.total / 1e9), 671);
+  EXPECT_EQ(static_cast<long long>(c.active / 1e9), 37);
+}
+
+TEST(MegatronFlops, MultiLatentAttentionByHand) {
+  // Megatron's MLA branch of num_floating_point_operations, per token and layer before its
+  // 3·2: queries 1536·(7168 + 128·192 + 1), keys and values 512·(7168 + 128·256 + 1) +
+  // 7168·64, output 128·128·7168; the core 3·2·(128·192/2 + 128·128/2) per token and key.
+  Scenario s = deepseek_v3();
+  s.model.num_experts.reset();
+  s.model.moe_layer_pattern.clear();
+  const double projections = 1536.0 * (7168 + 128 * 192 + 1) + 512.0 * (7168 + 128 * 256 + 1) +
+                             7168.0 * 64 + 128.0 * 128 * 7168;
+  const double L = 61, h = 7168, seq = 4096, V = 129280, B = 16;
+  const double per_token = 6 * L * projections + 6 * h * 3 * 18432 * L + 6 * h * V;
+  const double core = 6 * (128.0 * 192 / 2 + 128.0 * 128 / 2) * seq * seq * L * B;
+  const DenseShape d = dense_shape(s);
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(d, B), B * seq * per_token + core);
+  EXPECT_DOUBLE_EQ(attention_core_flops(d, B), core);
+  // Without the query latent the queries cost 7168·128·192.
+  s.model.mla.q_lora_rank.reset();
+  const double plain = 7168.0 * 128 * 192 - 1536.0 * (7168 + 128 * 192 + 1);
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(dense_shape(s), B),
+                   B * seq * (per_token + 6 * L * plain) + core);
 }
 
 }  // namespace

@@ -122,21 +122,35 @@ TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
 }
 
 // Arguments that change the model tandem would build are refused, not listed as "not
-// modelled": DeepSeek's MLA and MTP would otherwise run as standard attention without MTP.
+// modelled": DeepSeek's MTP would otherwise run without MTP.
 TEST(MegatronArgs, UnbuiltModelChangesAreRefusedNotIgnored) {
   const auto vs = violations_of([] {
     parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-num-layers",
                          "1", "--init-method-std", "0.006"});
   });
-  ASSERT_EQ(vs.size(), 2u);
-  EXPECT_EQ(vs[0].field, "--multi-latent-attention");
-  EXPECT_NE(vs[0].rule.find("not built"), std::string::npos) << vs[0].rule;
-  EXPECT_EQ(vs[1].field, "--mtp-num-layers");
-  EXPECT_EQ(vs[1].value, "1");
-  // --mtp-num-layers 0 builds nothing, and MLA's sizes alone change nothing in Megatron.
-  const auto cl = parse_megatron_args({"--mtp-num-layers", "0", "--kv-lora-rank", "512"});
+  ASSERT_EQ(vs.size(), 1u);
+  EXPECT_EQ(vs[0].field, "--mtp-num-layers");
+  EXPECT_EQ(vs[0].value, "1");
+  // --mtp-num-layers 0 builds nothing.
+  const auto cl = parse_megatron_args({"--mtp-num-layers", "0"});
   EXPECT_TRUE(not_modelled(cl, "--mtp-num-layers"));
-  EXPECT_TRUE(not_modelled(cl, "--kv-lora-rank"));
+}
+
+// DeepSeek-V3's multi-latent attention flags become the scenario's fields.
+TEST(MegatronArgs, MultiLatentAttentionIsModelled) {
+  const auto cl =
+      parse_megatron_args({"--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank",
+                           "512", "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64",
+                           "--v-head-dim", "128", "--rope-type", "rope"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  Scenario s;
+  apply_overrides(s, cl.overrides);
+  EXPECT_TRUE(s.model.mla.multi_latent_attention);
+  EXPECT_EQ(s.model.mla.q_lora_rank, 1536);
+  EXPECT_EQ(s.model.mla.kv_lora_rank, 512);
+  EXPECT_EQ(s.model.mla.q_head_dim(), 192);
+  EXPECT_EQ(s.model.mla.v_head_dim, 128);
+  EXPECT_EQ(s.model.mla.rope_type, "rope");
 }
 
 TEST(MegatronArgs, UnknownFlagsAreRefusedWithTheClosestMegatronFlag) {

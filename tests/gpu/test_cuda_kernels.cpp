@@ -217,6 +217,97 @@ TEST_P(CudaOps, FusedGroupedQueryAttentionForwardBackward) {
   EXPECT_TRUE(d().close(dqkv, 2 * tol()));
 }
 
+// Multi-latent attention's ops: heads of 12 query/key and 8 value features (DeepSeek's 192
+// and 128 in miniature) through fused attention; the positional features rotated in
+// adjacent pairs from feature 7; strided column blocks broadcast and summed.
+TEST_P(CudaOps, MultiLatentAttentionOps) {
+  const std::int64_t B = 2, T = 70, H = 3, HD = 12, VD = 8, W = 2 * HD + VD;
+  auto qkv = d().random({T, B, H, W}, dtype(), 161, -2.0f, 2.0f);
+  const auto rope = [&](Tensor& x, bool inverse) {
+    return RopeArgs{.x = x,
+                    .rotate_per_group = 1,
+                    .rotary_dim = 4,
+                    .position_offset = 3,
+                    .inverse = inverse,
+                    .first_feature = 7,
+                    .interleaved = true};
+  };
+  Tensor cpu_heads = qkv.cpu.view(Shape{T, B, H, 1, W});
+  Tensor gpu_heads = qkv.gpu.view(Shape{T, B, H, 1, W});
+  for (bool inverse : {false, true}) {
+    cpu().rope(cs(), rope(cpu_heads, inverse));
+    gpu().rope(gs(), rope(gpu_heads, inverse));
+    EXPECT_TRUE(d().close(qkv, tol())) << "interleaved rope, inverse " << inverse;
+  }
+  auto out = d().poisoned({T, B, H, VD}, dtype());
+  auto lse = d().poisoned({B, H, T}, DType::fp32);
+  cpu().flash_attention(cs(), {.q_source = qkv.cpu,
+                               .kv_source = qkv.cpu,
+                               .output = out.cpu,
+                               .lse = lse.cpu,
+                               .v_head_dim = VD});
+  gpu().flash_attention(gs(), {.q_source = qkv.gpu,
+                               .kv_source = qkv.gpu,
+                               .output = out.gpu,
+                               .lse = lse.gpu,
+                               .v_head_dim = VD});
+  EXPECT_TRUE(d().close(out, tol()));
+  EXPECT_TRUE(d().close(lse, tol()));
+  auto dout = d().random({T, B, H, VD}, dtype(), 162);
+  auto dqkv = d().poisoned({T, B, H, W}, dtype());
+  auto same_out = d().input({T, B, H, VD}, dtype(), d().read_gpu(out.gpu));
+  auto same_lse = d().input({B, H, T}, DType::fp32, d().read_gpu(lse.gpu));
+  cpu().flash_attention_backward(cs(), {.grad_output = dout.cpu,
+                                        .q_source = qkv.cpu,
+                                        .kv_source = qkv.cpu,
+                                        .output = same_out.cpu,
+                                        .lse = same_lse.cpu,
+                                        .grad_q_source = dqkv.cpu,
+                                        .grad_kv_source = dqkv.cpu,
+                                        .v_head_dim = VD});
+  gpu().flash_attention_backward(gs(), {.grad_output = dout.gpu,
+                                        .q_source = qkv.gpu,
+                                        .kv_source = qkv.gpu,
+                                        .output = same_out.gpu,
+                                        .lse = same_lse.gpu,
+                                        .grad_q_source = dqkv.gpu,
+                                        .grad_kv_source = dqkv.gpu,
+                                        .v_head_dim = VD});
+  EXPECT_TRUE(d().close(dqkv, 2 * tol()));
+  // One block of 5 columns into every head (from_stride 0), then the heads' blocks summed.
+  const std::int64_t rows = T * B;
+  auto pe = d().random({rows, 5}, dtype(), 163);
+  auto rows_of_heads = d().random({rows, H * W}, dtype(), 164);
+  const auto broadcast = [&](const Tensor& from, Tensor& to) {
+    return ColumnCopyArgs{.from = from,
+                          .to = to,
+                          .to_column = HD + 7,
+                          .width = 5,
+                          .count = H,
+                          .from_stride = 0,
+                          .to_stride = W};
+  };
+  cpu().copy_columns(cs(), broadcast(pe.cpu, rows_of_heads.cpu));
+  gpu().copy_columns(gs(), broadcast(pe.gpu, rows_of_heads.gpu));
+  EXPECT_TRUE(d().close(rows_of_heads, tol()));
+  auto sum = d().random({rows, 5}, dtype(), 165);
+  for (bool accumulate : {false, true}) {
+    const auto summed = [&](const Tensor& from, Tensor& to) {
+      return ColumnCopyArgs{.from = from,
+                            .to = to,
+                            .from_column = HD + 7,
+                            .width = 5,
+                            .accumulate = accumulate,
+                            .count = H,
+                            .from_stride = W,
+                            .to_stride = 0};
+    };
+    cpu().copy_columns(cs(), summed(rows_of_heads.cpu, sum.cpu));
+    gpu().copy_columns(gs(), summed(rows_of_heads.gpu, sum.gpu));
+    EXPECT_TRUE(d().close(sum, tol())) << "summed blocks, accumulate " << accumulate;
+  }
+}
+
 TEST_P(CudaOps, GeluForwardBackward) {
   const std::int64_t n = 10007;
   auto in = d().random({n}, dtype(), 41, -6.0f, 6.0f);

@@ -241,5 +241,77 @@ TEST(CopyColumns, TakesAndAddsBackTheNamedColumnsOnly) {
     EXPECT_EQ(half[r * 32 + 5], big[r * 64 + 37]) << r;
 }
 
+// Multi-latent attention's blocks: two heads of 3 query features out of a 2-row projection
+// (head stride 3) into rows of 2 heads × 8 features (stride 8, from column 1); one
+// positional block of 2 features copied to both heads (from_stride 0); and the way back,
+// both heads' blocks summed into one (to_stride 0), written and accumulated. Expected
+// values written out by hand.
+TEST(CopyColumns, StridedBlocksBroadcastAndSum) {
+  const Floats q{1, 2, 3, 4,  5,  6,  // row 0: head 0 = 1 2 3, head 1 = 4 5 6
+                 7, 8, 9, 10, 11, 12};
+  Floats rows(2 * 16, 0.0f);
+  copy_columns({.rows = 2,
+                .width = 3,
+                .from_ld = 6,
+                .to_ld = 16,
+                .to_column = 1,
+                .count = 2,
+                .from_stride = 3,
+                .to_stride = 8},
+               q.data(), rows.data());
+  const Floats want_q{0, 1, 2, 3, 0, 0, 0, 0, 0, 4,  5,  6,  0, 0, 0, 0,
+                      0, 7, 8, 9, 0, 0, 0, 0, 0, 10, 11, 12, 0, 0, 0, 0};
+  EXPECT_EQ(rows, want_q);
+  const Floats pe{-1, -2, -3, -4};  // (2 rows, 2 features)
+  copy_columns({.rows = 2,
+                .width = 2,
+                .from_ld = 2,
+                .to_ld = 16,
+                .to_column = 5,
+                .count = 2,
+                .from_stride = 0,
+                .to_stride = 8},
+               pe.data(), rows.data());
+  const Floats want_pe{0, 1, 2, 3, 0, -1, -2, 0, 0, 4,  5,  6,  0, -1, -2, 0,
+                       0, 7, 8, 9, 0, -3, -4, 0, 0, 10, 11, 12, 0, -3, -4, 0};
+  EXPECT_EQ(rows, want_pe);
+  // Back: the positional columns of both heads summed: row 0 (-1 + -1, -2 + -2).
+  Floats sum(4, 100.0f);
+  const kernels::math::ColumnCopy back{.rows = 2,
+                                       .width = 2,
+                                       .from_ld = 16,
+                                       .from_column = 5,
+                                       .to_ld = 2,
+                                       .count = 2,
+                                       .from_stride = 8,
+                                       .to_stride = 0};
+  copy_columns(back, rows.data(), sum.data());
+  EXPECT_EQ(sum, (Floats{-2, -4, -6, -8}));
+  auto accumulated = back;
+  accumulated.accumulate = true;
+  copy_columns(accumulated, rows.data(), sum.data());
+  EXPECT_EQ(sum, (Floats{-4, -8, -12, -16}));
+  EXPECT_EQ(back.elements(), 4);
+  // Many rows (several threads): each row's sum of 16 blocks of 4 against a plain loop.
+  const std::int64_t n = 1 << 12, blocks = 16, w = 4;
+  Floats wide(static_cast<std::size_t>(n * blocks * w)), got(static_cast<std::size_t>(n * w));
+  for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<float>(i % 13) - 6.0f;
+  copy_columns({.rows = n,
+                .width = w,
+                .from_ld = blocks * w,
+                .to_ld = w,
+                .count = blocks,
+                .from_stride = w,
+                .to_stride = 0},
+               wide.data(), got.data());
+  for (std::int64_t r = 0; r < n; r += 37)
+    for (std::int64_t c = 0; c < w; ++c) {
+      float want = 0;
+      for (std::int64_t k = 0; k < blocks; ++k)
+        want += wide[static_cast<std::size_t>(r * blocks * w + k * w + c)];
+      EXPECT_EQ(got[static_cast<std::size_t>(r * w + c)], want) << r;
+    }
+}
+
 }  // namespace
 }  // namespace tandem::kernels::cpu

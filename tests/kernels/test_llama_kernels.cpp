@@ -237,6 +237,92 @@ TEST(Rope, ForwardAndInverseMatchDoubleReference) {
   EXPECT_TRUE(all_close(back, to_double(x), 1e-5, Doubles(n, 1.0)));
 }
 
+// Megatron-Core's MLA RoPE (rope_utils.py with mla_rotary_interleaved) on one head's
+// rotated features, in double: de-interleave x into [x0 x2 x4 … | x1 x3 x5 …], then rotate
+// the halves by θ_i = position·base^(−2i/d), leaving the features in that order.
+Doubles megatron_mla_rope(const Doubles& x, std::int64_t position, double base) {
+  const std::size_t d = x.size(), half = d / 2;
+  Doubles t(d), y(d);
+  for (std::size_t i = 0; i < half; ++i) {
+    t[i] = x[2 * i];
+    t[i + half] = x[2 * i + 1];
+  }
+  for (std::size_t i = 0; i < half; ++i) {
+    const double theta = static_cast<double>(position) *
+                         std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    y[i] = t[i] * std::cos(theta) - t[i + half] * std::sin(theta);
+    y[i + half] = t[i + half] * std::cos(theta) + t[i] * std::sin(theta);
+  }
+  return y;
+}
+
+// Multi-latent attention's decoupled RoPE: heads of 3 unrotated and 6 positional features
+// (first_feature 3), the positional ones in adjacent pairs. The kernel gives Megatron's
+// result with its features put back in their own order (feature 2i holds Megatron's i,
+// 2i + 1 its i + 3), so every q·k between two rotated heads is Megatron's; the unrotated
+// features and the heads left out pass bit for bit, and the inverse undoes it.
+TEST(Rope, InterleavedPositionalFeaturesAreMegatronsMlaRopeInTheirOwnOrder) {
+  const RopeShape s{.T = 5,
+                    .B = 2,
+                    .groups = 3,
+                    .per_group = 2,
+                    .rotate_per_group = 1,
+                    .head_dim = 9,
+                    .rotary_dim = 6,
+                    .position_offset = 11,
+                    .base = 10000.0f,
+                    .first_feature = 3,
+                    .interleaved = true};
+  const std::size_t n = 5 * 2 * 3 * 2 * 9;
+  const Floats x = random_floats(n, 57);
+  Floats y = x;
+  rope_apply(s, y.data(), false);
+  for (std::int64_t t = 0; t < s.T; ++t)
+    for (std::int64_t bh = 0; bh < s.B * s.groups * s.per_group; ++bh) {
+      const std::size_t at = static_cast<std::size_t>((t * s.B * s.groups * s.per_group + bh) * 9);
+      if (bh % 2 == 1) {
+        for (std::size_t f = 0; f < 9; ++f) ASSERT_EQ(y[at + f], x[at + f]);
+        continue;
+      }
+      for (std::size_t f = 0; f < 3; ++f) ASSERT_EQ(y[at + f], x[at + f]);
+      const Doubles pe(x.begin() + static_cast<std::ptrdiff_t>(at + 3),
+                       x.begin() + static_cast<std::ptrdiff_t>(at + 9));
+      const Doubles meg = megatron_mla_rope(pe, s.position_offset + t, 10000.0);
+      for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_NEAR(y[at + 3 + 2 * i], meg[i], 2e-6) << t << " " << bh << " " << i;
+        EXPECT_NEAR(y[at + 3 + 2 * i + 1], meg[i + 3], 2e-6) << t << " " << bh << " " << i;
+      }
+    }
+  // q·k of two positions: the same under both orders.
+  const Doubles qv = to_double(random_floats(6, 58)), kv = to_double(random_floats(6, 59));
+  Floats qf(qv.begin(), qv.end()), kf(kv.begin(), kv.end());
+  const RopeShape one{.T = 1,
+                      .B = 1,
+                      .groups = 1,
+                      .per_group = 1,
+                      .rotate_per_group = 1,
+                      .head_dim = 6,
+                      .rotary_dim = 6,
+                      .position_offset = 0,
+                      .base = 10000.0f,
+                      .interleaved = true};
+  RopeShape at_q = one, at_k = one;
+  at_q.position_offset = 9;
+  at_k.position_offset = 4;
+  rope_apply(at_q, qf.data(), false);
+  rope_apply(at_k, kf.data(), false);
+  const Doubles mq = megatron_mla_rope(qv, 9, 10000.0), mk = megatron_mla_rope(kv, 4, 10000.0);
+  double ours = 0, megatron = 0;
+  for (std::size_t i = 0; i < 6; ++i) {
+    ours += static_cast<double>(qf[i]) * static_cast<double>(kf[i]);
+    megatron += mq[i] * mk[i];
+  }
+  EXPECT_NEAR(ours, megatron, 1e-6);
+  Floats back = y;
+  rope_apply(s, back.data(), true);
+  EXPECT_TRUE(all_close(back, to_double(x), 1e-5, Doubles(n, 1.0)));
+}
+
 // ---------------------------------------------------------------- attention
 
 // Naive grouped-query attention in double with the whole (Tq, Tk) matrix, in the layout
@@ -245,14 +331,17 @@ struct AttnRef {
   Doubles out, lse;
 };
 
+// A group's row: P query slots and the key slot of HD features, then the value slot of VD
+// (= HD unless set: multi-latent attention).
 struct Idx {
   FlashShape s;
+  std::int64_t row() const { return (s.P + 1) * s.HD + s.vd(); }
   std::size_t src(std::int64_t t, std::int64_t b, std::int64_t g, std::int64_t slot,
                   std::int64_t d) const {
-    return static_cast<std::size_t>((((t * s.B + b) * s.G + g) * (s.P + 2) + slot) * s.HD + d);
+    return static_cast<std::size_t>(((t * s.B + b) * s.G + g) * row() + slot * s.HD + d);
   }
   std::size_t out(std::int64_t t, std::int64_t b, std::int64_t h, std::int64_t d) const {
-    return static_cast<std::size_t>(((t * s.B + b) * s.G * s.P + h) * s.HD + d);
+    return static_cast<std::size_t>(((t * s.B + b) * s.G * s.P + h) * s.vd() + d);
   }
 };
 
@@ -263,7 +352,7 @@ bool ref_visible(const FlashShape& s, std::int64_t i, std::int64_t j) {
 AttnRef attention_reference(const FlashShape& s, const Doubles& q, const Doubles& kv) {
   const Idx I{s};
   const std::int64_t NH = s.G * s.P;
-  AttnRef r{Doubles(static_cast<std::size_t>(s.Tq * s.B * NH * s.HD), 0.0),
+  AttnRef r{Doubles(static_cast<std::size_t>(s.Tq * s.B * NH * s.vd()), 0.0),
             Doubles(static_cast<std::size_t>(s.B * NH * s.Tq), -DBL_MAX)};
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.HD));
   Doubles sc(static_cast<std::size_t>(s.Tk));
@@ -287,7 +376,7 @@ AttnRef attention_reference(const FlashShape& s, const Doubles& q, const Doubles
         for (std::int64_t j = 0; j < s.Tk; ++j) {
           if (!ref_visible(s, i, j)) continue;
           const double pr = std::exp(sc[j] - m) / sum;
-          for (std::int64_t d = 0; d < s.HD; ++d)
+          for (std::int64_t d = 0; d < s.vd(); ++d)
             r.out[I.out(i, b, h, d)] += pr * kv[I.src(j, b, g, s.P + 1, d)];
         }
       }
@@ -330,7 +419,7 @@ AttnGrads attention_reference_backward(const FlashShape& s, const Doubles& q, co
         for (std::int64_t j = 0; j < s.Tk; ++j) {
           if (!ref_visible(s, i, j)) continue;
           pr[j] = std::exp(sc[j] - m) / sum;
-          for (std::int64_t d = 0; d < s.HD; ++d) {
+          for (std::int64_t d = 0; d < s.vd(); ++d) {
             dp[j] += dout[I.out(i, b, h, d)] * kv[I.src(j, b, g, s.P + 1, d)];
             gr.dkv[I.src(j, b, g, s.P + 1, d)] += pr[j] * dout[I.out(i, b, h, d)];
           }
@@ -350,7 +439,7 @@ AttnGrads attention_reference_backward(const FlashShape& s, const Doubles& q, co
 }
 
 std::size_t source_size(const FlashShape& s, std::int64_t T) {
-  return static_cast<std::size_t>(T * s.B * s.G * (s.P + 2) * s.HD);
+  return static_cast<std::size_t>(T * s.B * s.G * Idx{s}.row());
 }
 
 TEST(GqaAttention, ReferenceBackwardMatchesFiniteDifferences) {
@@ -374,7 +463,7 @@ void check_flash(const FlashShape& s, bool same_source, const char* name) {
   const std::size_t nq = source_size(s, s.Tq), nk = source_size(s, s.Tk);
   const Floats q = random_floats(nq, 71, -2, 2);
   const Floats kv = same_source ? q : random_floats(nk, 72, -2, 2);
-  const std::size_t no = static_cast<std::size_t>(s.Tq * s.B * s.G * s.P * s.HD);
+  const std::size_t no = static_cast<std::size_t>(s.Tq * s.B * s.G * s.P * s.vd());
   const Floats dout = random_floats(no, 73);
   Floats out(no), lse(static_cast<std::size_t>(s.B * s.G * s.P * s.Tq));
   flash_attention_forward(s, q.data(), kv.data(), out.data(), lse.data());
@@ -390,7 +479,7 @@ void check_flash(const FlashShape& s, bool same_source, const char* name) {
   const AttnGrads g = attention_reference_backward(s, to_double(q), to_double(kv), to_double(dout));
   Doubles dq_ref = g.dq, dkv_ref = g.dkv;
   const auto query_slot = [&](std::size_t i) {
-    return static_cast<std::int64_t>(i) / s.HD % (s.P + 2) < s.P;
+    return static_cast<std::int64_t>(i) % Idx{s}.row() < s.P * s.HD;
   };
   for (std::size_t i = 0; i < nq; ++i) {
     if (same_source)
@@ -533,6 +622,38 @@ TEST(FlashAttention, KeyValueBlocksMergedInTurnEqualOneCall) {
   for (std::size_t i = 0; i < dq_ref.size(); ++i)
     if (static_cast<std::int64_t>(i) / HD % (P + 2) >= P) dq_ref[i] = 0;  // key/value slots
   EXPECT_TRUE(all_close(ring_dq, dq_ref, 1e-5, rms_scale(dq_ref)));
+}
+
+// Multi-latent attention: query and key heads 12 wide (DeepSeek's 128 + 64 in miniature),
+// value heads 8 wide; the reference's backward against central differences first, then the
+// kernel across the 64-row blocks, as self-attention and as separate blocks with offsets,
+// multi-head as MLA runs it and with groups (the layout allows both).
+TEST(FlashAttention, ValueHeadsNarrowerThanQueryAndKeyHeadsMatchReference) {
+  const FlashShape small{
+      .B = 1, .Tq = 3, .Tk = 4, .G = 2, .P = 1, .HD = 5, .VD = 3, .q_offset = 2, .k_offset = 1};
+  const Doubles q = to_double(random_floats(source_size(small, small.Tq), 64));
+  const Doubles kv = to_double(random_floats(source_size(small, small.Tk), 65));
+  const Doubles w = to_double(random_floats(static_cast<std::size_t>(3 * 2 * 3), 66));
+  const AttnGrads g = attention_reference_backward(small, q, kv, w);
+  EXPECT_TRUE(testing::matches_finite_differences(
+      [&](const Doubles& v) { return weighted_sum(attention_reference(small, v, kv).out, w); }, q,
+      g.dq));
+  EXPECT_TRUE(testing::matches_finite_differences(
+      [&](const Doubles& v) { return weighted_sum(attention_reference(small, q, v).out, w); }, kv,
+      g.dkv));
+  check_flash({.B = 2, .Tq = 70, .Tk = 70, .G = 3, .P = 1, .HD = 12, .VD = 8}, true, "mla T=70");
+  check_flash({.B = 1, .Tq = 65, .Tk = 65, .G = 2, .P = 2, .HD = 6, .VD = 10}, true,
+              "gqa vd > hd T=65");
+  check_flash({.B = 1,
+               .Tq = 40,
+               .Tk = 90,
+               .G = 2,
+               .P = 1,
+               .HD = 12,
+               .VD = 8,
+               .q_offset = 100,
+               .k_offset = 30},
+              false, "mla offsets");
 }
 
 TEST(FlashAttention, VisiblePairsCountTheCausalTriangle) {

@@ -4,7 +4,8 @@
 # the same number of Device ops and the same op sequence (context parallelism, the
 # mixture of experts with balanced routing — DeepSeek-V3's router and token dropping too —,
 # FP8 linear layers, uneven pipeline stages, the split backward of ZB-H1 and
-# --delay-wgrad-compute, and heads of kv_channels with QK layer norms included).
+# --delay-wgrad-compute, heads of kv_channels with QK layer norms, and multi-latent
+# attention included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -47,6 +48,11 @@ layouts=(
   # amax reductions over tp and dp, and blockwise scaling with its columnwise copies
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --bf16 true --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --topology dgx-h100"
   "--world-size 2 --use-distributed-optimizer true --recompute-granularity full --bf16 true --fp8-format e4m3 --fp8-recipe blockwise --topology dgx-h100"
+  # Multi-latent attention: the query latent and its norm, the shared positional key gathered
+  # over tp with sequence parallelism (selective recomputation of its core); linear_q_proj
+  # and the positional key's gradient all-reduced over tp without it
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --multi-latent-attention true --q-lora-rank 32 --kv-lora-rank 24 --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 12 --qk-layernorm true --normalization RMSNorm --position-embedding-type rope --rope-type rope --use-flash-attn true --disable-bias-linear true --recompute-granularity selective"
+  "--world-size 2 --tensor-model-parallel-size 2 --multi-latent-attention true --kv-lora-rank 24 --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 12 --use-flash-attn true"
 )
 for layout in "${layouts[@]}"; do
   world=$(echo "$layout" | sed -E 's/.*--world-size ([0-9]+).*/\1/')

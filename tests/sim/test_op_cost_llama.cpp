@@ -64,6 +64,43 @@ TEST(OpCostLlama, FusedAttentionCountsRealWorkWithoutTheScoreMatrix) {
   EXPECT_DOUBLE_EQ(b.bytes, 2 * (4 * q + 2 * kv) + lse);
 }
 
+// DeepSeek-V3's attention core on one GPU at tp 8: B = 1, T = 4096, 16 heads whose queries
+// and keys are 192 wide (128 + 64 positional) and values 128 (multi-latent attention).
+TEST(OpCostLlama, FusedAttentionWithNarrowerValueHeadsCountsEachWidth) {
+  Tensor rows = phantom(Shape{4096, 1, 16, 2 * 192 + 128}, DType::bf16);
+  Tensor out = phantom(Shape{4096, 1, 16, 128}, DType::bf16);
+  Tensor lse = phantom(Shape{1, 16, 4096}, DType::fp32);
+  const OpDesc f = flash_attention_desc(
+      DType::bf16,
+      {.q_source = rows, .kv_source = rows, .output = out, .lse = lse, .v_head_dim = 128});
+  const double pairs = 4096.0 * 4097.0 / 2, heads = 16;
+  EXPECT_EQ(f.batch, 16);
+  EXPECT_EQ(f.k, 192);
+  // S = Q·Kᵀ over 192 features, O = P·V over 128: 2·192 + 2·128 FLOPs a visible pair.
+  EXPECT_DOUBLE_EQ(f.flops, (2 * 192 + 2 * 128) * pairs * heads);
+  // Q 192 and O 128 a head and row; K 192 and V 128 a head (16 key/value heads); lse fp32.
+  const double q = 16 * 4096 * 192.0, o = 16 * 4096 * 128.0, kv = 16 * 4096 * 320.0;
+  EXPECT_DOUBLE_EQ(f.bytes, 2 * (q + o + kv) + 16 * 4096 * 4.0);
+  const OpDesc b = flash_attention_backward_desc(DType::bf16, {.grad_output = out,
+                                                               .q_source = rows,
+                                                               .kv_source = rows,
+                                                               .output = out,
+                                                               .lse = lse,
+                                                               .grad_q_source = rows,
+                                                               .grad_kv_source = rows,
+                                                               .v_head_dim = 128});
+  // S again and dQ, dK over 192; dP and dV over 128.
+  EXPECT_DOUBLE_EQ(b.flops, (6 * 192 + 4 * 128) * pairs * heads);
+  EXPECT_DOUBLE_EQ(b.bytes, 2 * (2 * q + 2 * o + 2 * kv) + 16 * 4096 * 4.0);
+  // A row width that no head_dim fits is refused, naming the op.
+  const Tensor odd = phantom(Shape{4096, 1, 16, 2 * 192 + 127}, DType::bf16);
+  EXPECT_THROW(
+      flash_attention_desc(
+          DType::bf16,
+          {.q_source = odd, .kv_source = odd, .output = out, .lse = lse, .v_head_dim = 128}),
+      std::invalid_argument);
+}
+
 TEST(OpCostLlama, FusedAttentionIsPricedOnTensorCoresAndBeatsTheUnfusedOp) {
   const GpuSpec gpu = load_topology("dgx-a100-80g").gpu;
   Layer l;

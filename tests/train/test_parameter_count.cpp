@@ -122,6 +122,54 @@ TEST(ParameterCount, HeadsOfKvChannelsRegisterWhatTheyCount) {
       }
 }
 
+// Multi-latent attention on the small frame (4 heads, no grouped-query attention): with
+// and without the query latent, the latent norms (RMSNorm and LayerNorm) and biases (only
+// the output projection has one); the whole model at tp 1 and one rank's shards at tp 2
+// (the down projections and latent norms whole on every rank).
+TEST(ParameterCount, MultiLatentAttentionRegistersWhatItCounts) {
+  for (int q_lora : {0, 24})
+    for (bool qk : {false, true})
+      for (const char* norm : {"RMSNorm", "LayerNorm"})
+        for (bool bias : {false, true}) {
+          Scenario s = small_model(16, qk, norm);
+          s.model.group_query_attention = false;
+          s.model.kv_channels.reset();
+          s.model.disable_bias_linear = !bias;
+          s.model.mla.multi_latent_attention = true;
+          if (q_lora > 0) s.model.mla.q_lora_rank = q_lora;
+          s.model.mla.kv_lora_rank = 20;
+          s.model.mla.qk_head_dim = 12;
+          s.model.mla.qk_pos_emb_head_dim = 6;
+          s.model.mla.v_head_dim = 10;
+          validate(s);
+          const DenseShape d = dense_shape(s);
+          const std::string what = "q_lora " + std::to_string(q_lora) + " qk_layernorm " +
+                                   std::to_string(qk) + " " + norm + " bias " +
+                                   std::to_string(bias);
+          EXPECT_EQ(registered_parameters(s, 1), parameter_count(d).total) << what;
+          EXPECT_EQ(registered_parameters(s, 2), parameters_per_rank(d, 2, 1)) << what;
+        }
+}
+
+// By hand, the first of those with the query latent and RMSNorm latent norms, no biases:
+// a layer's attention holds q_down 64 · 24, q_layernorm 24, q_up 24 · 4 · 18, kv_down
+// 64 · (20 + 6), kv_layernorm 20, kv_up 20 · 4 · 22 and the output 64 · 4 · 10: 9292; with
+// fc1 2 · 128 · 64, fc2 64 · 128 and two norms of 64 a layer is 33996; two layers, the word
+// embedding and the output layer 512 · 64 each and the final norm: 133592.
+TEST(ParameterCount, ASmallMultiLatentAttentionModelByHand) {
+  Scenario s = small_model(16, true, "RMSNorm");
+  s.model.group_query_attention = false;
+  s.model.kv_channels.reset();
+  s.model.mla = {.multi_latent_attention = true,
+                 .q_lora_rank = 24,
+                 .kv_lora_rank = 20,
+                 .qk_head_dim = 12,
+                 .qk_pos_emb_head_dim = 6,
+                 .v_head_dim = 10};
+  validate(s);
+  EXPECT_EQ(registered_parameters(s, 1), 133592.0);
+}
+
 // By hand, kv_channels 32, qk_layernorm, RMSNorm, no biases, hidden 64, 4 heads in 2
 // groups, ffn 2/3 · 4 · 64 rounded down to a multiple of 64 = 128 (SwiGLU), vocabulary 512
 // (a multiple of 128 · tp 2): a layer holds QKV (4 + 2 + 2) · 32 · 64 = 16384, the
