@@ -75,8 +75,9 @@ std::vector<ChunkPlan> from_layout(const Scenario& s, int pp) {
   for (int v = 0; v < stages; ++v) {
     const std::string& st = parsed.stages[static_cast<std::size_t>(v)];
     const int layers = static_cast<int>(std::count(st.begin(), st.end(), 't'));
-    plans.push_back(
-        {next, layers, st.find('E') != std::string::npos, st.find('L') != std::string::npos});
+    plans.push_back({next, layers, st.find('E') != std::string::npos,
+                     st.find('L') != std::string::npos,
+                     static_cast<int>(std::count(st.begin(), st.end(), 'm'))});
     next += layers;
   }
   return plans;
@@ -160,6 +161,7 @@ std::vector<ChunkPlan> pipeline_partition(const Scenario& s) {
   }
   plans.front().pre_process = true;
   plans.back().post_process = true;
+  plans.back().mtp_layers = mtp_depths(s.model);  // Megatron: MTP on the last stage
   if (p.account_for_embedding_in_pipeline_split) --plans.front().num_layers;
   if (p.account_for_loss_in_pipeline_split) --plans.back().num_layers;
   int next = 0;
@@ -212,7 +214,7 @@ bool middle_stages_alike(const Scenario& s) {
     const ChunkPlan& a = plans[v];
     const ChunkPlan& b = plans[v - static_cast<std::size_t>(r - 1)];  // rank 1, same chunk
     if (a.num_layers != b.num_layers || a.pre_process != b.pre_process ||
-        a.post_process != b.post_process)
+        a.post_process != b.post_process || a.mtp_layers != b.mtp_layers)
       return false;
   }
   return true;

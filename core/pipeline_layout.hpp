@@ -28,12 +28,16 @@ namespace tandem {
 
 // What one model chunk holds: layers [first_layer, first_layer + num_layers) (possibly
 // none), the word and position embeddings (pre_process) and the final norm, output layer
-// and loss (post_process), as Megatron's GPTModel names the last two.
+// and loss (post_process), as Megatron's GPTModel names the last two; and the multi-token
+// prediction block's mtp_layers depths (Megatron's mtp_process: all of mtp_num_layers, on
+// the last stage, or where a layout string's 'm' put them). With MTP the final norm sits on
+// the chunk holding the last transformer layer (Megatron's has_final_layernorm_in_this_stage).
 struct ChunkPlan {
   int first_layer = 0;
   int num_layers = 0;
   bool pre_process = false;
   bool post_process = false;
+  int mtp_layers = 0;
   bool operator==(const ChunkPlan&) const = default;
 };
 

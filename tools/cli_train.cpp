@@ -247,11 +247,12 @@ void run_training(TrainOptions& o) {
       if (it % t.log_interval == 0) {
         const double per_iter = interval_seconds / static_cast<double>(interval_iters);
         if (tty) std::cerr << "\r\033[K";
-        log->line(format_iteration_log(
-            {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
-             flops_per_iteration / (per_iter * launched * 1e12), r.learning_rate,
-             r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0, std::isfinite(r.lm_loss) ? 0 : 1},
-            std::time(nullptr)));
+        log->line(
+            format_iteration_log({it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
+                                  flops_per_iteration / (per_iter * launched * 1e12),
+                                  r.learning_rate, r.global_batch_size, r.lm_loss, 1.0, r.grad_norm,
+                                  0, std::isfinite(r.lm_loss) ? 0 : 1, r.mtp_losses},
+                                 std::time(nullptr)));
         interval_seconds = 0;
         interval_iters = 0;
       }

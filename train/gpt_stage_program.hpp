@@ -32,6 +32,9 @@ class GptStageProgram : public StageProgram {
   }
   // Mean per-token loss over the step's microbatches (last stage; 0 elsewhere).
   double mean_loss() const;
+  // Each multi-token prediction depth's loss, the mean over microbatches of its mean over
+  // unmasked tokens (Megatron's MTPLossLoggingHelper; last stage, 0 elsewhere).
+  std::vector<double> mean_mtp_losses() const;
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
@@ -67,6 +70,8 @@ class GptStageProgram : public StageProgram {
   bool scatter_gather_ = false;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;
+  std::vector<double> mtp_loss_sums_;  // per depth: the microbatches' means, summed
+  std::int64_t loss_microbatches_ = 0;
 };
 
 }  // namespace tandem

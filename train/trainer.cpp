@@ -97,7 +97,9 @@ GptDims gpt_dims(const Scenario& s, const ParallelContext& ctx) {
           moe_layers_of(s),
           moe_options_of(s),
           ctx.sizes.ep,
-          ctx.coords.ep};
+          ctx.coords.ep,
+          mtp_depths(m),
+          static_cast<float>(mtp_loss_scaling_factor(m))};
 }
 
 namespace {
@@ -121,6 +123,37 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
                  "must be a multiple of tensor_model_parallel_size = " + std::to_string(tp) +
                      " (Megatron-Core's TransformerConfig rule: each tp rank holds whole query "
                      "groups; the training step does not replicate key/value heads over tp)"});
+}
+
+// Multi-token prediction as the step builds it: on the chunk holding the loss, without
+// context parallelism (Megatron rolls the tokens across the cp ranks' chunks; the step
+// does not) and without FP8 (eh_proj and the depths' layers are not built in FP8 yet).
+void check_mtp_step(const Scenario& s, std::vector<Violation>& v) {
+  const int depths = mtp_depths(s.model);
+  if (depths <= 0) return;
+  const int cp = s.parallelism.context_parallel_size;
+  if (cp > 1)
+    v.push_back({"context_parallel_size", std::to_string(cp),
+                 "multi-token prediction runs without context parallelism in the training step "
+                 "(Megatron's roll of the tokens across the cp ranks is not built): use 1 with "
+                 "mtp_num_layers"});
+  if (s.training.fp8.enabled())
+    v.push_back({"fp8", s.training.fp8.format,
+                 "multi-token prediction's eh_proj and layers are not built in FP8 yet: leave "
+                 "fp8 out with mtp_num_layers"});
+  std::vector<ChunkPlan> plans;
+  try {
+    plans = pipeline_partition(s);
+  } catch (const std::exception&) {
+    return;  // validate() reports why
+  }
+  for (const auto& p : plans)
+    if (p.mtp_layers > 0 && !p.post_process)
+      v.push_back({"pipeline_model_parallel_layout",
+                   s.parallelism.pipeline_model_parallel_layout.value_or(""),
+                   "puts the MTP layers on a virtual stage apart from the loss (Megatron's "
+                   "mtp_standalone), which the training step does not build: put 'm' in the "
+                   "stage holding 'L'"});
 }
 
 void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
@@ -161,6 +194,7 @@ void check_step_supports(const Scenario& s) {
                       "all_gather; a2a (Ulysses) is not in it yet");
   std::vector<Violation> v;
   check_attention_step(s, v);
+  check_mtp_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
   if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled())
@@ -324,10 +358,11 @@ void Trainer::finalize_grads() {
   else if (dims_.options.qk_layernorm && ctx_.sizes.tp > 1)
     all_reduce_shard_grads(need(groups_.tp, "tp"),
                            [](const ParameterSpec& p) { return p.heads_partial_grad; });
-  // The tied word embedding lives on the first and the last stage: sum their gradients
-  // (untied, each stage has its own: Megatron skips this reduction).
-  if (!dims_.options.untie_embeddings_and_output_weights && groups_.embedding &&
-      groups_.embedding->size() > 1)
+  // The tied word embedding lives on the first and the last stage, and so does the MTP
+  // block's copy: sum their gradients (untied and without MTP, each stage has its own:
+  // Megatron skips this reduction).
+  if ((!dims_.options.untie_embeddings_and_output_weights || dims_.mtp_num_layers > 0) &&
+      groups_.embedding && groups_.embedding->size() > 1)
     all_reduce_shard_grads(*groups_.embedding,
                            [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }
@@ -383,6 +418,24 @@ double Trainer::global_grad_norm() {
   float host = 0;
   device_.download(stream_, ss, std::span<float>(&host, 1));
   return std::sqrt(static_cast<double>(host));
+}
+
+// Megatron's MTPLossLoggingHelper reduces every depth's loss in one all-reduce (AVG over
+// the data-parallel × cp group).
+std::vector<double> Trainer::average_over_dp(const std::vector<double>& values) {
+  if (values.empty()) return {};
+  Tensor t = device_.allocate(Shape{static_cast<std::int64_t>(values.size())}, DType::fp32);
+  device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                   for (std::size_t i = 0; i < values.size(); ++i)
+                     out[i] = static_cast<float>(values[i]);
+                 }));
+  Communicator& dp = need(groups_.dp, "dp");
+  dp.all_reduce(stream_, t, ReduceOp::sum)->wait();
+  std::vector<float> host(values.size());
+  device_.download(stream_, t, host);
+  std::vector<double> out;
+  for (float v : host) out.push_back(static_cast<double>(v) / dp.size());
+  return out;
 }
 
 double Trainer::average_over_dp(double value) {
@@ -447,6 +500,7 @@ StepResult Trainer::train_step() {
   // Megatron averages the loss over dp for its log inside the step (the loss function), so
   // it never queues behind the next step's parameter all-gathers.
   const double loss = average_over_dp(program_->mean_loss());
+  const std::vector<double> mtp_losses = average_over_dp(program_->mean_mtp_losses());
   const double norm = global_grad_norm();
   // Megatron steps the optimizer at the rate of the scheduler's current step, then
   // advances the scheduler; the log shows the advanced rate.
@@ -464,7 +518,7 @@ StepResult Trainer::train_step() {
   }
   consumed_samples_ += global;
   ++iteration_;
-  return {loss, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+  return {loss, mtp_losses, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
 }
 
 double Trainer::evaluate() {

@@ -122,21 +122,29 @@ TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
 }
 
 // Arguments that change the model tandem would build are refused, not listed as "not
-// modelled": DeepSeek's MLA and MTP would otherwise run as standard attention without MTP.
+// modelled": DeepSeek's MLA would otherwise run as standard attention, and MTP's
+// hidden-state mixing would be left out.
 TEST(MegatronArgs, UnbuiltModelChangesAreRefusedNotIgnored) {
   const auto vs = violations_of([] {
-    parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-num-layers",
-                         "1", "--init-method-std", "0.006"});
+    parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-hsm",
+                         "--init-method-std", "0.006"});
   });
   ASSERT_EQ(vs.size(), 2u);
   EXPECT_EQ(vs[0].field, "--multi-latent-attention");
   EXPECT_NE(vs[0].rule.find("not built"), std::string::npos) << vs[0].rule;
-  EXPECT_EQ(vs[1].field, "--mtp-num-layers");
-  EXPECT_EQ(vs[1].value, "1");
-  // --mtp-num-layers 0 builds nothing, and MLA's sizes alone change nothing in Megatron.
-  const auto cl = parse_megatron_args({"--mtp-num-layers", "0", "--kv-lora-rank", "512"});
-  EXPECT_TRUE(not_modelled(cl, "--mtp-num-layers"));
+  EXPECT_EQ(vs[1].field, "--mtp-hsm");
+  // MLA's sizes alone change nothing in Megatron.
+  const auto cl = parse_megatron_args({"--kv-lora-rank", "512"});
   EXPECT_TRUE(not_modelled(cl, "--kv-lora-rank"));
+}
+
+// Multi-token prediction is modelled: its two arguments set the scenario's fields.
+TEST(MegatronArgs, MultiTokenPredictionSetsItsFields) {
+  const auto cl =
+      parse_megatron_args({"--mtp-num-layers", "2", "--mtp-loss-scaling-factor", "0.3"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  EXPECT_EQ(cl.overrides, (std::vector<std::pair<std::string, std::string>>{
+                              {"mtp_num_layers", "2"}, {"mtp_loss_scaling_factor", "0.3"}}));
 }
 
 TEST(MegatronArgs, UnknownFlagsAreRefusedWithTheClosestMegatronFlag) {
