@@ -379,9 +379,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   // is Narayanan et al. 2021 / Korthikanti et al. 2022 eq. 7 exactly).
   const DenseShape dense = dense_shape(s);
   const double batch = static_cast<double>(t.global_batch_size);
-  const double attention_half =
-      6.0 * batch * dense.seq * dense.seq * dense.layers * dense.kv_channels * dense.heads;
-  const double logits = 6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab;
+  // Multi-token prediction: each depth's layer and logits besides the decoder's.
+  const double attention_half = 6.0 * batch * dense.seq * dense.seq *
+                                (dense.layers + dense.mtp_layers) * dense.kv_channels * dense.heads;
+  const double logits =
+      6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab * (1.0 + dense.mtp_layers);
   r.megatron_log_flops = num_floating_point_operations(dense, batch);
   r.model_flops = r.megatron_log_flops + attention_half;
   r.mixture_of_experts = s.model.num_experts.has_value();
