@@ -270,7 +270,9 @@ Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
     std::vector<int> indices = mtp_->parameter_indices();
     if (!plan_.pre_process) indices.push_back(word_);
     needed(indices);
+    if (env.observer) env.observer->begin_region(env.stream, "mtp");
     x = mtp_forward(env, x, s);
+    if (env.observer) env.observer->end_region(env.stream, "mtp");
   }
   if (!head) return x;
   output_forward(env, x, s.batch.labels, s.head);
@@ -298,7 +300,9 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
     g = output_backward(env, s.head, s.batch.labels,
                         loss_scale / static_cast<float>(s.head.logits.shape[0]), 0);
   if (mtp_) {
+    if (env.observer) env.observer->begin_region(env.stream, "mtp");
     const Tensor from_mtp = mtp_backward(env, s, loss_scale);
+    if (env.observer) env.observer->end_region(env.stream, "mtp");
     env.device.add(env.stream, g, from_mtp, g);
   }
   if (final_norm_) g = final_norm_backward(env, g, s);
