@@ -204,6 +204,27 @@ bool uneven_pipeline(const Scenario& s) {
          p.account_for_loss_in_pipeline_split;
 }
 
+bool mtp_standalone(const Scenario& s) {
+  if (mtp_depths(s.model) <= 0) return false;
+  const auto plans = pipeline_partition(s);
+  return std::any_of(plans.begin(), plans.end(),
+                     [](const ChunkPlan& p) { return p.mtp_layers > 0 && !p.post_process; });
+}
+
+std::vector<int> embedding_stages(const Scenario& s) {
+  if (!mtp_standalone(s)) return {};
+  const int pp = s.parallelism.pipeline_model_parallel_size;
+  const auto plans = pipeline_partition(s);
+  std::vector<int> stages{0};
+  for (std::size_t v = 0; v < plans.size(); ++v)
+    if (plans[v].mtp_layers > 0)
+      stages.push_back(static_cast<int>(v % static_cast<std::size_t>(pp)));
+  if (!s.model.untie_embeddings_and_output_weights) stages.push_back(pp - 1);
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  return stages;
+}
+
 bool middle_stages_alike(const Scenario& s) {
   const int pp = s.parallelism.pipeline_model_parallel_size;
   if (pp <= 3 || !s.parallelism.pipeline_model_parallel_layout) return true;

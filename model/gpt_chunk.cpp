@@ -14,10 +14,6 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
   const std::int64_t C = dims.hidden;
   const LayerOptions& o = dims.options;
   const bool untie = o.untie_embeddings_and_output_weights;
-  if (dims.mtp_num_layers > 0 && plan.post_process != (plan.mtp_layers > 0))
-    throw std::invalid_argument(
-        "multi-token prediction: the MTP block is built on the chunk holding the loss (an MTP "
-        "stage of its own, Megatron's mtp_standalone, is not built)");
   if (plan.pre_process || (plan.post_process && !untie) || plan.mtp_layers > 0)
     // The output layer on the last stage is the word embedding (tied), and the MTP block
     // embeds with it; with pipelining it is a second copy, initialised identically because
@@ -204,31 +200,39 @@ void accumulating(ModelEnv& env, F&& f) {
 
 }  // namespace
 
-// Megatron's MTP block and process_mtp_loss: the depths' outputs and h0 concatenated along
-// the rows ([h0 | depth 1 | … | depth D], torch.cat), each depth's loss from its block,
-// before the main loss from h0's. Returns h0's block, the main head's input.
+// The depths of Megatron's MTP block on h0 (rows, C) and its concatenation of h0 and
+// their outputs along the sequence (torch.cat), [h0 | depth 1 | … | depth D].
 Tensor GptChunk::mtp_forward(ModelEnv& env, const Tensor& h0, Saved& s) {
   const std::vector<Tensor> outs = mtp_->forward(env, h0, s.batch.mtp_tokens, s.mtp);
   const std::int64_t rows = h0.shape[0], C = h0.shape[1];
   const auto depths = static_cast<std::int64_t>(outs.size());
   Tensor cat = allocate_like(env, Shape{(1 + depths) * rows, C});
-  auto block = [&](std::int64_t k) { return cat.view(Shape{rows, C}, k * rows * C); };
   for (std::int64_t k = 0; k <= depths; ++k) {
-    Tensor to = block(k);
+    Tensor to = cat.view(Shape{rows, C}, k * rows * C);
     env.device.copy(env.stream, k == 0 ? h0 : outs[static_cast<std::size_t>(k - 1)], to);
   }
-  s.mtp_heads.assign(outs.size(), HeadActivations{});
+  return cat;
+}
+
+// Megatron's process_mtp_loss on the concatenation: each depth's loss from its block, before
+// the main loss from h0's block (returned).
+Tensor GptChunk::mtp_heads_forward(ModelEnv& env, const Tensor& cat, Saved& s) {
+  const std::int64_t depths = dims_.mtp_num_layers, C = cat.shape[1];
+  const std::int64_t rows = cat.shape[0] / (1 + depths);
+  s.mtp_heads.assign(static_cast<std::size_t>(depths), HeadActivations{});
   for (std::int64_t k = 1; k <= depths; ++k)
-    output_forward(env, block(k), s.batch.mtp_labels.at(static_cast<std::size_t>(k - 1)),
+    output_forward(env, cat.view(Shape{rows, C}, k * rows * C),
+                   s.batch.mtp_labels.at(static_cast<std::size_t>(k - 1)),
                    s.mtp_heads[static_cast<std::size_t>(k - 1)]);
-  return block(0);
+  return cat.view(Shape{rows, C}, 0);
 }
 
 // MTPLossAutoScaler: depth k's loss is mtp_loss_scaling_factor / D × the mean of its
 // unmasked rows' losses, its gradient scaled as the main loss's (loss_scale: 1 / the
-// microbatches, and here 1 / dp, the gradients being summed over dp).
-Tensor GptChunk::mtp_backward(ModelEnv& env, Saved& s, float loss_scale) {
-  const int depths = mtp_->depths();
+// microbatches, and here 1 / dp, the gradients being summed over dp). The gradients of the
+// depths' outputs, depth k at [k − 1].
+std::vector<Tensor> GptChunk::mtp_heads_backward(ModelEnv& env, Saved& s, float loss_scale) {
+  const int depths = dims_.mtp_num_layers;
   const std::int64_t B = dims_.micro_batch;
   std::vector<Tensor> grads(static_cast<std::size_t>(depths));
   for (int k = depths; k >= 1; --k) {
@@ -244,7 +248,7 @@ Tensor GptChunk::mtp_backward(ModelEnv& env, Saved& s, float loss_scale) {
                           std::min<std::int64_t>(rows, k * B));
     });
   }
-  return mtp_->backward(env, std::move(grads), s.mtp, loss_scale);
+  return grads;
 }
 
 Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
@@ -266,14 +270,19 @@ Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
   if (head && env.observer) env.observer->around_output_layer(env.stream);
   if (final_norm_ || head) needed(present({final_ln_w_, final_ln_b_, head ? output_ : -1}));
   if (final_norm_) x = final_norm_forward(env, x, s);
+  // Multi-token prediction: the block here turns x into [h0 | depth 1 | … | depth D], which
+  // the loss's chunk (this one, or one after: Megatron's mtp_standalone) splits.
+  const bool mtp_losses = head && dims_.mtp_num_layers > 0;
+  const bool region = (mtp_ || mtp_losses) && env.observer;
+  if (region) env.observer->begin_region(env.stream, "mtp");
   if (mtp_) {
     std::vector<int> indices = mtp_->parameter_indices();
     if (!plan_.pre_process) indices.push_back(word_);
     needed(indices);
-    if (env.observer) env.observer->begin_region(env.stream, "mtp");
     x = mtp_forward(env, x, s);
-    if (env.observer) env.observer->end_region(env.stream, "mtp");
   }
+  if (mtp_losses) x = mtp_heads_forward(env, x, s);
+  if (region) env.observer->end_region(env.stream, "mtp");
   if (!head) return x;
   output_forward(env, x, s.batch.labels, s.head);
   return Tensor{};
@@ -295,15 +304,38 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
     });
   };
   const bool head = plan_.post_process;
+  const bool mtp_losses = head && dims_.mtp_num_layers > 0;
+  const bool region = (mtp_ || mtp_losses) && env.observer;
   Tensor g = grad_output;
   if (head)
     g = output_backward(env, s.head, s.batch.labels,
                         loss_scale / static_cast<float>(s.head.logits.shape[0]), 0);
+  if (region) env.observer->begin_region(env.stream, "mtp");
+  std::vector<Tensor> depth_grads;  // of the depths' outputs
+  if (mtp_losses) {
+    depth_grads = mtp_heads_backward(env, s, loss_scale);
+  } else if (mtp_) {
+    // An MTP chunk apart from the loss's: the concatenation's gradient came back, h0's block
+    // first.
+    const std::int64_t rows = g.shape[0] / (1 + dims_.mtp_num_layers), C = g.shape[1];
+    for (int k = 1; k <= dims_.mtp_num_layers; ++k)
+      depth_grads.push_back(g.view(Shape{rows, C}, k * rows * C));
+    g = g.view(Shape{rows, C}, 0);
+  }
   if (mtp_) {
-    if (env.observer) env.observer->begin_region(env.stream, "mtp");
-    const Tensor from_mtp = mtp_backward(env, s, loss_scale);
-    if (env.observer) env.observer->end_region(env.stream, "mtp");
+    const Tensor from_mtp = mtp_->backward(env, std::move(depth_grads), s.mtp, loss_scale);
+    if (region) env.observer->end_region(env.stream, "mtp");
     env.device.add(env.stream, g, from_mtp, g);
+  } else if (mtp_losses) {
+    // The loss's chunk apart from the MTP chunk: the concatenation's gradient goes back.
+    if (region) env.observer->end_region(env.stream, "mtp");
+    const std::int64_t rows = g.shape[0], C = g.shape[1];
+    Tensor cat = allocate_like(env, Shape{(1 + dims_.mtp_num_layers) * rows, C});
+    for (int k = 0; k <= dims_.mtp_num_layers; ++k) {
+      Tensor to = cat.view(Shape{rows, C}, k * rows * C);
+      env.device.copy(env.stream, k == 0 ? g : depth_grads[static_cast<std::size_t>(k - 1)], to);
+    }
+    g = cat;
   }
   if (final_norm_) g = final_norm_backward(env, g, s);
   if (head && env.observer) env.observer->around_output_layer(env.stream);

@@ -134,11 +134,12 @@ class GptChunk {
   // `masked_rows` rows' 0 (their losses are masked out).
   Tensor output_backward(ModelEnv& env, HeadActivations& h, const Tensor& labels, float row_grad,
                          std::int64_t masked_rows);
-  // Multi-token prediction on the decoder's output h0: the depths, the concatenation
-  // [h0 | depth 1 | … | depth D] of Megatron's MTP block, and the depths' losses.
+  // Multi-token prediction on the decoder's output h0: the depths and the concatenation
+  // [h0 | depth 1 | … | depth D] of Megatron's MTP block; on the loss's chunk the depths'
+  // losses from it (returning h0's block) and their gradients.
   Tensor mtp_forward(ModelEnv& env, const Tensor& h0, Saved& s);
-  // The gradient of h0 from the depths (MTP heads first, then the block).
-  Tensor mtp_backward(ModelEnv& env, Saved& s, float loss_scale);
+  Tensor mtp_heads_forward(ModelEnv& env, const Tensor& cat, Saved& s);
+  std::vector<Tensor> mtp_heads_backward(ModelEnv& env, Saved& s, float loss_scale);
 
   ParameterSet& params_;
   GptDims dims_;

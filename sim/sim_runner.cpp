@@ -205,9 +205,9 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   const auto wall_start = std::chrono::steady_clock::now();
   const auto& par = s.parallelism;
   const int world_size = s.cluster.world_size;
-  const Layout layout =
-      make_layout({world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
-                   par.context_parallel_size, par.expert_model_parallel_size, par.order});
+  const Layout layout = make_layout(
+      {world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
+       par.context_parallel_size, par.expert_model_parallel_size, par.order, embedding_stages(s)});
   std::vector<ParallelContext> contexts;
   std::vector<RankCoordinates> coords;
   for (int r = 0; r < world_size; ++r) {

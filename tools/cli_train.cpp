@@ -197,7 +197,7 @@ void run_training(TrainOptions& o) {
     const Layout layout = make_layout(
         {launched, s.parallelism.tensor_model_parallel_size,
          s.parallelism.pipeline_model_parallel_size, s.parallelism.context_parallel_size,
-         s.parallelism.expert_model_parallel_size, s.parallelism.order});
+         s.parallelism.expert_model_parallel_size, s.parallelism.order, embedding_stages(s)});
     auto backend = make_train_backend(o.device, mpi, layout);
     const ParallelContext ctx = make_parallel_context(layout, rank);
     // With --trace every communicator is wrapped so its collectives land in the trace.

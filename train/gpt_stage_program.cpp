@@ -51,6 +51,14 @@ Shape GptStageProgram::activation_shape(int) const {
   return Shape{env_.sequence_parallel ? rows / env_.tp.size() : rows, dims_.hidden};
 }
 
+Shape GptStageProgram::received_shape(int microbatch, int chunk, bool input) const {
+  const Shape s = activation_shape(microbatch);
+  if (mtp_stage_ < 0) return s;
+  const int v = chunk * pp_ + pp_rank_;  // the receiving chunk's virtual stage
+  const bool concatenated = input ? mtp_stage_ < v : mtp_stage_ <= v;
+  return concatenated ? Shape{s[0] * (1 + dims_.mtp_num_layers), s[1]} : s;
+}
+
 MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const ChunkPlan& plan) {
   const std::int64_t T = dims_.seq, B = dims_.micro_batch, rows = T * B;
   const auto& indices = batch_.microbatches.at(static_cast<std::size_t>(microbatch));

@@ -125,9 +125,9 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
                      "groups; the training step does not replicate key/value heads over tp)"});
 }
 
-// Multi-token prediction as the step builds it: on the chunk holding the loss, without
-// context parallelism (Megatron rolls the tokens across the cp ranks' chunks; the step
-// does not) and without FP8 (eh_proj and the depths' layers are not built in FP8 yet).
+// Multi-token prediction as the step builds it: without context parallelism (Megatron
+// rolls the tokens across the cp ranks' chunks; the step does not) and without FP8
+// (eh_proj and the depths' layers are not built in FP8 yet).
 void check_mtp_step(const Scenario& s, std::vector<Violation>& v) {
   const int depths = mtp_depths(s.model);
   if (depths <= 0) return;
@@ -141,19 +141,24 @@ void check_mtp_step(const Scenario& s, std::vector<Violation>& v) {
     v.push_back({"fp8", s.training.fp8.format,
                  "multi-token prediction's eh_proj and layers are not built in FP8 yet: leave "
                  "fp8 out with mtp_num_layers"});
+  // The MTP block in a later chunk of the rank whose first chunk holds the embedding: two
+  // copies of the word embedding on one rank, and Megatron's finalize_model_grads reduces
+  // only the first chunk's (its model[0] on the first stage), leaving the other to drift.
+  const int pp = s.parallelism.pipeline_model_parallel_size;
   std::vector<ChunkPlan> plans;
   try {
     plans = pipeline_partition(s);
   } catch (const std::exception&) {
     return;  // validate() reports why
   }
-  for (const auto& p : plans)
-    if (p.mtp_layers > 0 && !p.post_process)
+  for (std::size_t stage = 1; stage < plans.size(); ++stage)
+    if (plans[stage].mtp_layers > 0 && stage % static_cast<std::size_t>(pp) == 0)
       v.push_back({"pipeline_model_parallel_layout",
                    s.parallelism.pipeline_model_parallel_layout.value_or(""),
-                   "puts the MTP layers on a virtual stage apart from the loss (Megatron's "
-                   "mtp_standalone), which the training step does not build: put 'm' in the "
-                   "stage holding 'L'"});
+                   "puts the MTP layers in a later virtual stage of pp rank 0, whose first holds "
+                   "the embedding: the step keeps one word-embedding copy per model chunk, and "
+                   "Megatron's finalize_model_grads would synchronise only the first; put 'm' on "
+                   "another pp rank or in rank 0's first stage"});
 }
 
 void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
@@ -295,6 +300,15 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
+  // Megatron's p2p_communication exchanges shapes first with variable_seq_lengths or
+  // mtp_standalone (the MTP stage sends [h0 | depth 1 | … | depth D] on).
+  exchange_shapes_ = par.variable_seq_lengths || mtp_standalone(scenario);
+  if (mtp_standalone(scenario)) {
+    const auto plans = pipeline_partition(scenario);
+    for (std::size_t v = 0; v < plans.size(); ++v)
+      if (plans[v].mtp_layers > 0)
+        program_->set_mtp_stage(static_cast<int>(v), ctx.sizes.pp, ctx.coords.pp);
+  }
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
@@ -491,8 +505,7 @@ StepResult Trainer::train_step() {
       .num_microbatches = static_cast<int>(m),
       .microbatch_group_size = scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
       .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute};
-  StepContext step{device_, stream_, need(groups_.pp, "pp"),
-                   scenario_.parallelism.variable_seq_lengths};
+  StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   buckets_->finish_param_gather();  // a stage whose forward needed none of them
   finalize_grads();
@@ -538,8 +551,7 @@ double Trainer::evaluate() {
   const std::int64_t iters = scenario_.training.eval_iters;
   for (std::int64_t k = 0; k < iters; ++k) {
     program_->begin_step(make_batch(*valid_, k * global, m), 1.0f, true);
-    StepContext step{device_, stream_, need(groups_.pp, "pp"),
-                     scenario_.parallelism.variable_seq_lengths};
+    StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
     run_schedule(ops, *program_, step);
     sum += program_->mean_loss();
   }

@@ -35,8 +35,8 @@ class MoeLayer;
 // over tp), and the mixture-of-experts options beyond Megatron-Core's alltoall and allgather
 // dispatchers, dropless, with aux_loss balancing (the flex dispatcher, capacity factors, expert
 // tensor parallelism other than tp, other balancing losses, experts with biases), and
-// multi-token prediction with context parallelism, with FP8 or on a stage apart from the
-// loss. Every binding's entry point calls it.
+// multi-token prediction with context parallelism or FP8. Every binding's entry point
+// calls it.
 void check_step_supports(const Scenario& s);
 
 // The model's shape as the layers take it: the scenario's sizes and switches, this rank's
@@ -132,6 +132,7 @@ class Trainer {
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;
+  bool exchange_shapes_ = false;  // every p2p's shapes first (StepContext)
   std::int64_t iteration_ = 0;
   // The 16-bit parameters lag the fp32 main values (after an optimizer step without the
   // distributed optimizer, whose gather refreshes them).

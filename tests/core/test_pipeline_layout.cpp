@@ -289,6 +289,16 @@ TEST(PipelinePartition, MultiTokenPrediction) {
   EXPECT_EQ(plan_chunk(deepseek, 14, 1), (ChunkPlan{61, 0, false, false, 1}));
   EXPECT_EQ(plan_chunk(deepseek, 15, 1), (ChunkPlan{61, 0, false, true, 0}));
   expect_contiguous(pipeline_partition(deepseek), 61);
+  // Megatron's mtp_standalone, and pretrain_gpt.py's embedding ranks: the first stage, the
+  // MTP stage (14) and, tied, the last.
+  EXPECT_FALSE(mtp_standalone(even));
+  EXPECT_FALSE(mtp_standalone(local));
+  EXPECT_TRUE(embedding_stages(local).empty());
+  EXPECT_TRUE(mtp_standalone(deepseek));
+  EXPECT_EQ(embedding_stages(deepseek), (std::vector<int>{0, 14, 15}));
+  Scenario untied = deepseek;  // DeepSeek-V3's own: untied, so the last stage is not in it
+  untied.model.untie_embeddings_and_output_weights = true;
+  EXPECT_EQ(embedding_stages(untied), (std::vector<int>{0, 14}));
 }
 
 TEST(PipelineRules, MultiTokenPredictionLayout) {

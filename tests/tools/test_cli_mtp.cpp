@@ -106,14 +106,21 @@ TEST(CliTrain, MultiTokenPredictionTheStepDoesNotBuildIsRefused) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("position_embedding_type = learned_absolute"), std::string::npos)
       << r.output;
-  // An MTP stage apart from the loss (Megatron's mtp_standalone), refused by the step.
+  // The depths beside the loss, and on a stage of their own (Megatron's mtp_standalone):
+  // built; in a later chunk of the embedding's rank (two copies of the word embedding on
+  // one rank, of which Megatron synchronises one): refused.
   r = run("simulate " + kTiny + "--mtp-num-layers 1 --world-size 2 " +
           "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout \"Ett|mL\"");
-  EXPECT_EQ(r.exit_code, 0) << r.output;  // on the loss's stage: built
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run("simulate " + kTiny + "--mtp-num-layers 1 --world-size 3 " +
+          "--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout \"Et|t|||m|L\" " +
+          "--global-batch-size 6");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("multi-token prediction"), std::string::npos) << r.output;
   r = run("simulate " + kTiny + "--mtp-num-layers 1 --world-size 2 " +
           "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout \"Et|t|m|L\"");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("mtp_standalone"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later virtual stage of pp rank 0"), std::string::npos) << r.output;
   // Context parallelism: the step does not roll the tokens across cp ranks.
   r = run("simulate " + kTiny + "--mtp-num-layers 1 --use-flash-attn " +
           "--context-parallel-size 2 --world-size 2");

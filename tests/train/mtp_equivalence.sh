@@ -16,7 +16,13 @@
 #   zb       pp 2 under ZB-H1 (the depths' weight gradients W work);
 #   moe      ep 2 with the last layer, and so the depths' layers, a mixture of experts;
 #   recompute tp 2 with sequence parallelism, full recomputation (each depth recomputed
-#            from its two inputs).
+#            from its two inputs);
+#   standalone_first  pp 2, "Ettttmm|L": the depths with the embedding on the first stage,
+#            the loss alone on the second (Megatron's mtp_standalone: [h0 | depth 1 |
+#            depth 2] crosses the pipeline, shapes exchanged first);
+#   standalone pp 3, "Et|t|t|t|mm|L", tied: the depths on pp rank 1's second chunk, its copy
+#            of the word embedding in an embedding group of three stages (pretrain_gpt.py's
+#            get_embedding_ranks).
 #   tests/train/mtp_equivalence.sh TANDEM_BINARY [NAME…]   (default: every one)
 set -euo pipefail
 tandem="$1"
@@ -46,9 +52,11 @@ declare -A cases=(
   [zb]="2|llama|--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1"
   [moe]="2|moe|--expert-model-parallel-size 2"
   [recompute]="2|llama|--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full"
+  [standalone_first]="2|llama|--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Ettttmm|L"
+  [standalone]="3|gpt|--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout Et|t|t|t|mm|L --microbatch-group-size-per-virtual-pipeline-stage 4"
 )
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(tp_sp tp pp pp_tied layout zb moe recompute)
+[ "${#names[@]}" -gt 0 ] || names=(tp_sp tp pp pp_tied layout zb moe recompute standalone_first standalone)
 
 failed=0
 declare -A references=()
