@@ -215,8 +215,11 @@ void run_training(TrainOptions& o) {
     std::optional<OpTracingDevice> op_tracing;
     if (o.trace_ops) op_tracing.emplace(backend->device(), run_trace);
     Device& device = op_tracing ? *op_tracing : backend->device();
+    // With --trace the step's named regions (the MTP block) get slices of their own.
+    std::optional<RegionTracer> regions;
+    if (!o.trace.empty()) regions.emplace(device, run_trace);
     Trainer trainer(s, ctx, device, groups_of(used, s.parallelism.context_parallel_size), *data[0],
-                    data[1].get());
+                    data[1].get(), regions ? &*regions : nullptr);
     if (!o.trace.empty()) trainer.set_trace(&run_trace);
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
     const bool tty = log->reporter() && isatty(STDERR_FILENO);

@@ -99,6 +99,22 @@ TEST(CliTrain, MultiTokenPredictionLogsEachDepthsLoss) {
   EXPECT_NEAR(first, std::log(512.0), 0.5) << r.output;
 }
 
+// A real run's trace (tandem train --trace) shows the block as the simulator's does: an
+// "mtp" slice in every forward and backward (2 iterations × 2 microbatches × 2), nested.
+TEST(CliTrain, MultiTokenPredictionInARealRunsTrace) {
+  const auto dir = tandem::testing::fresh_dir("cli_train_mtp_trace");
+  const auto trace = dir / "run.json";
+  const auto r = run(kTrain + "--train-iters 2 --mtp-num-layers 1 --trace " + trace.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int slices = 0;
+  const auto events = read(trace)["traceEvents"];
+  for (const auto& e : events)
+    if (e.value("ph", "") == "X" && e.value("name", "") == "mtp") ++slices;
+  EXPECT_EQ(slices, 8);
+  const auto check = run("trace check " + trace.string());
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+}
+
 TEST(CliTrain, MultiTokenPredictionTheStepDoesNotBuildIsRefused) {
   // Megatron's rule: RoPE or no position embedding.
   auto r = run(kTrain + "--train-iters 1 --mtp-num-layers 1 " +
