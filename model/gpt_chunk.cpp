@@ -233,19 +233,20 @@ Tensor GptChunk::mtp_heads_forward(ModelEnv& env, const Tensor& cat, Saved& s) {
 // depths' outputs, depth k at [k − 1].
 std::vector<Tensor> GptChunk::mtp_heads_backward(ModelEnv& env, Saved& s, float loss_scale) {
   const int depths = dims_.mtp_num_layers;
-  const std::int64_t B = dims_.micro_batch;
   std::vector<Tensor> grads(static_cast<std::size_t>(depths));
   for (int k = depths; k >= 1; --k) {
     HeadActivations& h = s.mtp_heads[static_cast<std::size_t>(k - 1)];
     const std::int64_t rows = h.logits.shape[0];
-    const std::int64_t tokens = std::max<std::int64_t>(1, rows - k * B);
+    const std::int64_t masked = mtp_masked_rows(env, dims_.seq, dims_.micro_batch, k);
+    // Megatron divides by this rank's unmasked tokens (with context parallelism too).
+    const std::int64_t tokens = std::max<std::int64_t>(1, rows - masked);
     const auto row_grad =
         static_cast<float>(static_cast<double>(loss_scale) * dims_.mtp_loss_scaling_factor /
                            depths / static_cast<double>(tokens));
     accumulating(env, [&] {
       grads[static_cast<std::size_t>(k - 1)] =
           output_backward(env, h, s.batch.mtp_labels.at(static_cast<std::size_t>(k - 1)), row_grad,
-                          std::min<std::int64_t>(rows, k * B));
+                          std::min(rows, masked));
     });
   }
   return grads;

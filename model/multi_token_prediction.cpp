@@ -40,6 +40,20 @@ Tensor split_along_hidden(ModelEnv& env, const Tensor& dy) {
 
 }  // namespace
 
+std::int64_t mtp_masked_rows(const ModelEnv& env, std::int64_t local_seq, std::int64_t micro_batch,
+                             int k) {
+  const std::int64_t whole = env.cp != nullptr ? local_seq * env.cp->size() : local_seq;
+  std::int64_t masked = 0;
+  for (std::int64_t t = 0; t < local_seq; ++t) {
+    const bool past = sequence_position(env, t, local_seq) + k >= whole;
+    if (past)
+      ++masked;
+    else if (masked > 0)
+      throw std::logic_error("mtp_masked_rows: the masked positions are not a tail of the rows");
+  }
+  return masked * micro_batch;
+}
+
 MtpBlock::MtpBlock(ParameterSet& params, const LayerDims& layer, int depths, int word,
                    Recompute recompute)
     : params_(params), dims_(layer), word_(word), full_recompute_(recompute == Recompute::full) {

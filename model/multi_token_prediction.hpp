@@ -36,6 +36,14 @@ struct MtpDepthActivations {
   Tensor layer_out, f_mean, f_rstd;  // the final norm's input and statistics
 };
 
+// The rows of depth k's loss this rank masks out: those whose label lies past the
+// sequence's end (Megatron's rolled loss mask), the last k·B rows — with context
+// parallelism, of the rank's rows those whose place in the whole sequence
+// (sequence_position) is within k of its end: a tail of its second chunk, or none.
+// `local_seq` is the rank's share T of the sequence, `micro_batch` B.
+std::int64_t mtp_masked_rows(const ModelEnv& env, std::int64_t local_seq, std::int64_t micro_batch,
+                             int k);
+
 class MtpBlock {
  public:
   // Registers the depths' parameters; `layer` is the decoder's last layer's shape (dense or

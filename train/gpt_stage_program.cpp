@@ -81,15 +81,20 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
   MicrobatchTensors mb;
   // Multi-token prediction's rolls (Megatron's roll_tensor on the whole sequence): row t·B + b
   // of depth k holds what row (t + k)·B + b holds, the last k·B rows 0.
+  // With context parallelism the roll is the whole sequence's (Megatron's roll_tensor
+  // passes the chunks' boundaries between the cp ranks).
   auto rolled = [&](std::int64_t k, std::int64_t shift) {
     Tensor roll = d.allocate(Shape{rows}, DType::int32);
     d.upload(env_.stream, roll, Device::ProduceInts([&](std::span<std::int32_t> out) {
-               std::vector<std::int32_t> sample(static_cast<std::size_t>(T + 1));
+               const std::int64_t whole = env_.cp != nullptr ? T * env_.cp->size() : T;
+               std::vector<std::int32_t> sample(static_cast<std::size_t>(whole + 1));
                for (std::int64_t b = 0; b < B; ++b) {
                  batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
-                 for (std::int64_t t = 0; t < T; ++t)
+                 for (std::int64_t t = 0; t < T; ++t) {
+                   const std::int64_t at = sequence_position(env_, t, T) + k;
                    out[static_cast<std::size_t>(t * B + b)] =
-                       t + k < T ? sample[static_cast<std::size_t>(t + k + shift)] : 0;
+                       at < whole ? sample[static_cast<std::size_t>(at + shift)] : 0;
+                 }
                }
              }));
     return roll;
@@ -136,14 +141,14 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
     env_.device.download(env_.stream, losses, host);
     loss_sum_ += std::accumulate(host.begin(), host.end(), 0.0);
     loss_rows_ += losses.numel();
-    // Each MTP depth's loss as Megatron logs it: the mean over its unmasked rows (the first
-    // (T − k)·B), summed here over the step's microbatches.
+    // Each MTP depth's loss as Megatron logs it: the mean over this rank's unmasked rows,
+    // summed here over the step's microbatches.
     mtp_loss_sums_.resize(static_cast<std::size_t>(dims_.mtp_num_layers), 0.0);
     for (int k = 1; k <= dims_.mtp_num_layers; ++k) {
       const Tensor& depth = c.mtp_row_losses(microbatch, k - 1);
       env_.device.download(env_.stream, depth, host);
-      const std::int64_t valid =
-          std::max<std::int64_t>(0, depth.numel() - std::int64_t{k} * dims_.micro_batch);
+      const std::int64_t valid = std::max<std::int64_t>(
+          0, depth.numel() - mtp_masked_rows(env_, dims_.seq, dims_.micro_batch, k));
       mtp_loss_sums_[static_cast<std::size_t>(k - 1)] +=
           std::accumulate(host.begin(), host.begin() + valid, 0.0) /
           static_cast<double>(std::max<std::int64_t>(1, valid));

@@ -125,18 +125,11 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
                      "groups; the training step does not replicate key/value heads over tp)"});
 }
 
-// Multi-token prediction as the step builds it: without context parallelism (Megatron
-// rolls the tokens across the cp ranks' chunks; the step does not) and without FP8
-// (eh_proj and the depths' layers are not built in FP8 yet).
+// Multi-token prediction as the step builds it: without FP8 (eh_proj and the depths'
+// layers are not built in FP8 yet).
 void check_mtp_step(const Scenario& s, std::vector<Violation>& v) {
   const int depths = mtp_depths(s.model);
   if (depths <= 0) return;
-  const int cp = s.parallelism.context_parallel_size;
-  if (cp > 1)
-    v.push_back({"context_parallel_size", std::to_string(cp),
-                 "multi-token prediction runs without context parallelism in the training step "
-                 "(Megatron's roll of the tokens across the cp ranks is not built): use 1 with "
-                 "mtp_num_layers"});
   if (s.training.fp8.enabled())
     v.push_back({"fp8", s.training.fp8.format,
                  "multi-token prediction's eh_proj and layers are not built in FP8 yet: leave "

@@ -429,5 +429,31 @@ TEST(MultiTokenPrediction, ParametersAsMegatronNamesThem) {
   EXPECT_EQ(f.chunk.moe_layers().size(), 1u);
 }
 
+// Megatron's rolled loss mask under context parallelism, by hand: a sequence of 16 on cp 2
+// (chunks of 4: rank 0 holds 0–3 and 12–15, rank 1 4–7 and 8–11), micro batch 2. Depth k
+// masks the positions 16 − k … 15: rank 0's last k local positions while k ≤ 4, then
+// rank 1's too; without cp the last k·B rows.
+struct CpRank : SelfCommunicator {
+  CpRank(Device& d, int r) : SelfCommunicator(d, "cp"), r_(r) {}
+  int rank() const override { return r_; }
+  int size() const override { return 2; }
+  int r_;
+};
+
+TEST(MultiTokenPrediction, MaskedRowsUnderContextParallelism) {
+  CpuDevice device;
+  SelfCommunicator tp{device, "tp"};
+  CpRank rank0{device, 0}, rank1{device, 1};
+  ModelEnv env{device, device.default_stream(), tp};
+  EXPECT_EQ(mtp_masked_rows(env, 16, 2, 3), 6);
+  env.cp = &rank0;
+  EXPECT_EQ(mtp_masked_rows(env, 8, 2, 1), 2);
+  EXPECT_EQ(mtp_masked_rows(env, 8, 2, 3), 6);
+  EXPECT_EQ(mtp_masked_rows(env, 8, 2, 5), 8);
+  env.cp = &rank1;
+  EXPECT_EQ(mtp_masked_rows(env, 8, 2, 1), 0);
+  EXPECT_EQ(mtp_masked_rows(env, 8, 2, 5), 2);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -52,6 +52,9 @@ layouts=(
   # ... and on a stage of its own (Megatron's mtp_standalone): the stages after it exchange
   # [h0 | depth 1], which the simulator allocates from the program's received_shape
   "--world-size 3 --pipeline-model-parallel-size 3 --position-embedding-type rope --pipeline-model-parallel-layout Et|t|t|t|m|L --mtp-num-layers 1 --microbatch-group-size-per-virtual-pipeline-stage 4"
+  # ... and with context parallelism (tokens rolled over the whole sequence, the masked
+  # tail on cp rank 0) under tp 2 and sequence parallelism
+  "--world-size 4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel true --use-flash-attn true --position-embedding-type rope --mtp-num-layers 2"
   # FP8 linear layers (on an H100 preset, which has an FP8 rate): delayed scaling with its
   # amax reductions over tp and dp, and blockwise scaling with its columnwise copies
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --bf16 true --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --topology dgx-h100"

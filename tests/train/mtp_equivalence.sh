@@ -22,7 +22,11 @@
 #            depth 2] crosses the pipeline, shapes exchanged first);
 #   standalone pp 3, "Et|t|t|t|mm|L", tied: the depths on pp rank 1's second chunk, its copy
 #            of the word embedding in an embedding group of three stages (pretrain_gpt.py's
-#            get_embedding_ranks).
+#            get_embedding_ranks);
+#   cp_tp, cp_pp  cp 2 with tp 2 and sequence parallelism, and with pp 2, against the cp 2
+#            run (the tokens rolled over the whole sequence, the masked tail on cp rank 0;
+#            each rank's depth loss over its own unmasked tokens, as Megatron's), whose
+#            first lm loss is the single process's.
 #   tests/train/mtp_equivalence.sh TANDEM_BINARY [NAME…]   (default: every one)
 set -euo pipefail
 tandem="$1"
@@ -54,9 +58,15 @@ declare -A cases=(
   [recompute]="2|llama|--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full"
   [standalone_first]="2|llama|--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Ettttmm|L"
   [standalone]="3|gpt|--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout Et|t|t|t|mm|L --microbatch-group-size-per-virtual-pipeline-stage 4"
+  [cp_tp]="4|llama_cp|--context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
+  [cp_pp]="4|llama_cp|--context-parallel-size 2 --pipeline-model-parallel-size 2"
 )
+# A family's reference: one process, or for llama_cp the cp 2 run (below).
+llama_cp=("${llama[@]}")
+declare -A reference_layout=([llama_cp]="2|--context-parallel-size 2")
 names=("$@")
-[ "${#names[@]}" -gt 0 ] || names=(tp_sp tp pp pp_tied layout zb moe recompute standalone_first standalone)
+[ "${#names[@]}" -gt 0 ] ||
+  names=(tp_sp tp pp pp_tied layout zb moe recompute standalone_first standalone cp_tp cp_pp)
 
 failed=0
 declare -A references=()
@@ -67,12 +77,15 @@ for name in "${names[@]}"; do
   family="${rest%%|*}"
   flags="${rest#*|}"
   declare -n family_flags="$family"
-  # One single-process reference per family (the recomputation's own: it changes nothing).
+  # One reference per family (the recomputation's own: it changes nothing).
   if [ -z "${references[$family]:-}" ]; then
-    references[$family]=$("$tandem" train "${common[@]}" "${family_flags[@]}" --world-size 1 \
-      --save "$work/${family}_reference" | losses)
+    ref="${reference_layout[$family]:-1|}"
+    # shellcheck disable=SC2086
+    references[$family]=$("${mpi[@]}" -np "${ref%%|*}" "$tandem" train "${common[@]}" \
+      "${family_flags[@]}" --world-size "${ref%%|*}" ${ref#*|} --save "$work/${family}_reference" |
+      losses)
     [ "$(echo "${references[$family]}" | wc -l)" -eq 15 ] ||
-      { echo "$family single-process run printed no 5 × 3 losses"; exit 1; }
+      { echo "$family reference run printed no 5 × 3 losses"; exit 1; }
   fi
   reference="${references[$family]}"
   # shellcheck disable=SC2086
@@ -91,5 +104,16 @@ for name in "${names[@]}"; do
   if [ "$params_ok" -eq 0 ]; then echo "$diff_out"; failed=1; fi
   if [ "$worst" = missing ] || awk -v w="$worst" 'BEGIN { exit !(w > 1e-5) }'; then failed=1; fi
 done
-for family in "${!references[@]}"; do echo "$family single process: $(echo ${references[$family]})"; done
+for family in "${!references[@]}"; do echo "$family reference: $(echo ${references[$family]})"; done
+# Context parallelism: Megatron normalizes each depth's loss by the rank's own unmasked
+# tokens (the masked tail lies on cp rank 0 alone), so the cp runs' objective is the mean of
+# the ranks' means, not the single process's; they are checked against the cp 2 run above.
+# Its forward is the single process's: the first iteration's lm loss is the same.
+if [ -n "${references[llama_cp]:-}" ]; then
+  single=$("$tandem" train "${common[@]}" "${llama[@]}" --world-size 1 --train-iters 1 | losses |
+    head -1)
+  cp_first=$(echo "${references[llama_cp]}" | head -1)
+  echo "first lm loss: one process $single, cp 2 $cp_first"
+  [ "$single" = "$cp_first" ] || { echo "cp 2's first lm loss differs"; failed=1; }
+fi
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
