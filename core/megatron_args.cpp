@@ -67,11 +67,14 @@ namespace {
 // Arguments tandem does not model that change what the model computes: listing them as "not
 // modelled" and going on would simulate and train another model than the one asked for.
 // Empty when `flag` is not one of them (or is given in a form that changes nothing).
-std::string changes_the_model(const std::string& flag, const std::vector<std::string>& values) {
+std::string changes_the_model(const std::string& flag, const std::vector<std::string>& /*values*/) {
   static const std::map<std::string, std::string> refused{
-      {"--mtp-num-layers",
-       "multi-token prediction is not built: the model would have no MTP layers and no MTP "
-       "loss"},
+      {"--mtp-use-repeated-layer",
+       "one MTP layer applied at every depth is not built: tandem builds a layer per depth"},
+      {"--mtp-detach-heads",
+       "MTP heads detached from the main model are not built: the MTP loss would reach the "
+       "decoder"},
+      {"--mtp-hsm", "MTP hidden-state mixing is not built"},
       {"--hybrid-override-pattern", "hybrid (Mamba) layers are not built"},
       {"--experimental-attention-variant",
        "attention variants other than softmax attention "
@@ -82,7 +85,6 @@ std::string changes_the_model(const std::string& flag, const std::vector<std::st
   };
   const auto it = refused.find(flag);
   if (it == refused.end()) return "";
-  if (flag == "--mtp-num-layers" && !values.empty() && values.front() == "0") return "";
   return it->second + " (refused rather than ignored)";
 }
 }  // namespace

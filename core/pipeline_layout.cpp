@@ -75,8 +75,9 @@ std::vector<ChunkPlan> from_layout(const Scenario& s, int pp) {
   for (int v = 0; v < stages; ++v) {
     const std::string& st = parsed.stages[static_cast<std::size_t>(v)];
     const int layers = static_cast<int>(std::count(st.begin(), st.end(), 't'));
-    plans.push_back(
-        {next, layers, st.find('E') != std::string::npos, st.find('L') != std::string::npos});
+    plans.push_back({next, layers, st.find('E') != std::string::npos,
+                     st.find('L') != std::string::npos,
+                     static_cast<int>(std::count(st.begin(), st.end(), 'm'))});
     next += layers;
   }
   return plans;
@@ -160,6 +161,7 @@ std::vector<ChunkPlan> pipeline_partition(const Scenario& s) {
   }
   plans.front().pre_process = true;
   plans.back().post_process = true;
+  plans.back().mtp_layers = mtp_depths(s.model);  // Megatron: MTP on the last stage
   if (p.account_for_embedding_in_pipeline_split) --plans.front().num_layers;
   if (p.account_for_loss_in_pipeline_split) --plans.back().num_layers;
   int next = 0;
@@ -202,6 +204,27 @@ bool uneven_pipeline(const Scenario& s) {
          p.account_for_loss_in_pipeline_split;
 }
 
+bool mtp_standalone(const Scenario& s) {
+  if (mtp_depths(s.model) <= 0) return false;
+  const auto plans = pipeline_partition(s);
+  return std::any_of(plans.begin(), plans.end(),
+                     [](const ChunkPlan& p) { return p.mtp_layers > 0 && !p.post_process; });
+}
+
+std::vector<int> embedding_stages(const Scenario& s) {
+  if (!mtp_standalone(s)) return {};
+  const int pp = s.parallelism.pipeline_model_parallel_size;
+  const auto plans = pipeline_partition(s);
+  std::vector<int> stages{0};
+  for (std::size_t v = 0; v < plans.size(); ++v)
+    if (plans[v].mtp_layers > 0)
+      stages.push_back(static_cast<int>(v % static_cast<std::size_t>(pp)));
+  if (!s.model.untie_embeddings_and_output_weights) stages.push_back(pp - 1);
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  return stages;
+}
+
 bool middle_stages_alike(const Scenario& s) {
   const int pp = s.parallelism.pipeline_model_parallel_size;
   if (pp <= 3 || !s.parallelism.pipeline_model_parallel_layout) return true;
@@ -212,7 +235,7 @@ bool middle_stages_alike(const Scenario& s) {
     const ChunkPlan& a = plans[v];
     const ChunkPlan& b = plans[v - static_cast<std::size_t>(r - 1)];  // rank 1, same chunk
     if (a.num_layers != b.num_layers || a.pre_process != b.pre_process ||
-        a.post_process != b.post_process)
+        a.post_process != b.post_process || a.mtp_layers != b.mtp_layers)
       return false;
   }
   return true;

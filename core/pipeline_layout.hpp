@@ -28,12 +28,16 @@ namespace tandem {
 
 // What one model chunk holds: layers [first_layer, first_layer + num_layers) (possibly
 // none), the word and position embeddings (pre_process) and the final norm, output layer
-// and loss (post_process), as Megatron's GPTModel names the last two.
+// and loss (post_process), as Megatron's GPTModel names the last two; and the multi-token
+// prediction block's mtp_layers depths (Megatron's mtp_process: all of mtp_num_layers, on
+// the last stage, or where a layout string's 'm' put them). With MTP the final norm sits on
+// the chunk holding the last transformer layer (Megatron's has_final_layernorm_in_this_stage).
 struct ChunkPlan {
   int first_layer = 0;
   int num_layers = 0;
   bool pre_process = false;
   bool post_process = false;
+  int mtp_layers = 0;
   bool operator==(const ChunkPlan&) const = default;
 };
 
@@ -57,6 +61,15 @@ ChunkPlan plan_chunk(const Scenario& s, int pp_rank, int chunk);
 int stage_num_layers(const Scenario& s, int pp_rank);
 // Whether the scenario asks for anything but the even split.
 bool uneven_pipeline(const Scenario& s);
+// Multi-token prediction on a virtual stage apart from the loss (Megatron's
+// mtp_standalone, set by validate_layer_layout): its chunk sends the concatenated hidden
+// states [h0 | depth 1 | … | depth D] on, so pipeline tensors change shape after it and
+// Megatron exchanges every p2p's shapes first.
+bool mtp_standalone(const Scenario& s);
+// The pp ranks of the embedding group when they are not Megatron-Core's default first and
+// last (empty): with MTP on a stage of its own, pretrain_gpt.py's get_embedding_ranks — the
+// first stage, the MTP stage and, with tied embeddings, the last.
+std::vector<int> embedding_stages(const Scenario& s);
 // Whether pp ranks 1 … pp − 2 hold the same number of layers in every chunk (true for all
 // of Megatron's partitions but a layout string's), so one of them stands for all.
 bool middle_stages_alike(const Scenario& s);

@@ -67,6 +67,14 @@ struct ModelConfig {
   // Megatron's --hidden-dropout after the embedding and on each layer's attention and MLP
   // output (Megatron's default 0.1; tandem's 0). Not with context parallelism.
   double hidden_dropout = 0.0;
+  // Megatron-Core's multi-token prediction (DeepSeek-V3): mtp_num_layers depths after the
+  // decoder, each the shared embedding of the tokens k ahead and the hidden states of the
+  // depth before through enorm / hnorm, eh_proj (2h -> h) and one transformer layer of the
+  // decoder's last layer's kind, its own final norm and the shared output layer; their mean
+  // loss, times mtp_loss_scaling_factor (absent: Megatron's 0.1), joins the training loss.
+  // Absent or 0: no MTP. model/multi_token_prediction.hpp.
+  std::optional<int> mtp_num_layers;
+  std::optional<double> mtp_loss_scaling_factor;
   // Mixture of experts, under Megatron-Core's names (absent num_experts: a dense model).
   // Every moe_layer_freq-th layer (0, freq, 2·freq, …), or the layers moe_layer_pattern
   // marks 1 (Megatron's list form of moe_layer_freq), replaces its MLP by num_experts
@@ -107,6 +115,14 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 };
+
+// Multi-token prediction depths (0: none) and the weight of their mean loss.
+inline int mtp_depths(const ModelConfig& m) {
+  return m.mtp_num_layers.value_or(0);
+}
+inline double mtp_loss_scaling_factor(const ModelConfig& m) {
+  return m.mtp_loss_scaling_factor.value_or(0.1);  // Megatron's TransformerConfig default
+}
 
 // Whether the layers are Transformer Engine's modules (transformer_impl).
 inline bool transformer_engine_modules(const ModelConfig& m) {

@@ -312,6 +312,14 @@ std::vector<FieldDef> model_fields() {
                   "dropout probability after the embedding and on each layer's attention and "
                   "MLP output (Megatron's default 0.1; tandem's 0)",
                   Rule{.min = 0.0, .max_open = 1.0}}),
+      make_field(m, &M::mtp_num_layers,
+                 {"mtp_num_layers",
+                  "multi-token prediction depths after the decoder (DeepSeek-V3; absent or 0: "
+                  "none)",
+                  non_negative()}),
+      make_field(m, &M::mtp_loss_scaling_factor,
+                 {"mtp_loss_scaling_factor",
+                  "weight of the mean MTP loss over the depths (absent: Megatron's 0.1)"}),
       make_field(m, &M::num_experts,
                  {"num_experts", "experts per MoE layer (absent: a dense model)", positive()}),
       make_field(m, &M::moe_router_topk,

@@ -8,6 +8,7 @@
 
 #include "core/fp8_fields.hpp"
 #include "core/mla_fields.hpp"
+#include "core/mtp_rules.hpp"
 #include "core/pipeline_layout.hpp"
 #include "core/scenario_detail.hpp"
 
@@ -213,16 +214,12 @@ void check_pipeline_layout(const Scenario& s, Violations& out) {
             " (the layout names every stage; Megatron's TransformerConfig refuses both)"));
   const ParsedLayout parsed = parse_pipeline_layout(text);
   if (!parsed.error.empty()) return add(parsed.error);
-  I64 embeddings = 0, losses = 0, decoders = 0, mtps = 0;
+  I64 embeddings = 0, losses = 0, decoders = 0;  // the MTP layers ('m'): check_mtp
   for (const auto& st : parsed.stages) {
     embeddings += std::count(st.begin(), st.end(), 'E');
     losses += std::count(st.begin(), st.end(), 'L');
     decoders += std::count(st.begin(), st.end(), 't');
-    mtps += std::count(st.begin(), st.end(), 'm');
   }
-  if (mtps > 0)
-    add(cat("names ", mtps, " multi-token-prediction layer", mtps > 1 ? "s" : "",
-            " ('m'), which tandem does not build yet (no MTP module); remove them"));
   const auto stages = static_cast<I64>(parsed.stages.size());
   if (pp < 1) return;
   if (stages % pp != 0)
@@ -750,7 +747,7 @@ void validate(const Scenario& s) {
   for (auto check : {check_fields, check_world, check_model_split, check_attention, check_moe,
                      check_pipeline_split, check_interleaving, check_batch, check_microbatch_groups,
                      check_sequence, check_optimizer, check_recompute, check_schedule, check_order,
-                     check_fp8, check_mla})
+                     check_fp8, check_mla, check_mtp})
     check(s, out);
   if (!out.empty()) throw ConfigError(std::move(out), cat("scenario \"", s.name, "\""));
 }

@@ -56,6 +56,10 @@ struct DenseShape {
   // Mixture of experts (moe_layers = 0: dense): experts of width moe_ffn, top_k per token,
   // a shared expert of width shared_ffn (0: none), in moe_layers of the layers.
   double experts = 0, top_k = 0, moe_ffn = 0, shared_ffn = 0, moe_layers = 0;
+  // Multi-token prediction: its depths, each a layer of the decoder's last layer's kind
+  // (mtp_moe: an MoE layer) with enorm, hnorm, eh_proj (2h -> h) and a final norm.
+  double mtp_layers = 0;
+  bool mtp_moe = false;
 };
 
 inline DenseShape dense_shape(const Scenario& s) {
@@ -93,6 +97,16 @@ inline DenseShape dense_shape(const Scenario& s) {
     d.shared_ffn = m.moe_shared_expert_intermediate_size.value_or(0);
     d.moe_layers = num_moe_layers(s);
   }
+  d.mtp_layers = mtp_depths(m);
+  d.mtp_moe = is_moe_layer(s, m.num_layers - 1);
+  return d;
+}
+
+// The decoder's layers and the MTP depths' together, as Megatron's FLOP count takes them
+// (num_layers + mtp_num_layers, the depths' MLPs dense or MoE as the last layer's).
+inline DenseShape with_mtp_layers(DenseShape d) {
+  d.layers += d.mtp_layers;
+  if (d.mtp_moe) d.moe_layers += d.mtp_layers;
   return d;
 }
 
@@ -132,14 +146,19 @@ inline double attention_core_flops(const DenseShape& d, double batch) {
 //     + 3·2·B·s²·L·q
 // with q = kv_channels·heads, kv = kv_channels·groups, f = 3 (SwiGLU) or 2, Lm MoE layers;
 // with multi-latent attention its projections and core as attention_projection_macs and
-// attention_core_flops say.
-inline double num_floating_point_operations(const DenseShape& d, double batch) {
+// attention_core_flops say. With D multi-token prediction depths, L and Lm count the depths'
+// layers too, and each depth adds its norms and eh_proj, 3·2·B·s·D·(3h + 2h²) (Megatron
+// counts a norm as h FLOPs), and its logits, 3·2·B·s·D·h·V.
+inline double num_floating_point_operations(const DenseShape& model, double batch) {
+  const DenseShape d = with_mtp_layers(model);
+  const double mtp =
+      6.0 * d.mtp_layers * (3.0 * d.hidden + 2.0 * d.hidden * d.hidden + d.hidden * d.padded_vocab);
   const double f = d.swiglu ? 3.0 : 2.0;
   const double mlp =
       d.ffn * (d.layers - d.moe_layers) + (d.moe_ffn * d.top_k + d.shared_ffn) * d.moe_layers;
   const double per_token = 6.0 * d.layers * attention_projection_macs(d) +
                            6.0 * d.hidden * f * mlp + 6.0 * d.hidden * d.padded_vocab;
-  return batch * d.seq * per_token + attention_core_flops(d, batch);
+  return batch * d.seq * (per_token + mtp) + attention_core_flops(d, batch);
 }
 
 // Parameters, as Megatron-Core's GPT holds them. One layer: QKV h·(q + 2kv) and output
@@ -159,6 +178,11 @@ struct ParameterCount {
   double output = 0;            // final norm and (untied) output layer, last stage
   double total = 0;
   double active = 0;  // what one token's forward uses (= total for a dense model)
+  // The multi-token prediction module apart, as DeepSeek counts V3's 671B without its 14B:
+  // per depth enorm, hnorm and the final norm, eh_proj 2h·h (no bias) and its layer (the
+  // shared embedding and output layer are the main model's). In neither total nor active.
+  double mtp = 0;
+  double active_mtp = 0;
 };
 
 // qk_layernorm's two norms over a head's kv_channels (weight, plus bias for LayerNorm);
@@ -214,6 +238,9 @@ inline ParameterCount parameter_count(const DenseShape& d) {
   c.total = dense_layers * c.per_layer + d.moe_layers * c.per_moe_layer + c.embedding + c.output;
   c.active =
       dense_layers * c.per_layer + d.moe_layers * c.active_moe_layer + c.embedding + c.output;
+  const double depth = 3.0 * norm + 2.0 * d.hidden * d.hidden;
+  c.mtp = d.mtp_layers * (depth + (d.mtp_moe ? c.per_moe_layer : c.per_layer));
+  c.active_mtp = d.mtp_layers * (depth + (d.mtp_moe ? c.active_moe_layer : c.per_layer));
   return c;
 }
 
@@ -221,7 +248,8 @@ inline ParameterCount parameter_count(const DenseShape& d) {
 // or as `partition` gives them, indexed [chunk · pp + pp rank] as pipeline_partition()
 // returns it) and the embedding (the stage holding it) or final norm and output layer (the
 // stage holding the loss; with tied embeddings and pp > 1 Megatron keeps a copy of the
-// word embedding there).
+// word embedding there); the MTP block where the partition puts it (with the final norm
+// then on the last layer's stage, and a copy of the word embedding).
 // Tensor parallelism splits the weights, the column-parallel biases and the vocabulary;
 // norms, learned positions, the row-parallel biases (attention output, fc2) and multi-latent
 // attention's down projections are replicated over tp. In an MoE layer expert parallelism gives
@@ -241,13 +269,18 @@ inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 
       (c.per_moe_layer - d.experts * mlp_parameters(d, d.moe_ffn) - router - replicated) / tp +
       (d.experts / ep) * mlp_parameters(d, d.moe_ffn) / tp + router + replicated;
   std::vector<ChunkPlan> chunks = partition;
-  if (chunks.empty()) {  // the even split, one chunk per stage
+  const int depths = static_cast<int>(d.mtp_layers);
+  if (chunks.empty()) {  // the even split, one chunk per stage (MTP on the last)
     const int per_stage = static_cast<int>(d.layers) / pp;
-    for (int r = 0; r < pp; ++r) chunks.push_back({r * per_stage, per_stage, r == 0, r == pp - 1});
+    for (int r = 0; r < pp; ++r)
+      chunks.push_back({r * per_stage, per_stage, r == 0, r == pp - 1, r == pp - 1 ? depths : 0});
   }
   const double word = d.padded_vocab * d.hidden / tp;
   const double embedding = word + (d.learned_positions ? d.max_positions * d.hidden : 0);
-  const double output = norm + (d.untied || pp > 1 ? word : 0.0);
+  // The output layer on the last stage: untied, or with pp > 1 a copy of the word embedding.
+  const double output = d.untied || pp > 1 ? word : 0.0;
+  // An MTP depth: its three norms (replicated), eh_proj (rows over tp) and its layer.
+  const double mtp_depth = 3.0 * norm + 2.0 * d.hidden * d.hidden / tp + (d.mtp_moe ? moe : layer);
   std::vector<double> stage(static_cast<std::size_t>(pp), 0.0);
   for (std::size_t v = 0; v < chunks.size(); ++v) {
     const ChunkPlan& chunk = chunks[v];
@@ -259,6 +292,16 @@ inline double parameters_per_rank(const DenseShape& d, int tp, int pp, int ep = 
               : layer;
     if (chunk.pre_process) sum += embedding;
     if (chunk.post_process) sum += output;
+    // The final norm: on the loss chunk, or with MTP on the last layer's.
+    const bool last_layer =
+        chunk.num_layers > 0 && chunk.first_layer + chunk.num_layers == d.layers;
+    if (depths > 0 ? last_layer : chunk.post_process) sum += norm;
+    // The MTP block, with a copy of the word embedding unless the output layer is one or
+    // the chunk holds the embedding.
+    if (chunk.mtp_layers > 0) {
+      sum += chunk.mtp_layers * mtp_depth;
+      if (!chunk.pre_process && (d.untied || !chunk.post_process)) sum += word;
+    }
   }
   return *std::max_element(stage.begin(), stage.end());
 }

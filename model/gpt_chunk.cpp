@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/embedding.hpp"
+
 namespace tandem {
 
 GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& plan,
@@ -12,10 +14,10 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
   const std::int64_t C = dims.hidden;
   const LayerOptions& o = dims.options;
   const bool untie = o.untie_embeddings_and_output_weights;
-  if (plan.pre_process || (plan.post_process && !untie))
-    // The output layer on the last stage is the word embedding (tied); with pipelining it
-    // is a second copy, initialised identically because the seed derives from the name,
-    // whose gradient the embedding group all-reduces.
+  if (plan.pre_process || (plan.post_process && !untie) || plan.mtp_layers > 0)
+    // The output layer on the last stage is the word embedding (tied), and the MTP block
+    // embeds with it; with pipelining it is a second copy, initialised identically because
+    // the seed derives from the name, whose gradient the embedding group all-reduces.
     word_ = params.add({"embedding.word_embeddings.weight", Shape{dims.padded_vocab, C},
                         ShardKind::rows, 0.02f, 0, true, !plan.pre_process});
   const bool sp = dims.sequence_parallel;
@@ -27,28 +29,44 @@ GptChunk::GptChunk(ParameterSet& params, const GptDims& dims, const ChunkPlan& p
                dims.micro_batch, dims.num_layers, sp,       o};
   ld.ep_size = dims.ep_size;
   ld.ep_rank = dims.ep_rank;
+  auto moe_of = [&](int layer) {
+    const auto l = static_cast<std::size_t>(layer);
+    return layer >= 0 && l < dims.moe_layers.size() && dims.moe_layers[l] ? dims.moe : MoeOptions{};
+  };
   layers_.reserve(static_cast<std::size_t>(plan.num_layers));
   for (int i = 0; i < plan.num_layers; ++i) {
-    const auto layer = static_cast<std::size_t>(plan.first_layer + i);
-    ld.moe = layer < dims.moe_layers.size() && dims.moe_layers[layer] ? dims.moe : MoeOptions{};
+    ld.moe = moe_of(plan.first_layer + i);
     layers_.emplace_back(params, plan.first_layer + i, ld, recompute);
   }
-  if (plan.post_process) {
+  // Megatron-Core's has_final_layernorm_in_this_stage.
+  final_norm_ = dims.mtp_num_layers > 0
+                    ? plan.num_layers > 0 && plan.first_layer + plan.num_layers == dims.num_layers
+                    : plan.post_process;
+  if (final_norm_) {
     final_ln_w_ = params.add(
         {"final_layernorm.weight", Shape{C}, ShardKind::replicated, 0, 1.0f, false, false, sp});
     if (o.normalization == Normalization::layer_norm)
       final_ln_b_ = params.add(
           {"final_layernorm.bias", Shape{C}, ShardKind::replicated, 0, 0.0f, false, false, sp});
+  }
+  if (plan.mtp_layers > 0) {
+    // The depths' layer is the decoder's last layer's kind (Megatron's MTP block spec).
+    ld.moe = moe_of(dims.num_layers - 1);
+    mtp_ = std::make_unique<MtpBlock>(params, ld, plan.mtp_layers, word_, recompute);
+  }
+  if (plan.post_process)
     output_ = untie ? params.add({"output_layer.weight", Shape{dims.padded_vocab, C},
                                   ShardKind::rows, 0.02f, 0, true, false})
                     : word_;
-  }
 }
 
 std::vector<std::int64_t> GptChunk::routed_per_expert() const {
   std::vector<std::int64_t> sum;
   for (const auto& layer : layers_)
     if (layer.moe()) add_counts(sum, layer.moe()->routed());
+  if (mtp_)
+    for (const auto& layer : mtp_->layers())
+      if (layer.moe()) add_counts(sum, layer.moe()->routed());
   return sum;
 }
 
@@ -56,6 +74,9 @@ std::vector<MoeLayer*> GptChunk::moe_layers() {
   std::vector<MoeLayer*> out;
   for (auto& layer : layers_)
     if (layer.moe()) out.push_back(layer.moe());
+  if (mtp_)
+    for (auto& layer : mtp_->layers())
+      if (layer.moe()) out.push_back(layer.moe());
   return out;
 }
 
@@ -66,107 +87,169 @@ std::vector<int> GptChunk::present(std::initializer_list<int> indices) const {
   return out;
 }
 
-namespace {
-std::int64_t vocab_begin(const ParameterSet& p, const Parameter& word) {
-  return static_cast<std::int64_t>(p.tp_rank()) * word.local_shape[0];
-}
-
-// The positions of this rank's rows: all of them, or its sequence shard (contiguous rows,
-// the activations being sequence-first).
-Tensor local_positions(const ModelEnv& env, const Tensor& positions) {
-  if (!env.sequence_parallel) return positions;
-  const std::int64_t shard = positions.numel() / env.tp.size();
-  return positions.view(Shape{shard}, env.tp.rank() * shard);
-}
-}  // namespace
-
 Tensor GptChunk::embed(ModelEnv& env, const MicrobatchTensors& mb) {
-  Device& d = env.device;
-  const std::int64_t rows = mb.tokens.numel(), C = dims_.hidden;
-  Tensor words = allocate_like(env, Shape{rows, C});  // this rank's vocabulary rows only
-  d.embedding(env.stream,
-              {mb.tokens, params_[word_].compute, words, vocab_begin(params_, params_[word_])});
-  if (env.sequence_parallel)  // Megatron: reduce_scatter_to_sequence_parallel_region
-    words = reduce_scatter_to_sequence_parallel_region(env, words);
-  else
-    env.tp.all_reduce(env.stream, words, ReduceOp::sum)->wait();  // Megatron: reduce_from_tp
-  if (position_ >= 0) {  // else rotary embeddings act inside attention
-    const Tensor positions = local_positions(env, mb.positions);
-    Tensor pos = allocate_like(env, words.shape);
-    d.embedding(env.stream, {positions, params_[position_].compute, pos, 0});
-    d.add(env.stream, words, pos, words);
-  }
-  // Megatron's embedding dropout (the hidden dropout probability), in place.
-  const HiddenDropout drop = hidden_dropout_at(env, hidden_dropout_site(-1, false), words);
-  if (drop.p > 0) d.dropout(env.stream, words, words, drop);
-  return words;
-}
-
-void GptChunk::head_forward(ModelEnv& env, const Tensor& x, Saved& s) {
-  Device& d = env.device;
-  Stream& st = env.stream;
-  const std::int64_t rows = x.shape[0];
-  s.final_input = x;
-  s.final_ln_out = allocate_like(env, x.shape);
-  const float eps = dims_.options.norm_epsilon;
-  if (final_ln_b_ < 0) {  // RMSNorm
-    s.final_rstd = allocate_fp32(d, Shape{rows});
-    d.rms_norm(st, {x, params_[final_ln_w_].compute, s.final_ln_out, s.final_rstd, eps});
-  } else {
-    s.final_mean = allocate_fp32(d, Shape{rows});
-    s.final_rstd = allocate_fp32(d, Shape{rows});
-    d.layer_norm(st, {x, params_[final_ln_w_].compute, params_[final_ln_b_].compute, s.final_ln_out,
-                      s.final_mean, s.final_rstd, eps});
-  }
-  // (T·B, local vocab): the output layer sees whole sequences also under sequence parallelism.
-  s.logits = column_parallel_forward(env, s.final_ln_out, params_[output_], nullptr);
-  const std::int64_t tokens = s.logits.shape[0];
-  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[output_])};
-  s.row_max = allocate_fp32(d, Shape{tokens});
-  d.cross_entropy_max(st, ce, s.row_max);
-  env.tp.all_reduce(st, s.row_max, ReduceOp::max)->wait();
-  s.sum_exp = allocate_fp32(d, Shape{tokens});
-  Tensor target = allocate_fp32(d, Shape{tokens});
-  d.cross_entropy_sums(st, ce, s.row_max, s.sum_exp, target);
-  env.tp.all_reduce(st, s.sum_exp, ReduceOp::sum)->wait();
-  env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
-  s.losses = allocate_fp32(d, Shape{tokens});
-  d.cross_entropy_loss(st, s.row_max, s.sum_exp, target, s.losses);
-}
-
-Tensor GptChunk::head_backward(ModelEnv& env, Saved& s, float loss_scale) {
-  Device& d = env.device;
-  Stream& st = env.stream;
-  const std::int64_t rows = s.logits.shape[0];
-  Tensor grad_loss = allocate_fp32(d, Shape{rows});
-  d.fill(st, grad_loss, loss_scale / static_cast<float>(rows));  // mean over tokens
-  const CrossEntropyArgs ce{s.logits, s.batch.labels, vocab_begin(params_, params_[output_])};
-  d.cross_entropy_backward(st, ce, s.row_max, s.sum_exp, grad_loss, s.logits);  // in place
-  Tensor d_ln = column_parallel_backward(env, s.final_ln_out, s.logits, params_[output_], nullptr);
-  s.logits = s.final_ln_out = Tensor{};
-  Tensor dx = allocate_like(env, d_ln.shape);
-  if (final_ln_b_ < 0)
-    d.rms_norm_backward(st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_rstd, dx,
-                             params_[final_ln_w_].grad});
-  else
-    d.layer_norm_backward(
-        st, {d_ln, s.final_input, params_[final_ln_w_].compute, s.final_mean, s.final_rstd, dx,
-             params_[final_ln_w_].grad, params_[final_ln_b_].grad});
-  return dx;
+  return embedding_forward(env, params_, {word_, position_}, mb.tokens, mb.positions,
+                           hidden_dropout_site(-1, false));
 }
 
 void GptChunk::embed_backward(ModelEnv& env, Tensor grad, const MicrobatchTensors& mb) {
-  Parameter& word = params_[word_];
-  const HiddenDropout drop = hidden_dropout_at(env, hidden_dropout_site(-1, false), grad);
-  if (drop.p > 0) env.device.dropout_backward(env.stream, grad, grad, drop);  // in place
-  // The conjugate of the reduce-scatter: every token's gradient, for this rank's vocabulary.
-  const Tensor all_rows =
-      env.sequence_parallel ? gather_from_sequence_parallel_region(env, grad) : grad;
-  env.device.embedding_backward(env.stream,
-                                {mb.tokens, all_rows, word.grad, vocab_begin(params_, word)});
-  if (position_ >= 0)
-    env.device.embedding_backward(
-        env.stream, {local_positions(env, mb.positions), grad, params_[position_].grad, 0});
+  embedding_backward(env, params_, {word_, position_}, std::move(grad), mb.tokens, mb.positions,
+                     hidden_dropout_site(-1, false));
+}
+
+Tensor GptChunk::final_norm_forward(ModelEnv& env, const Tensor& x, Saved& s) {
+  Device& d = env.device;
+  const std::int64_t rows = x.shape[0];
+  s.final_input = x;
+  Tensor out = allocate_like(env, x.shape);
+  const float eps = dims_.options.norm_epsilon;
+  if (final_ln_b_ < 0) {  // RMSNorm
+    s.final_rstd = allocate_fp32(d, Shape{rows});
+    d.rms_norm(env.stream, {x, params_[final_ln_w_].compute, out, s.final_rstd, eps});
+  } else {
+    s.final_mean = allocate_fp32(d, Shape{rows});
+    s.final_rstd = allocate_fp32(d, Shape{rows});
+    d.layer_norm(env.stream, {x, params_[final_ln_w_].compute, params_[final_ln_b_].compute, out,
+                              s.final_mean, s.final_rstd, eps});
+  }
+  return out;
+}
+
+Tensor GptChunk::final_norm_backward(ModelEnv& env, const Tensor& grad, Saved& s) {
+  Device& d = env.device;
+  Tensor dx = allocate_like(env, grad.shape);
+  if (final_ln_b_ < 0)
+    d.rms_norm_backward(env.stream, {grad, s.final_input, params_[final_ln_w_].compute,
+                                     s.final_rstd, dx, params_[final_ln_w_].grad});
+  else
+    d.layer_norm_backward(
+        env.stream, {grad, s.final_input, params_[final_ln_w_].compute, s.final_mean, s.final_rstd,
+                     dx, params_[final_ln_w_].grad, params_[final_ln_b_].grad});
+  s.final_input = s.final_mean = s.final_rstd = Tensor{};
+  return dx;
+}
+
+void GptChunk::output_forward(ModelEnv& env, const Tensor& x, const Tensor& labels,
+                              HeadActivations& h) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  h.input = x;
+  // (T·B, local vocab): the output layer sees whole sequences also under sequence parallelism.
+  h.logits = column_parallel_forward(env, x, params_[output_], nullptr);
+  const std::int64_t tokens = h.logits.shape[0];
+  const CrossEntropyArgs ce{h.logits, labels, vocab_begin(params_, params_[output_])};
+  h.row_max = allocate_fp32(d, Shape{tokens});
+  d.cross_entropy_max(st, ce, h.row_max);
+  env.tp.all_reduce(st, h.row_max, ReduceOp::max)->wait();
+  h.sum_exp = allocate_fp32(d, Shape{tokens});
+  Tensor target = allocate_fp32(d, Shape{tokens});
+  d.cross_entropy_sums(st, ce, h.row_max, h.sum_exp, target);
+  env.tp.all_reduce(st, h.sum_exp, ReduceOp::sum)->wait();
+  env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
+  h.losses = allocate_fp32(d, Shape{tokens});
+  d.cross_entropy_loss(st, h.row_max, h.sum_exp, target, h.losses);
+}
+
+Tensor GptChunk::output_backward(ModelEnv& env, HeadActivations& h, const Tensor& labels,
+                                 float row_grad, std::int64_t masked_rows) {
+  Device& d = env.device;
+  Stream& st = env.stream;
+  const std::int64_t rows = h.logits.shape[0];
+  Tensor grad_loss = allocate_fp32(d, Shape{rows});
+  d.fill(st, grad_loss, row_grad);
+  if (masked_rows > 0) {  // Megatron's loss mask, rolled: the last rows have no target
+    Tensor tail = grad_loss.view(Shape{masked_rows}, rows - masked_rows);
+    d.fill(st, tail, 0.0f);
+  }
+  const CrossEntropyArgs ce{h.logits, labels, vocab_begin(params_, params_[output_])};
+  d.cross_entropy_backward(st, ce, h.row_max, h.sum_exp, grad_loss, h.logits);  // in place
+  Tensor dx = column_parallel_backward(env, h.input, h.logits, params_[output_], nullptr);
+  h.logits = h.input = Tensor{};
+  return dx;
+}
+
+namespace {
+
+// Runs `f` with the weight-gradient GEMMs it issues accumulating into the gradient buffer
+// also in the step's first backward (gradient_accumulation_fusion off), for a weight that
+// an earlier GEMM of this backward already wrote: the shared output layer, which each MTP
+// depth's head multiplies again. Queued work (a split backward) is wrapped alike.
+template <class F>
+void accumulating(ModelEnv& env, F&& f) {
+  if (env.gradient_accumulation_fusion) return f();
+  WeightGradQueue* outer = env.wgrad_queue;
+  if (outer == nullptr) {
+    const bool was = env.first_backward;
+    env.first_backward = false;
+    f();
+    env.first_backward = was;
+    return;
+  }
+  WeightGradQueue local;
+  env.wgrad_queue = &local;
+  f();
+  env.wgrad_queue = outer;
+  for (auto& w : local.work)
+    outer->work.push_back([w = std::move(w)](ModelEnv& e) {
+      const bool was = e.first_backward;
+      e.first_backward = false;
+      w(e);
+      e.first_backward = was;
+    });
+}
+
+}  // namespace
+
+// The depths of Megatron's MTP block on h0 (rows, C) and its concatenation of h0 and
+// their outputs along the sequence (torch.cat), [h0 | depth 1 | … | depth D].
+Tensor GptChunk::mtp_forward(ModelEnv& env, const Tensor& h0, Saved& s) {
+  const std::vector<Tensor> outs = mtp_->forward(env, h0, s.batch.mtp_tokens, s.mtp);
+  const std::int64_t rows = h0.shape[0], C = h0.shape[1];
+  const auto depths = static_cast<std::int64_t>(outs.size());
+  Tensor cat = allocate_like(env, Shape{(1 + depths) * rows, C});
+  for (std::int64_t k = 0; k <= depths; ++k) {
+    Tensor to = cat.view(Shape{rows, C}, k * rows * C);
+    env.device.copy(env.stream, k == 0 ? h0 : outs[static_cast<std::size_t>(k - 1)], to);
+  }
+  return cat;
+}
+
+// Megatron's process_mtp_loss on the concatenation: each depth's loss from its block, before
+// the main loss from h0's block (returned).
+Tensor GptChunk::mtp_heads_forward(ModelEnv& env, const Tensor& cat, Saved& s) {
+  const std::int64_t depths = dims_.mtp_num_layers, C = cat.shape[1];
+  const std::int64_t rows = cat.shape[0] / (1 + depths);
+  s.mtp_heads.assign(static_cast<std::size_t>(depths), HeadActivations{});
+  for (std::int64_t k = 1; k <= depths; ++k)
+    output_forward(env, cat.view(Shape{rows, C}, k * rows * C),
+                   s.batch.mtp_labels.at(static_cast<std::size_t>(k - 1)),
+                   s.mtp_heads[static_cast<std::size_t>(k - 1)]);
+  return cat.view(Shape{rows, C}, 0);
+}
+
+// MTPLossAutoScaler: depth k's loss is mtp_loss_scaling_factor / D × the mean of its
+// unmasked rows' losses, its gradient scaled as the main loss's (loss_scale: 1 / the
+// microbatches, and here 1 / dp, the gradients being summed over dp). The gradients of the
+// depths' outputs, depth k at [k − 1].
+std::vector<Tensor> GptChunk::mtp_heads_backward(ModelEnv& env, Saved& s, float loss_scale) {
+  const int depths = dims_.mtp_num_layers;
+  std::vector<Tensor> grads(static_cast<std::size_t>(depths));
+  for (int k = depths; k >= 1; --k) {
+    HeadActivations& h = s.mtp_heads[static_cast<std::size_t>(k - 1)];
+    const std::int64_t rows = h.logits.shape[0];
+    const std::int64_t masked = mtp_masked_rows(env, dims_.seq, dims_.micro_batch, k);
+    // Megatron divides by this rank's unmasked tokens (with context parallelism too).
+    const std::int64_t tokens = std::max<std::int64_t>(1, rows - masked);
+    const auto row_grad =
+        static_cast<float>(static_cast<double>(loss_scale) * dims_.mtp_loss_scaling_factor /
+                           depths / static_cast<double>(tokens));
+    accumulating(env, [&] {
+      grads[static_cast<std::size_t>(k - 1)] =
+          output_backward(env, h, s.batch.mtp_labels.at(static_cast<std::size_t>(k - 1)), row_grad,
+                          std::min(rows, masked));
+    });
+  }
+  return grads;
 }
 
 Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
@@ -184,10 +267,25 @@ Tensor GptChunk::forward(ModelEnv& env, int microbatch, const Tensor& input,
     needed(layers_[i].parameter_indices());
     x = layers_[i].forward(env, x, s.layers[i]);
   }
-  if (!plan_.post_process) return x;
-  if (env.observer) env.observer->around_output_layer(env.stream);
-  needed(present({final_ln_w_, final_ln_b_, output_}));
-  head_forward(env, x, s);
+  const bool head = plan_.post_process;
+  if (head && env.observer) env.observer->around_output_layer(env.stream);
+  if (final_norm_ || head) needed(present({final_ln_w_, final_ln_b_, head ? output_ : -1}));
+  if (final_norm_) x = final_norm_forward(env, x, s);
+  // Multi-token prediction: the block here turns x into [h0 | depth 1 | … | depth D], which
+  // the loss's chunk (this one, or one after: Megatron's mtp_standalone) splits.
+  const bool mtp_losses = head && dims_.mtp_num_layers > 0;
+  const bool region = (mtp_ || mtp_losses) && env.observer;
+  if (region) env.observer->begin_region(env.stream, "mtp");
+  if (mtp_) {
+    std::vector<int> indices = mtp_->parameter_indices();
+    if (!plan_.pre_process) indices.push_back(word_);
+    needed(indices);
+    x = mtp_forward(env, x, s);
+  }
+  if (mtp_losses) x = mtp_heads_forward(env, x, s);
+  if (region) env.observer->end_region(env.stream, "mtp");
+  if (!head) return x;
+  output_forward(env, x, s.batch.labels, s.head);
   return Tensor{};
 }
 
@@ -206,16 +304,52 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
       hook->on_grads_ready(microbatch, indices);
     });
   };
-  Tensor g = plan_.post_process ? head_backward(env, s, loss_scale) : grad_output;
-  if (plan_.post_process && env.observer) env.observer->around_output_layer(env.stream);
-  if (plan_.post_process) {
-    // The tied word embedding is final only after the embedding's backward, when this
-    // chunk holds both.
-    // (An untied output layer is final at once.)
-    ready(plan_.pre_process && output_ == word_ ? present({final_ln_w_, final_ln_b_})
-                                                : present({final_ln_w_, final_ln_b_, output_}));
+  const bool head = plan_.post_process;
+  const bool mtp_losses = head && dims_.mtp_num_layers > 0;
+  const bool region = (mtp_ || mtp_losses) && env.observer;
+  Tensor g = grad_output;
+  if (head)
+    g = output_backward(env, s.head, s.batch.labels,
+                        loss_scale / static_cast<float>(s.head.logits.shape[0]), 0);
+  if (region) env.observer->begin_region(env.stream, "mtp");
+  std::vector<Tensor> depth_grads;  // of the depths' outputs
+  if (mtp_losses) {
+    depth_grads = mtp_heads_backward(env, s, loss_scale);
+  } else if (mtp_) {
+    // An MTP chunk apart from the loss's: the concatenation's gradient came back, h0's block
+    // first.
+    const std::int64_t rows = g.shape[0] / (1 + dims_.mtp_num_layers), C = g.shape[1];
+    for (int k = 1; k <= dims_.mtp_num_layers; ++k)
+      depth_grads.push_back(g.view(Shape{rows, C}, k * rows * C));
+    g = g.view(Shape{rows, C}, 0);
   }
-  s.final_input = Tensor{};
+  if (mtp_) {
+    const Tensor from_mtp = mtp_->backward(env, std::move(depth_grads), s.mtp, loss_scale);
+    if (region) env.observer->end_region(env.stream, "mtp");
+    env.device.add(env.stream, g, from_mtp, g);
+  } else if (mtp_losses) {
+    // The loss's chunk apart from the MTP chunk: the concatenation's gradient goes back.
+    if (region) env.observer->end_region(env.stream, "mtp");
+    const std::int64_t rows = g.shape[0], C = g.shape[1];
+    Tensor cat = allocate_like(env, Shape{(1 + dims_.mtp_num_layers) * rows, C});
+    for (int k = 0; k <= dims_.mtp_num_layers; ++k) {
+      Tensor to = cat.view(Shape{rows, C}, k * rows * C);
+      env.device.copy(env.stream, k == 0 ? g : depth_grads[static_cast<std::size_t>(k - 1)], to);
+    }
+    g = cat;
+  }
+  if (final_norm_) g = final_norm_backward(env, g, s);
+  if (head && env.observer) env.observer->around_output_layer(env.stream);
+  if (final_norm_ || head || mtp_) {
+    // An untied output layer is final at once; the word embedding (tied, or the MTP block's)
+    // once this chunk is done with it, unless the chunk's embedding still needs it below.
+    std::vector<int> done = present({final_ln_w_, final_ln_b_});
+    if (mtp_)
+      for (int i : mtp_->parameter_indices()) done.push_back(i);
+    if (head && output_ != word_) done.push_back(output_);
+    if (!plan_.pre_process && word_ >= 0) done.push_back(word_);
+    ready(done);
+  }
   for (std::size_t i = layers_.size(); i-- > 0;) {
     g = layers_[i].backward(env, g, s.layers[i], loss_scale);
     ready(layers_[i].parameter_indices());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/pipeline_layout.hpp"  // ChunkPlan: which layers, embedding and loss a chunk holds
+#include "model/multi_token_prediction.hpp"
 #include "model/transformer_layer.hpp"
 
 namespace tandem {
@@ -34,6 +35,10 @@ struct GptDims {
   std::vector<bool> moe_layers;
   MoeOptions moe;
   int ep_size = 1, ep_rank = 0;
+  // Multi-token prediction (model/multi_token_prediction.hpp): the model's depths (0: none;
+  // which chunk builds them its ChunkPlan says) and the weight of their mean loss.
+  int mtp_num_layers = 0;
+  float mtp_loss_scaling_factor = 0.1f;
 };
 
 // One microbatch as the chunk sees it: token, position and label ids, sequence-first
@@ -42,6 +47,10 @@ struct MicrobatchTensors {
   Tensor tokens;     // (T·B) int32
   Tensor positions;  // (T·B) int32
   Tensor labels;     // (T·B) int32
+  // Multi-token prediction, depth k at [k − 1]: the tokens and labels k ahead (Megatron's
+  // roll_tensor: row t·B + b holds those of row (t + k)·B + b, the last k·B rows 0), on the
+  // chunk holding the MTP block and on the one holding the loss.
+  std::vector<Tensor> mtp_tokens, mtp_labels;
 };
 
 // Told when backward has finished writing a set of parameters' gradients for a
@@ -84,28 +93,53 @@ class GptChunk {
   void discard(int microbatch) { saved_.erase(microbatch); }
 
   // Per-row losses (T·B) of a microbatch run forward on the last stage, until backward.
-  const Tensor& row_losses(int microbatch) const { return saved_.at(microbatch).losses; }
+  const Tensor& row_losses(int microbatch) const { return saved_.at(microbatch).head.losses; }
+  // Multi-token prediction depth k + 1's per-row losses (T·B; its last (k + 1)·B rows are
+  // masked out of the loss), on the chunk holding the loss.
+  const Tensor& mtp_row_losses(int microbatch, int k) const {
+    return saved_.at(microbatch).mtp_heads.at(static_cast<std::size_t>(k)).losses;
+  }
   const ChunkPlan& plan() const { return plan_; }
   // Copies sent to each expert by this rank's tokens, summed over the chunk's MoE layers
   // and the microbatches trained (empty without MoE layers).
   std::vector<std::int64_t> routed_per_expert() const;
   // The chunk's layers (their global index and FP8 state, for checkpoints).
   std::vector<TransformerLayer>& layers() { return layers_; }
+  // The multi-token prediction block this chunk holds, or null.
+  MtpBlock* mtp() { return mtp_.get(); }
   // The chunk's mixture-of-experts layers, in layer order (the expert bias's update).
   std::vector<MoeLayer*> moe_layers();
   void set_grad_ready_hook(GradReadyHook* hook) { hook_ = hook; }
   void set_params_needed_hook(ParamsNeededHook* hook) { needed_hook_ = hook; }
 
  private:
+  // The output layer and the vocab-parallel cross entropy on one set of hidden states.
+  struct HeadActivations {
+    Tensor input, logits, row_max, sum_exp, losses;
+  };
   struct Saved {
     std::vector<LayerActivations> layers;
     MicrobatchTensors batch;
-    Tensor final_input, final_ln_out, final_mean, final_rstd, logits, row_max, sum_exp, losses;
+    Tensor final_input, final_mean, final_rstd;  // the final norm's
+    HeadActivations head;                        // the main loss's
+    std::vector<MtpDepthActivations> mtp;        // multi-token prediction: its depths
+    std::vector<HeadActivations> mtp_heads;      // … and their losses'
   };
   Tensor embed(ModelEnv& env, const MicrobatchTensors& mb);
-  void head_forward(ModelEnv& env, const Tensor& x, Saved& s);
-  Tensor head_backward(ModelEnv& env, Saved& s, float loss_scale);
   void embed_backward(ModelEnv& env, Tensor grad, const MicrobatchTensors& mb);
+  Tensor final_norm_forward(ModelEnv& env, const Tensor& x, Saved& s);
+  Tensor final_norm_backward(ModelEnv& env, const Tensor& grad, Saved& s);
+  void output_forward(ModelEnv& env, const Tensor& x, const Tensor& labels, HeadActivations& h);
+  // The gradient of the hidden states from `row_grad` on each row's loss, the last
+  // `masked_rows` rows' 0 (their losses are masked out).
+  Tensor output_backward(ModelEnv& env, HeadActivations& h, const Tensor& labels, float row_grad,
+                         std::int64_t masked_rows);
+  // Multi-token prediction on the decoder's output h0: the depths and the concatenation
+  // [h0 | depth 1 | … | depth D] of Megatron's MTP block; on the loss's chunk the depths'
+  // losses from it (returning h0's block) and their gradients.
+  Tensor mtp_forward(ModelEnv& env, const Tensor& h0, Saved& s);
+  Tensor mtp_heads_forward(ModelEnv& env, const Tensor& cat, Saved& s);
+  std::vector<Tensor> mtp_heads_backward(ModelEnv& env, Saved& s, float loss_scale);
 
   ParameterSet& params_;
   GptDims dims_;
@@ -113,6 +147,9 @@ class GptChunk {
   std::vector<TransformerLayer> layers_;
   int word_ = -1, position_ = -1, final_ln_w_ = -1, final_ln_b_ = -1;
   int output_ = -1;  // the output layer's weight: word_ when tied
+  // Without MTP the final norm is the loss chunk's; with it, the last layer's chunk's.
+  bool final_norm_ = false;
+  std::unique_ptr<MtpBlock> mtp_;
   std::vector<int> present(std::initializer_list<int> indices) const;
   std::map<int, Saved> saved_;
   std::map<int, WeightGradQueue> deferred_;  // per microbatch: backward_input's W

@@ -3,6 +3,8 @@
 // does not know what they do; without an observer nothing happens.
 #pragma once
 
+#include <string_view>
+
 #include "core/device.hpp"
 
 namespace tandem {
@@ -19,6 +21,11 @@ class StepObserver {
   // the framework.
   virtual void begin_library_call(Stream& /*s*/) {}
   virtual void end_library_call(Stream& /*s*/) {}
+  // Around a named part of the step that a binding may account for apart: "mtp", the
+  // multi-token prediction block's forward and backward with its depths' output layer and
+  // loss (model/gpt_chunk.cpp). Regions do not nest.
+  virtual void begin_region(Stream& /*s*/, std::string_view /*name*/) {}
+  virtual void end_region(Stream& /*s*/, std::string_view /*name*/) {}
 };
 
 }  // namespace tandem

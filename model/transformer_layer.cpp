@@ -48,11 +48,11 @@ std::int64_t head_dim_of(const LayerDims& d) {
 }
 
 TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerDims& dims,
-                                   Recompute recompute)
+                                   Recompute recompute, const std::string& prefix)
     : params_(params), index_(index), dims_(dims), recompute_(recompute) {
   const LayerOptions& o = dims.options;
   const std::int64_t C = dims.hidden, F = dims.ffn;
-  const std::string p = "layers." + std::to_string(index) + ".";
+  const std::string p = prefix.empty() ? "layers." + std::to_string(index) + "." : prefix;
   const float std_dev = 0.02f;
   // Megatron scales the init of the layers that write into the residual stream.
   const float out_std = std_dev / std::sqrt(2.0f * static_cast<float>(dims.num_layers));

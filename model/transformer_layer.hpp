@@ -110,8 +110,11 @@ class TransformerLayer {
   // The layer's FP8 scaling state (checkpoints), null when it runs without FP8.
   Fp8LayerState* fp8_state() { return fp8_state_.get(); }
   int index() const { return index_; }
-  // Registers the layer's parameters in `params` under "layers.{index}.…".
-  TransformerLayer(ParameterSet& params, int index, const LayerDims& dims, Recompute recompute);
+  // Registers the layer's parameters in `params` under "layers.{index}.…", or under `prefix`
+  // when given (a multi-token prediction depth's "mtp.layers.0.transformer_layer."); the
+  // index also names the layer's dropout streams.
+  TransformerLayer(ParameterSet& params, int index, const LayerDims& dims, Recompute recompute,
+                   const std::string& prefix = "");
 
   Tensor forward(ModelEnv& env, const Tensor& x, LayerActivations& saved);
   // `loss_scale` is the LM loss gradient's scale, which the MoE aux loss's follows.

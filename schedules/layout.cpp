@@ -163,6 +163,13 @@ void check_sizes(const LayoutSpec& spec) {
   check_positive(out, "pipeline_model_parallel_size", spec.pp);
   check_positive(out, "context_parallel_size", spec.cp);
   check_positive(out, "expert_model_parallel_size", spec.ep);
+  for (std::size_t i = 0; i < spec.embedding_stages.size(); ++i) {
+    const int s = spec.embedding_stages[i];
+    if (s < 0 || s >= spec.pp || (i > 0 && s <= spec.embedding_stages[i - 1]))
+      out.push_back({"embedding_stages", n(s),
+                     "must be increasing pipeline ranks in [0, pipeline_model_parallel_size = " +
+                         n(spec.pp) + ")"});
+  }
   if (!out.empty()) throw ConfigError(std::move(out));
 }
 
@@ -243,8 +250,14 @@ std::vector<int> group_containing(const Grid& g, const std::vector<bool>& mask, 
   return group;
 }
 
-// Megatron-Core's default_embedding_ranks / default_position_embedding_ranks.
-std::vector<int> embedding_ranks(const std::vector<int>& pp_group) {
+// Megatron-Core's default_embedding_ranks / default_position_embedding_ranks; or the given
+// stages of the pp group (pretrain_gpt.py's get_embedding_ranks with an MTP stage).
+std::vector<int> embedding_ranks(const std::vector<int>& pp_group, const std::vector<int>& stages) {
+  if (!stages.empty()) {
+    std::vector<int> ranks;
+    for (int s : stages) ranks.push_back(pp_group.at(static_cast<std::size_t>(s)));
+    return ranks;
+  }
   if (pp_group.size() == 1) return {pp_group.front()};
   return {pp_group.front(), pp_group.back()};
 }
@@ -313,6 +326,7 @@ Layout make_layout(const LayoutSpec& spec) {
   check_sizes(spec);
   Layout layout;
   layout.order = lower(spec.order);
+  layout.embedding_stages = spec.embedding_stages;
   std::vector<Violation> out;
   auto dims = parse_tokens(layout.order, out);
   check_divisibility(spec, out);
@@ -332,7 +346,7 @@ Layout make_layout(const LayoutSpec& spec) {
   auto& embedding = layout.groups[GroupKind::embedding];
   auto& position = layout.groups[GroupKind::position_embedding];
   for (const auto& pp_group : layout.groups.at(GroupKind::pp)) {
-    embedding.push_back(embedding_ranks(pp_group));
+    embedding.push_back(embedding_ranks(pp_group, layout.embedding_stages));
     position.push_back(position_embedding_ranks(pp_group));
   }
   return layout;
@@ -359,7 +373,8 @@ ParallelContext make_parallel_context(const Layout& layout, int rank) {
   const auto in = [rank](const std::vector<int>& g) {
     return std::find(g.begin(), g.end(), rank) != g.end() ? g : std::vector<int>{};
   };
-  ctx.groups[static_cast<std::size_t>(GroupKind::embedding)] = in(embedding_ranks(pp_group));
+  ctx.groups[static_cast<std::size_t>(GroupKind::embedding)] =
+      in(embedding_ranks(pp_group, layout.embedding_stages));
   ctx.groups[static_cast<std::size_t>(GroupKind::position_embedding)] =
       in(position_embedding_ranks(pp_group));
   return ctx;

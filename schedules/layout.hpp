@@ -25,11 +25,17 @@ struct LayoutSpec {
   int cp = 1;
   int ep = 1;
   std::string order = "tp-cp-ep-dp-pp";
+  // The pipeline stages whose ranks make the embedding group: empty for Megatron-Core's
+  // default, the first and the last; else these pp ranks (pretrain_gpt.py's
+  // get_embedding_ranks with a multi-token prediction stage of its own: the first, the MTP
+  // stage and, with tied embeddings, the last).
+  std::vector<int> embedding_stages{};
 };
 
 struct Layout {
-  ParallelSizes sizes;  // dp derived as world / (tp · pp · cp)
-  std::string order;    // as given, lower case
+  ParallelSizes sizes;                // dp derived as world / (tp · pp · cp)
+  std::string order;                  // as given, lower case
+  std::vector<int> embedding_stages;  // as given (empty: first and last)
   // Every group of every kind, each a list of global ranks, in the generator's order.
   std::map<GroupKind, std::vector<std::vector<int>>> groups;
 

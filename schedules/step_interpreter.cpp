@@ -63,7 +63,8 @@ Tensor encode_shape(Device& device, Stream& s, const Shape& shape) {
 }
 
 // A phantom shape tensor (the sim binding moves no data) reads as rank 0: the receiver then
-// allocates what the program declares, the only shape a simulation can know.
+// allocates what the program declares (received_shape), the only shape a simulation can
+// know.
 std::optional<Shape> decode_shape(Device& device, Stream& s, const Tensor& t) {
   std::vector<float> host(static_cast<std::size_t>(kShapeWords));
   device.download(s, t, host);
@@ -130,7 +131,9 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
       case P2PDirection::recv_next: {
         std::optional<Shape> shape;
         if (ctx.variable_seq_lengths) shape = shapes.at(next_shape++);
-        if (!shape) shape = program.activation_shape(t.microbatch);
+        if (!shape)
+          shape =
+              program.received_shape(t.microbatch, t.chunk, t.direction == P2PDirection::recv_prev);
         Tensor buf = ctx.device.allocate(program.wire_shape(*shape), program.activation_dtype());
         batch.push_back({P2POp::Kind::recv, buf, t.peer});
         arrivals.push_back({t.direction == P2PDirection::recv_prev ? &f.inputs : &f.output_grads,

@@ -40,6 +40,14 @@ class StageProgram {
   // (seq / cp [/ tp with sequence parallelism], micro batch, hidden)).
   virtual Shape activation_shape(int microbatch) const = 0;
   virtual DType activation_dtype() const = 0;
+  // The shape of what chunk `chunk` receives for `microbatch`: its input (`input`) or its
+  // output's gradient. By default activation_shape; a program whose stages exchange
+  // tensors of other shapes (a multi-token prediction stage of its own sends its
+  // concatenated hidden states on) says so. Without variable_seq_lengths it is what the
+  // receive allocates; with it, what a phantom shape (the sim binding) falls back to.
+  virtual Shape received_shape(int microbatch, int /*chunk*/, bool /*input*/) const {
+    return activation_shape(microbatch);
+  }
   // What travels between stages (Megatron's scatter_gather_tensors_in_pipeline): the part of
   // a tensor this rank sends, the shape it receives for a tensor of shape `full`, and the
   // whole tensor rebuilt from what arrived. By default the tensor itself.

@@ -10,8 +10,10 @@
 #include <memory>
 
 #include "core/scenario.hpp"
+#include "core/trace.hpp"
 #include "model/step_observer.hpp"
 #include "sim/sim_device.hpp"
+#include "train/run_trace.hpp"
 
 namespace tandem::sim {
 
@@ -54,10 +56,25 @@ class SimStepObserver : public StepObserver {
   }
   void begin_library_call(Stream& /*s*/) override { device_.begin_library_call(); }
   void end_library_call(Stream& /*s*/) override { device_.end_library_call(); }
+  // A region's compute is booked apart (SimDevice::region_seconds) and, with a trace, shown
+  // as a slice of its own on the compute thread, inside the pass that runs it.
+  void begin_region(Stream& s, std::string_view name) override {
+    device_.begin_region(std::string(name));
+    region_start_ = device_.trace_time(s);
+  }
+  void end_region(Stream& s, std::string_view name) override {
+    device_.end_region();
+    if (trace_)
+      trace_->slice(std::string(name), std::string(name), trace_thread::compute, region_start_,
+                    device_.trace_time(s));
+  }
+  void set_trace(RunTrace* trace) { trace_ = trace; }
 
  private:
   SimDevice& device_;
   std::unique_ptr<ProfilerEffects> profiler_;
+  RunTrace* trace_ = nullptr;
+  RunTrace::Clock::time_point region_start_{};
 };
 
 // The observer a scenario asks for, or null when it sets none of the three.

@@ -231,6 +231,12 @@ class SimDevice : public Device {
     if (library_call_depth_ > 0 && --library_call_depth_ == 0) library_call_ops_ = -1;
   }
   bool in_library_call() const { return library_call_ops_ >= 0; }
+  // A named part of the step (StepObserver::begin_region): the compute stream's op seconds
+  // between begin and end are also booked under the name (region_seconds).
+  void begin_region(std::string name) { region_ = std::move(name); }
+  void end_region() { region_.clear(); }
+  // Seconds of compute-stream ops per region, all iterations.
+  const std::map<std::string, double>& region_seconds() const { return region_seconds_; }
   // The host's issue of a kernel or p2p group inside a library call, after its first op:
   // true when it costs host().library_launch instead of a framework op's issue.
   bool library_issue() { return library_call_ops_ >= 0 && library_call_ops_++ > 0; }
@@ -286,6 +292,8 @@ class SimDevice : public Device {
   int library_call_ops_ = -1;   // ops issued inside the current library call; -1: none
   int library_call_depth_ = 0;  // library calls begun and not yet ended
   std::map<std::string, double> host_seconds_;
+  std::string region_;  // the region being run, or empty
+  std::map<std::string, double> region_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;
   std::int64_t memory_limit_ = std::numeric_limits<std::int64_t>::max();

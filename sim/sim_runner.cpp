@@ -57,7 +57,7 @@ struct RankRun {
   double start = 0;
   std::vector<double> iteration_ends;
   // The device's books when the last iteration began, to report that iteration alone.
-  std::map<std::string, double> ops_before, host_before;
+  std::map<std::string, double> ops_before, host_before, regions_before;
   double host_bound_before = 0;
   bool trace_ops = false;  // SimulateOptions::trace_ops
   // The predicted trace's op-class slice being extended (consecutive ops of one class).
@@ -205,9 +205,9 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   const auto wall_start = std::chrono::steady_clock::now();
   const auto& par = s.parallelism;
   const int world_size = s.cluster.world_size;
-  const Layout layout =
-      make_layout({world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
-                   par.context_parallel_size, par.expert_model_parallel_size, par.order});
+  const Layout layout = make_layout(
+      {world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
+       par.context_parallel_size, par.expert_model_parallel_size, par.order, embedding_stages(s)});
   std::vector<ParallelContext> contexts;
   std::vector<RankCoordinates> coords;
   for (int r = 0; r < world_size; ++r) {
@@ -321,6 +321,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           try {
             rr.observer = std::make_unique<SimStepObserver>(
                 *rr.device, profiler_effects(s.training, *rr.device));
+            rr.observer->set_trace(&rr.trace);
             rr.trainer = std::make_unique<Trainer>(s, rr.ctx, *rr.device, groups, samples, nullptr,
                                                    rr.observer.get());
             rr.trainer->set_trace(&rr.trace);
@@ -330,6 +331,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             for (int i = 0; i < o.iterations; ++i) {
               rr.ops_before = rr.device->op_seconds();
               rr.host_before = rr.device->host_seconds();
+              rr.regions_before = rr.device->region_seconds();
               rr.host_bound_before = rr.device->host_bound();
               rr.device->host_work(rr.device->host().iteration, "iteration");
               rr.trainer->train_step();
@@ -380,8 +382,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   // is Narayanan et al. 2021 / Korthikanti et al. 2022 eq. 7 exactly).
   const DenseShape dense = dense_shape(s);
   const double batch = static_cast<double>(t.global_batch_size);
-  const double attention_half = attention_core_flops(dense, batch);
-  const double logits = 6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab;
+  // Multi-token prediction: each depth's layer and logits besides the decoder's.
+  const double attention_half = attention_core_flops(with_mtp_layers(dense), batch);
+  const double logits =
+      6.0 * batch * dense.seq * dense.hidden * dense.padded_vocab * (1.0 + dense.mtp_layers);
   r.megatron_log_flops = num_floating_point_operations(dense, batch);
   r.model_flops = r.megatron_log_flops + attention_half;
   r.mixture_of_experts = s.model.num_experts.has_value();
@@ -427,6 +431,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
       rank.host_seconds[what] =
           secs - (run->host_before.count(what) ? run->host_before.at(what) : 0.0);
     rank.host_bound_seconds = run->device->host_bound() - run->host_bound_before;
+    for (const auto& [region, secs] : run->device->region_seconds()) {
+      rank.region_seconds[region] =
+          secs - (run->regions_before.count(region) ? run->regions_before.at(region) : 0.0);
+      r.region_seconds[region] = std::max(r.region_seconds[region], rank.region_seconds[region]);
+    }
     const PassSpan& span = spans[r.ranks.size()];
     rank.bubble_fraction = last > first && first >= 0
                                ? std::max(0.0, 1.0 - static_cast<double>(span.busy) /
@@ -486,6 +495,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"host_bound_seconds", k.host_bound_seconds},
                      {"bubble_fraction", k.bubble_fraction},
                      {"pass_seconds", k.pass_seconds},
+                     {"region_seconds", k.region_seconds},
                      {"exposed_seconds", k.exposed_seconds},
                      {"peer_wait_seconds", k.peer_wait_seconds}});
   }
@@ -522,6 +532,7 @@ nlohmann::json to_json(const SimReport& r) {
             {"pipeline_bubble_seconds", r.breakdown.pipeline_bubble_seconds},
             {"peer_wait_seconds", r.breakdown.peer_wait_seconds},
             {"other_seconds", r.breakdown.other_seconds}}},
+          {"region_seconds", r.region_seconds},
           {"max_peak_memory_bytes", r.max_peak_memory_bytes},
           {"gpu_memory_bytes", r.gpu_memory_bytes},
           {"fits_in_memory", r.fits_in_memory},
@@ -560,6 +571,11 @@ std::string format_report(const SimReport& r) {
           k.rank, k.pass_seconds.count("forward") ? k.pass_seconds.at("forward") : 0.0,
           k.pass_seconds.count("backward") ? k.pass_seconds.at("backward") : 0.0,
           k.pass_seconds.at("weight"));
+  // Multi-token prediction: its block's compute, on the ranks holding it.
+  if (r.region_seconds.count("mtp"))
+    put("  multi-token prediction   %10.4f s of compute per iteration (max over ranks: its "
+        "depths forward and backward with their output layer and loss)",
+        r.region_seconds.at("mtp"));
   for (const auto& [kind, secs] : r.exposed_seconds)
     put("  exposed %-9s comm    %10.4f s per iteration (max over ranks; waiting for peers "
         "%.4f s)",

@@ -52,6 +52,9 @@ struct RankReport {
   // The last iteration's passes by trace category: "forward", "backward" (a split
   // backward's B: the input gradient) and "weight" (its W: the weight gradients), seconds.
   std::map<std::string, double> pass_seconds;
+  // The last iteration's compute-stream seconds inside named parts of the step
+  // (StepObserver regions): "mtp", the multi-token prediction block with its losses.
+  std::map<std::string, double> region_seconds;
   std::map<std::string, double> exposed_seconds;    // group kind → per iteration
   std::map<std::string, double> peer_wait_seconds;  // group kind → per iteration
   std::vector<IssuedOp> ops;                        // with record_ops
@@ -104,6 +107,8 @@ struct SimReport {
   // (pp: the pipeline bubble seen from the p2p calls)
   std::map<std::string, double> peer_wait_seconds;
   IterationBreakdown breakdown;
+  // region → max over ranks of RankReport::region_seconds ("mtp": multi-token prediction).
+  std::map<std::string, double> region_seconds;
   std::int64_t max_peak_memory_bytes = 0;
   std::int64_t gpu_memory_bytes = 0;
   bool fits_in_memory = true;

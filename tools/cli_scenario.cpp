@@ -203,6 +203,11 @@ void add_scenario_command(CLI::App& app) {
     const DenseShape shape = dense_shape(s);
     const auto params = parameter_count(shape);
     j["derived"]["parameters"] = params.total;
+    if (mtp_depths(s.model) > 0) {
+      // Beside the main model's, as DeepSeek counts V3's 671B and its 14B MTP module.
+      j["derived"]["mtp_parameters"] = params.mtp;
+      if (s.model.num_experts) j["derived"]["mtp_active_parameters"] = params.active_mtp;
+    }
     if (s.model.num_experts) {
       j["derived"]["active_parameters"] = params.active;
       j["derived"]["num_moe_layers"] = num_moe_layers(s);

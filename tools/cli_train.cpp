@@ -197,7 +197,7 @@ void run_training(TrainOptions& o) {
     const Layout layout = make_layout(
         {launched, s.parallelism.tensor_model_parallel_size,
          s.parallelism.pipeline_model_parallel_size, s.parallelism.context_parallel_size,
-         s.parallelism.expert_model_parallel_size, s.parallelism.order});
+         s.parallelism.expert_model_parallel_size, s.parallelism.order, embedding_stages(s)});
     auto backend = make_train_backend(o.device, mpi, layout);
     const ParallelContext ctx = make_parallel_context(layout, rank);
     // With --trace every communicator is wrapped so its collectives land in the trace.
@@ -215,8 +215,11 @@ void run_training(TrainOptions& o) {
     std::optional<OpTracingDevice> op_tracing;
     if (o.trace_ops) op_tracing.emplace(backend->device(), run_trace);
     Device& device = op_tracing ? *op_tracing : backend->device();
+    // With --trace the step's named regions (the MTP block) get slices of their own.
+    std::optional<RegionTracer> regions;
+    if (!o.trace.empty()) regions.emplace(device, run_trace);
     Trainer trainer(s, ctx, device, groups_of(used, s.parallelism.context_parallel_size), *data[0],
-                    data[1].get());
+                    data[1].get(), regions ? &*regions : nullptr);
     if (!o.trace.empty()) trainer.set_trace(&run_trace);
     if (resume_from >= 0) trainer.restore(load_checkpoint(o.load, resume_from, rank));
     const bool tty = log->reporter() && isatty(STDERR_FILENO);
@@ -247,11 +250,12 @@ void run_training(TrainOptions& o) {
       if (it % t.log_interval == 0) {
         const double per_iter = interval_seconds / static_cast<double>(interval_iters);
         if (tty) std::cerr << "\r\033[K";
-        log->line(format_iteration_log(
-            {it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
-             flops_per_iteration / (per_iter * launched * 1e12), r.learning_rate,
-             r.global_batch_size, r.lm_loss, 1.0, r.grad_norm, 0, std::isfinite(r.lm_loss) ? 0 : 1},
-            std::time(nullptr)));
+        log->line(
+            format_iteration_log({it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
+                                  flops_per_iteration / (per_iter * launched * 1e12),
+                                  r.learning_rate, r.global_batch_size, r.lm_loss, 1.0, r.grad_norm,
+                                  0, std::isfinite(r.lm_loss) ? 0 : 1, r.mtp_losses},
+                                 std::time(nullptr)));
         interval_seconds = 0;
         interval_iters = 0;
       }

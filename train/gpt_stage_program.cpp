@@ -21,6 +21,8 @@ void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward
   forward_only_ = forward_only;
   loss_sum_ = 0;
   loss_rows_ = 0;
+  mtp_loss_sums_.assign(static_cast<std::size_t>(dims_.mtp_num_layers), 0.0);
+  loss_microbatches_ = 0;
   backward_done_.assign(chunks_.size(), false);
   weights_done_.assign(chunks_.size(), false);
   ++env_.step;  // FP8 layers quantize their weights once per step
@@ -30,11 +32,31 @@ double GptStageProgram::mean_loss() const {
   return loss_rows_ > 0 ? loss_sum_ / static_cast<double>(loss_rows_) : 0.0;
 }
 
+std::vector<double> GptStageProgram::mean_mtp_losses() const {
+  // Only where the loss is (Megatron's tracker is filled there alone).
+  if (std::none_of(chunks_.begin(), chunks_.end(),
+                   [](const GptChunk* c) { return c->plan().post_process; }))
+    return {};
+  std::vector<double> out(static_cast<std::size_t>(dims_.mtp_num_layers), 0.0);
+  for (std::size_t k = 0; k < out.size() && k < mtp_loss_sums_.size(); ++k)
+    out[k] =
+        loss_microbatches_ > 0 ? mtp_loss_sums_[k] / static_cast<double>(loss_microbatches_) : 0.0;
+  return out;
+}
+
 Shape GptStageProgram::activation_shape(int) const {
   // Megatron's tensor_shape (seq [/ tp with sequence parallelism], micro batch, hidden),
   // flattened to rows.
   const std::int64_t rows = static_cast<std::int64_t>(dims_.seq) * dims_.micro_batch;
   return Shape{env_.sequence_parallel ? rows / env_.tp.size() : rows, dims_.hidden};
+}
+
+Shape GptStageProgram::received_shape(int microbatch, int chunk, bool input) const {
+  const Shape s = activation_shape(microbatch);
+  if (mtp_stage_ < 0) return s;
+  const int v = chunk * pp_ + pp_rank_;  // the receiving chunk's virtual stage
+  const bool concatenated = input ? mtp_stage_ < v : mtp_stage_ <= v;
+  return concatenated ? Shape{s[0] * (1 + dims_.mtp_num_layers), s[1]} : s;
 }
 
 MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const ChunkPlan& plan) {
@@ -57,6 +79,26 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
   };
   Device& d = env_.device;
   MicrobatchTensors mb;
+  // Multi-token prediction's rolls (Megatron's roll_tensor on the whole sequence): row t·B + b
+  // of depth k holds what row (t + k)·B + b holds, the last k·B rows 0.
+  // With context parallelism the roll is the whole sequence's (Megatron's roll_tensor
+  // passes the chunks' boundaries between the cp ranks).
+  auto rolled = [&](std::int64_t k, std::int64_t shift) {
+    Tensor roll = d.allocate(Shape{rows}, DType::int32);
+    d.upload(env_.stream, roll, Device::ProduceInts([&](std::span<std::int32_t> out) {
+               const std::int64_t whole = env_.cp != nullptr ? T * env_.cp->size() : T;
+               std::vector<std::int32_t> sample(static_cast<std::size_t>(whole + 1));
+               for (std::int64_t b = 0; b < B; ++b) {
+                 batch_.samples->read_sample(indices[static_cast<std::size_t>(b)], sample);
+                 for (std::int64_t t = 0; t < T; ++t) {
+                   const std::int64_t at = sequence_position(env_, t, T) + k;
+                   out[static_cast<std::size_t>(t * B + b)] =
+                       at < whole ? sample[static_cast<std::size_t>(at + shift)] : 0;
+                 }
+               }
+             }));
+    return roll;
+  };
   if (plan.pre_process) {
     mb.tokens = d.allocate(Shape{rows}, DType::int32);
     d.upload(env_.stream, mb.tokens,
@@ -73,6 +115,10 @@ MicrobatchTensors GptStageProgram::upload_microbatch(int microbatch, const Chunk
     d.upload(env_.stream, mb.labels,
              Device::ProduceInts([&](std::span<std::int32_t> out) { gather(out, 1); }));
   }
+  if (plan.mtp_layers > 0)
+    for (std::int64_t k = 1; k <= plan.mtp_layers; ++k) mb.mtp_tokens.push_back(rolled(k, 0));
+  if (plan.post_process)
+    for (std::int64_t k = 1; k <= dims_.mtp_num_layers; ++k) mb.mtp_labels.push_back(rolled(k, 1));
   return mb;
 }
 
@@ -95,6 +141,19 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
     env_.device.download(env_.stream, losses, host);
     loss_sum_ += std::accumulate(host.begin(), host.end(), 0.0);
     loss_rows_ += losses.numel();
+    // Each MTP depth's loss as Megatron logs it: the mean over this rank's unmasked rows,
+    // summed here over the step's microbatches.
+    mtp_loss_sums_.resize(static_cast<std::size_t>(dims_.mtp_num_layers), 0.0);
+    for (int k = 1; k <= dims_.mtp_num_layers; ++k) {
+      const Tensor& depth = c.mtp_row_losses(microbatch, k - 1);
+      env_.device.download(env_.stream, depth, host);
+      const std::int64_t valid = std::max<std::int64_t>(
+          0, depth.numel() - mtp_masked_rows(env_, dims_.seq, dims_.micro_batch, k));
+      mtp_loss_sums_[static_cast<std::size_t>(k - 1)] +=
+          std::accumulate(host.begin(), host.begin() + valid, 0.0) /
+          static_cast<double>(std::max<std::int64_t>(1, valid));
+    }
+    ++loss_microbatches_;
   }
   if (forward_only_) c.discard(microbatch);
   record('F', microbatch, chunk, start);

@@ -32,6 +32,9 @@ class GptStageProgram : public StageProgram {
   }
   // Mean per-token loss over the step's microbatches (last stage; 0 elsewhere).
   double mean_loss() const;
+  // Each multi-token prediction depth's loss, the mean over microbatches of its mean over
+  // unmasked tokens (Megatron's MTPLossLoggingHelper; last stage, 0 elsewhere).
+  std::vector<double> mean_mtp_losses() const;
 
   Tensor forward(int microbatch, int chunk, const Tensor& input) override;
   Tensor backward(int microbatch, int chunk, const Tensor& grad_output) override;
@@ -39,6 +42,14 @@ class GptStageProgram : public StageProgram {
   Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output) override;
   void backward_weights(int microbatch, int chunk) override;
   Shape activation_shape(int microbatch) const override;
+  // After an MTP stage of its own (virtual stage `mtp_stage` of the partition; −1: none) the
+  // stages exchange [h0 | depth 1 | … | depth D], (1 + D) times the rows.
+  Shape received_shape(int microbatch, int chunk, bool input) const override;
+  void set_mtp_stage(int mtp_stage, int pp, int pp_rank) {
+    mtp_stage_ = mtp_stage;
+    pp_ = pp;
+    pp_rank_ = pp_rank;
+  }
   DType activation_dtype() const override { return env_.compute; }
   // Megatron's scatter_gather_tensors_in_pipeline (only without sequence parallelism,
   // where the tp ranks hold identical activations).
@@ -65,8 +76,11 @@ class GptStageProgram : public StageProgram {
   std::vector<bool> backward_done_;  // per chunk: has this step run a backward of it yet
   std::vector<bool> weights_done_;   // per chunk: has this step run its weight gradients yet
   bool scatter_gather_ = false;
+  int mtp_stage_ = -1, pp_ = 1, pp_rank_ = 0;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;
+  std::vector<double> mtp_loss_sums_;  // per depth: the microbatches' means, summed
+  std::int64_t loss_microbatches_ = 0;
 };
 
 }  // namespace tandem

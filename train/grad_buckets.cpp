@@ -48,7 +48,7 @@ BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
   layout.expert_pad_to =
       as_int(bucket_end_divisor(dp_cp / ctx.sizes.ep, busbw), "expert bucket end divisor");
   layout.param_align = kParamStartAlignment;
-  if (ctx.sizes.pp > 1 && !s.model.untie_embeddings_and_output_weights)
+  if (ctx.sizes.pp > 1 && (!s.model.untie_embeddings_and_output_weights || mtp_depths(s.model) > 0))
     layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kSharedEmbeddingName; };
   return layout;
 }

@@ -20,18 +20,29 @@ std::string datetime(std::time_t now) {
 
 std::string format_iteration_log(const IterationLog& l, std::time_t now) {
   const std::string when = datetime(now);
-  char line[768];
-  std::snprintf(
-      line, sizeof line,
-      " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-      "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
-      "%.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: "
-      "%.3f | number of skipped iterations: %3lld | number of nan iterations: %3lld |",
-      when.c_str(), static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
-      static_cast<long long>(l.consumed_samples), l.elapsed_ms, l.tflops_per_gpu, l.learning_rate,
-      static_cast<long long>(l.global_batch_size), l.lm_loss, l.loss_scale, l.grad_norm,
-      static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations));
-  return line;
+  char head[512];
+  std::snprintf(head, sizeof head,
+                " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: "
+                "%.6E | global batch size: %5lld | lm loss: %.6E |",
+                when.c_str(), static_cast<long long>(l.iteration),
+                static_cast<long long>(l.train_iters), static_cast<long long>(l.consumed_samples),
+                l.elapsed_ms, l.tflops_per_gpu, l.learning_rate,
+                static_cast<long long>(l.global_batch_size), l.lm_loss);
+  std::string line = head;
+  // Megatron's total_loss_dict: the MTP depths' losses follow the lm loss.
+  for (std::size_t k = 0; k < l.mtp_losses.size(); ++k) {
+    char mtp[64];
+    std::snprintf(mtp, sizeof mtp, " mtp_%zu loss: %.6E |", k + 1, l.mtp_losses[k]);
+    line += mtp;
+  }
+  char tail[256];
+  std::snprintf(tail, sizeof tail,
+                " loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
+                "number of nan iterations: %3lld |",
+                l.loss_scale, l.grad_norm, static_cast<long long>(l.skipped_iterations),
+                static_cast<long long>(l.nan_iterations));
+  return line + tail;
 }
 
 std::string format_training_done(const TrainingDone& d, std::time_t now) {

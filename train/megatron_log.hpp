@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ctime>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -21,6 +22,9 @@ struct IterationLog {
   double grad_norm = 0;
   std::int64_t skipped_iterations = 0;
   std::int64_t nan_iterations = 0;
+  // Multi-token prediction: "mtp_k loss" after the lm loss, one per depth (Megatron's
+  // MTPLossLoggingHelper); empty without MTP.
+  std::vector<double> mtp_losses{};
 };
 
 std::string format_iteration_log(const IterationLog& log, std::time_t now);

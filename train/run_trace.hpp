@@ -19,6 +19,8 @@
 
 #include "core/communicator.hpp"
 #include "core/parallel_context.hpp"
+#include "core/trace.hpp"
+#include "model/step_observer.hpp"
 
 namespace tandem {
 
@@ -53,6 +55,26 @@ class RunTrace {
   std::function<void(const std::string&)> observer_;
   mutable std::mutex mutex_;
   std::vector<TraceEvent> events_;
+};
+
+// Records each named region of the step (StepObserver::begin_region: "mtp", the multi-token
+// prediction block) as a slice of its own on the compute thread, inside the pass that runs
+// it, as the simulator's trace has them (`tandem train --trace`).
+class RegionTracer : public StepObserver {
+ public:
+  RegionTracer(Device& device, RunTrace& trace) : device_(device), trace_(trace) {}
+  void begin_region(Stream& s, std::string_view /*name*/) override {
+    start_ = device_.trace_time(s);
+  }
+  void end_region(Stream& s, std::string_view name) override {
+    trace_.slice(std::string(name), std::string(name), trace_thread::compute, start_,
+                 device_.trace_time(s));
+  }
+
+ private:
+  Device& device_;
+  RunTrace& trace_;
+  RunTrace::Clock::time_point start_{};
 };
 
 // Records every collective of `inner` on `trace`, as a slice from issue to the return of

@@ -116,7 +116,9 @@ GptDims gpt_dims(const Scenario& s, const ParallelContext& ctx) {
           moe_layers_of(s),
           moe_options_of(s),
           ctx.sizes.ep,
-          ctx.coords.ep};
+          ctx.coords.ep,
+          mtp_depths(m),
+          static_cast<float>(mtp_loss_scaling_factor(m))};
 }
 
 namespace {
@@ -159,6 +161,35 @@ void check_mla_step(const Scenario& s, std::vector<Violation>& v) {
                  "of MLA runs"});
 }
 
+// Multi-token prediction as the step builds it: without FP8 (eh_proj and the depths'
+// layers are not built in FP8 yet).
+void check_mtp_step(const Scenario& s, std::vector<Violation>& v) {
+  const int depths = mtp_depths(s.model);
+  if (depths <= 0) return;
+  if (s.training.fp8.enabled())
+    v.push_back({"fp8", s.training.fp8.format,
+                 "multi-token prediction's eh_proj and layers are not built in FP8 yet: leave "
+                 "fp8 out with mtp_num_layers"});
+  // The MTP block in a later chunk of the rank whose first chunk holds the embedding: two
+  // copies of the word embedding on one rank, and Megatron's finalize_model_grads reduces
+  // only the first chunk's (its model[0] on the first stage), leaving the other to drift.
+  const int pp = s.parallelism.pipeline_model_parallel_size;
+  std::vector<ChunkPlan> plans;
+  try {
+    plans = pipeline_partition(s);
+  } catch (const std::exception&) {
+    return;  // validate() reports why
+  }
+  for (std::size_t stage = 1; stage < plans.size(); ++stage)
+    if (plans[stage].mtp_layers > 0 && stage % static_cast<std::size_t>(pp) == 0)
+      v.push_back({"pipeline_model_parallel_layout",
+                   s.parallelism.pipeline_model_parallel_layout.value_or(""),
+                   "puts the MTP layers in a later virtual stage of pp rank 0, whose first holds "
+                   "the embedding: the step keeps one word-embedding copy per model chunk, and "
+                   "Megatron's finalize_model_grads would synchronise only the first; put 'm' on "
+                   "another pp rank or in rank 0's first stage"});
+}
+
 void check_experts_step(const Scenario& s, std::vector<Violation>& v) {
   const auto& m = s.model;
   if (m.moe_token_dispatcher_type == "flex")
@@ -197,6 +228,7 @@ void check_step_supports(const Scenario& s) {
                       "all_gather; a2a (Ulysses) is not in it yet");
   std::vector<Violation> v;
   check_attention_step(s, v);
+  check_mtp_step(s, v);
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
   if (s.model.mla.enabled()) check_mla_step(s, v);
@@ -309,6 +341,15 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
+  // Megatron's p2p_communication exchanges shapes first with variable_seq_lengths or
+  // mtp_standalone (the MTP stage sends [h0 | depth 1 | … | depth D] on).
+  exchange_shapes_ = par.variable_seq_lengths || mtp_standalone(scenario);
+  if (mtp_standalone(scenario)) {
+    const auto plans = pipeline_partition(scenario);
+    for (std::size_t v = 0; v < plans.size(); ++v)
+      if (plans[v].mtp_layers > 0)
+        program_->set_mtp_stage(static_cast<int>(v), ctx.sizes.pp, ctx.coords.pp);
+  }
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
@@ -372,10 +413,11 @@ void Trainer::finalize_grads() {
   else if (dims_.options.qk_layernorm && ctx_.sizes.tp > 1)
     all_reduce_shard_grads(need(groups_.tp, "tp"),
                            [](const ParameterSpec& p) { return p.heads_partial_grad; });
-  // The tied word embedding lives on the first and the last stage: sum their gradients
-  // (untied, each stage has its own: Megatron skips this reduction).
-  if (!dims_.options.untie_embeddings_and_output_weights && groups_.embedding &&
-      groups_.embedding->size() > 1)
+  // The tied word embedding lives on the first and the last stage, and so does the MTP
+  // block's copy: sum their gradients (untied and without MTP, each stage has its own:
+  // Megatron skips this reduction).
+  if ((!dims_.options.untie_embeddings_and_output_weights || dims_.mtp_num_layers > 0) &&
+      groups_.embedding && groups_.embedding->size() > 1)
     all_reduce_shard_grads(*groups_.embedding,
                            [](const ParameterSpec& p) { return p.name == kWordEmbedding; });
 }
@@ -433,6 +475,24 @@ double Trainer::global_grad_norm() {
   return std::sqrt(static_cast<double>(host));
 }
 
+// Megatron's MTPLossLoggingHelper reduces every depth's loss in one all-reduce (AVG over
+// the data-parallel × cp group).
+std::vector<double> Trainer::average_over_dp(const std::vector<double>& values) {
+  if (values.empty()) return {};
+  Tensor t = device_.allocate(Shape{static_cast<std::int64_t>(values.size())}, DType::fp32);
+  device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
+                   for (std::size_t i = 0; i < values.size(); ++i)
+                     out[i] = static_cast<float>(values[i]);
+                 }));
+  Communicator& dp = need(groups_.dp, "dp");
+  dp.all_reduce(stream_, t, ReduceOp::sum)->wait();
+  std::vector<float> host(values.size());
+  device_.download(stream_, t, host);
+  std::vector<double> out;
+  for (float v : host) out.push_back(static_cast<double>(v) / dp.size());
+  return out;
+}
+
 double Trainer::average_over_dp(double value) {
   Tensor t = device_.allocate(Shape{1}, DType::fp32);
   device_.upload(stream_, t, Device::ProduceFloats([&](std::span<float> out) {
@@ -486,8 +546,7 @@ StepResult Trainer::train_step() {
       .num_microbatches = static_cast<int>(m),
       .microbatch_group_size = scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
       .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute};
-  StepContext step{device_, stream_, need(groups_.pp, "pp"),
-                   scenario_.parallelism.variable_seq_lengths};
+  StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   buckets_->finish_param_gather();  // a stage whose forward needed none of them
   finalize_grads();
@@ -495,6 +554,7 @@ StepResult Trainer::train_step() {
   // Megatron averages the loss over dp for its log inside the step (the loss function), so
   // it never queues behind the next step's parameter all-gathers.
   const double loss = average_over_dp(program_->mean_loss());
+  const std::vector<double> mtp_losses = average_over_dp(program_->mean_mtp_losses());
   const double norm = global_grad_norm();
   // Megatron steps the optimizer at the rate of the scheduler's current step, then
   // advances the scheduler; the log shows the advanced rate.
@@ -512,7 +572,7 @@ StepResult Trainer::train_step() {
   }
   consumed_samples_ += global;
   ++iteration_;
-  return {loss, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+  return {loss, mtp_losses, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
 }
 
 double Trainer::evaluate() {
@@ -532,8 +592,7 @@ double Trainer::evaluate() {
   const std::int64_t iters = scenario_.training.eval_iters;
   for (std::int64_t k = 0; k < iters; ++k) {
     program_->begin_step(make_batch(*valid_, k * global, m), 1.0f, true);
-    StepContext step{device_, stream_, need(groups_.pp, "pp"),
-                     scenario_.parallelism.variable_seq_lengths};
+    StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
     run_schedule(ops, *program_, step);
     sum += program_->mean_loss();
   }

@@ -34,8 +34,9 @@ class MoeLayer;
 // fused attention op or with fewer query groups than tp ranks (key/value heads replicated
 // over tp), and the mixture-of-experts options beyond Megatron-Core's alltoall and allgather
 // dispatchers, dropless, with aux_loss balancing (the flex dispatcher, capacity factors, expert
-// tensor parallelism other than tp, other balancing losses, experts with biases). Every binding's
-// entry point calls it.
+// tensor parallelism other than tp, other balancing losses, experts with biases), and
+// multi-token prediction with context parallelism or FP8. Every binding's entry point
+// calls it.
 void check_step_supports(const Scenario& s);
 
 // The model's shape as the layers take it: the scenario's sizes and switches, this rank's
@@ -63,6 +64,8 @@ TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& grou
 
 struct StepResult {
   double lm_loss = 0;  // mean per-token loss (meaningful on the last stage)
+  // Multi-token prediction: each depth's mean loss, as Megatron logs "mtp_k loss" (last stage).
+  std::vector<double> mtp_losses;
   double grad_norm = 0;
   double learning_rate = 0;  // as Megatron logs it: the rate after this step's scheduler step
   std::int64_t global_batch_size = 0;
@@ -111,6 +114,7 @@ class Trainer {
   void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
   double global_grad_norm();
   double average_over_dp(double value);
+  std::vector<double> average_over_dp(const std::vector<double>& values);
 
   Scenario scenario_;
   ParallelContext ctx_;
@@ -128,6 +132,7 @@ class Trainer {
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;
+  bool exchange_shapes_ = false;  // every p2p's shapes first (StepContext)
   std::int64_t iteration_ = 0;
   // The 16-bit parameters lag the fp32 main values (after an optimizer step without the
   // distributed optimizer, whose gather refreshes them).

@@ -423,12 +423,14 @@ class LayoutCache {
  public:
   const Layout& of(const Scenario& s) {
     const auto& p = s.parallelism;
-    const LayoutSpec spec{s.cluster.world_size,           p.tensor_model_parallel_size,
-                          p.pipeline_model_parallel_size, p.context_parallel_size,
-                          p.expert_model_parallel_size,   p.order};
-    const std::string key = std::to_string(spec.world_size) + " " + std::to_string(spec.tp) + " " +
-                            std::to_string(spec.pp) + " " + std::to_string(spec.cp) + " " +
-                            std::to_string(spec.ep) + " " + spec.order;
+    const LayoutSpec spec{
+        s.cluster.world_size,    p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
+        p.context_parallel_size, p.expert_model_parallel_size, p.order,
+        embedding_stages(s)};
+    std::string key = std::to_string(spec.world_size) + " " + std::to_string(spec.tp) + " " +
+                      std::to_string(spec.pp) + " " + std::to_string(spec.cp) + " " +
+                      std::to_string(spec.ep) + " " + spec.order;
+    for (int stage : spec.embedding_stages) key += " e" + std::to_string(stage);
     auto it = layouts_.find(key);
     if (it == layouts_.end()) it = layouts_.emplace(key, make_layout(spec)).first;
     return it->second;

@@ -279,5 +279,43 @@ TEST(MegatronFlops, MultiLatentAttentionByHand) {
                    B * seq * (per_token + 6 * L * plain) + core);
 }
 
+// Megatron's transformer_flops with mtp_num_layers D: the attention terms count L + D
+// layers, the MLP D more layers of the last layer's kind, each depth its norms and eh_proj
+// 6·(3h + 2h²) per token, and the logits 6·h·V·(D + 1). Llama-3 8B with D = 1, by hand:
+// per token 6·(L + 1)·h·(3·ffn + 2q + 2kv) + 6·(3h + 2h²) + 6·h·V·2 + 6·s·(L + 1)·q.
+TEST(MegatronFlops, MultiTokenPredictionByHand) {
+  Scenario mtp = llama3_8b();
+  mtp.model.mtp_num_layers = 1;
+  const double L = 32, h = 4096, ffn = 14336, q = 4096, kv = 1024, V = 128256, s = 8192;
+  const double per_token = 6 * (L + 1) * h * (3 * ffn + 2 * q + 2 * kv) + 6 * (3 * h + 2 * h * h) +
+                           6 * h * V * 2 + 6 * s * (L + 1) * q;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(dense_shape(mtp), 128), 128 * s * per_token);
+  // Mixtral's last layer is an MoE layer: two depths add two MoE MLPs (top 2 of width
+  // 14336), 12 · B · s · h · (14336 · 2 · 1.5) each, over the same model's without MTP,
+  // besides their attention, norms, eh_proj and logits.
+  Scenario moe = mixtral_8x7b();
+  const double without = num_floating_point_operations(dense_shape(moe), 256);
+  moe.model.mtp_num_layers = 2;
+  const double with = num_floating_point_operations(dense_shape(moe), 256);
+  const double attention = 6 * h * (2 * q + 2 * kv) + 6 * 4096.0 * q;  // per token, per layer
+  const double depth =
+      12.0 * h * (14336.0 * 2 * 1.5) + attention + 6 * (3 * h + 2 * h * h) + 6 * h * 32000;
+  EXPECT_NEAR(with - without, 2 * 256 * 4096.0 * depth, 1e-12 * with);
+}
+
+// The MTP module beside the main model: per depth three norms, eh_proj 2h² and a layer of
+// the last layer's kind; neither in the total nor in the active count.
+TEST(ParameterCount, MultiTokenPredictionApart) {
+  Scenario s = mixtral_8x7b();
+  const ParameterCount without = parameter_count(dense_shape(s));
+  s.model.mtp_num_layers = 1;
+  const ParameterCount c = parameter_count(dense_shape(s));
+  EXPECT_EQ(c.total, without.total);
+  EXPECT_EQ(c.active, without.active);
+  const double h = 4096, norms = 3 * h;  // RMSNorm: a weight each
+  EXPECT_DOUBLE_EQ(c.mtp, norms + 2 * h * h + c.per_moe_layer);
+  EXPECT_DOUBLE_EQ(c.active_mtp, norms + 2 * h * h + c.active_moe_layer);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -122,18 +122,15 @@ TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
 }
 
 // Arguments that change the model tandem would build are refused, not listed as "not
-// modelled": DeepSeek's MTP would otherwise run without MTP.
+// modelled": MTP's hidden-state mixing would otherwise be left out.
 TEST(MegatronArgs, UnbuiltModelChangesAreRefusedNotIgnored) {
   const auto vs = violations_of([] {
-    parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-num-layers",
-                         "1", "--init-method-std", "0.006"});
+    parse_megatron_args({"--multi-latent-attention", "--kv-lora-rank", "512", "--mtp-hsm",
+                         "--init-method-std", "0.006"});
   });
   ASSERT_EQ(vs.size(), 1u);
-  EXPECT_EQ(vs[0].field, "--mtp-num-layers");
-  EXPECT_EQ(vs[0].value, "1");
-  // --mtp-num-layers 0 builds nothing.
-  const auto cl = parse_megatron_args({"--mtp-num-layers", "0"});
-  EXPECT_TRUE(not_modelled(cl, "--mtp-num-layers"));
+  EXPECT_EQ(vs[0].field, "--mtp-hsm");
+  EXPECT_NE(vs[0].rule.find("not built"), std::string::npos) << vs[0].rule;
 }
 
 // DeepSeek-V3's multi-latent attention flags become the scenario's fields.
@@ -151,6 +148,15 @@ TEST(MegatronArgs, MultiLatentAttentionIsModelled) {
   EXPECT_EQ(s.model.mla.q_head_dim(), 192);
   EXPECT_EQ(s.model.mla.v_head_dim, 128);
   EXPECT_EQ(s.model.mla.rope_type, "rope");
+}
+
+// Multi-token prediction is modelled: its two arguments set the scenario's fields.
+TEST(MegatronArgs, MultiTokenPredictionSetsItsFields) {
+  const auto cl =
+      parse_megatron_args({"--mtp-num-layers", "2", "--mtp-loss-scaling-factor", "0.3"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  EXPECT_EQ(cl.overrides, (std::vector<std::pair<std::string, std::string>>{
+                              {"mtp_num_layers", "2"}, {"mtp_loss_scaling_factor", "0.3"}}));
 }
 
 TEST(MegatronArgs, UnknownFlagsAreRefusedWithTheClosestMegatronFlag) {

@@ -254,12 +254,87 @@ TEST(PipelineRules, LayoutContents) {
   EXPECT_TRUE(Names(with(4, 2, "tE|tttL"), field, "tE|tttL", "must open its first stage"));
   EXPECT_TRUE(Names(with(4, 2, "Ett|tLt"), field, "Ett|tLt", "must close its last stage"));
   EXPECT_TRUE(Names(with(4, 2, "EEtt|ttL"), field, "EEtt|ttL", "'E' 2 times"));
-  EXPECT_TRUE(Names(with(4, 2, "Ett|ttmL"), field, "Ett|ttmL", "not build yet"));
+  // An MTP layer in a model without MTP (mtp_num_layers absent).
+  EXPECT_TRUE(Names(with(4, 2, "Ett|ttmL"), field, "Ett|ttmL", "but mtp_num_layers = 0"));
   // Named even when the stage count is wrong too (Megatron's example: 32 stages, pp 3).
-  EXPECT_TRUE(Names(with(60, 3, "Et*3|(tt|)*29,m|L"), field, "Et*3", "not build yet"));
+  EXPECT_TRUE(Names(with(60, 3, "Et*3|(tt|)*29,m|L"), field, "Et*3", "but mtp_num_layers = 0"));
   EXPECT_TRUE(Names(with(4, 2, "Ett|t?L"), field, "Ett|t?L", "unknown symbol '?'"));
   // Layers need not split evenly over pp any more.
   EXPECT_TRUE(with(5, 2, "Ett|tttL").empty());
+}
+
+// Multi-token prediction: without a layout its depths sit on the last chunk (Megatron's
+// is_pipeline_last_stage); a layout's 'm' puts them where it names them, counted as no
+// transformer layer. Megatron's DeepSeek-V3 example "Et*3|(tt|)*29,m|L" on pp 16: 32
+// virtual stages, vpp 2; stage 30 (pp rank 14, chunk 1) holds the MTP layer after
+// 3 + 2 · 29 = 61 layers, stage 31 (rank 15, chunk 1) the loss alone.
+Scenario mtp_scenario(int layers, int pp, int depths, const std::string& layout = "") {
+  Scenario s = scenario(layers, pp);
+  s.model.position_embedding_type = "rope";
+  s.model.mtp_num_layers = depths;
+  if (!layout.empty()) s.parallelism.pipeline_model_parallel_layout = layout;
+  return s;
+}
+
+TEST(PipelinePartition, MultiTokenPrediction) {
+  const Scenario even = mtp_scenario(4, 2, 2);
+  EXPECT_NO_THROW(validate(even));
+  EXPECT_EQ(pipeline_partition(even), plans({{0, 2, true, false, 0}, {2, 2, false, true, 2}}));
+  const Scenario local = mtp_scenario(4, 2, 1, "Ett|ttmL");
+  EXPECT_NO_THROW(validate(local));
+  EXPECT_EQ(pipeline_partition(local), plans({{0, 2, true, false, 0}, {2, 2, false, true, 1}}));
+  const Scenario deepseek = mtp_scenario(61, 16, 1, "Et*3|(tt|)*29,m|L");
+  EXPECT_NO_THROW(validate(deepseek));
+  EXPECT_EQ(virtual_pipeline_size(deepseek), 2);
+  EXPECT_EQ(plan_chunk(deepseek, 14, 1), (ChunkPlan{61, 0, false, false, 1}));
+  EXPECT_EQ(plan_chunk(deepseek, 15, 1), (ChunkPlan{61, 0, false, true, 0}));
+  expect_contiguous(pipeline_partition(deepseek), 61);
+  // Megatron's mtp_standalone, and pretrain_gpt.py's embedding ranks: the first stage, the
+  // MTP stage (14) and, tied, the last.
+  EXPECT_FALSE(mtp_standalone(even));
+  EXPECT_FALSE(mtp_standalone(local));
+  EXPECT_TRUE(embedding_stages(local).empty());
+  EXPECT_TRUE(mtp_standalone(deepseek));
+  EXPECT_EQ(embedding_stages(deepseek), (std::vector<int>{0, 14, 15}));
+  Scenario untied = deepseek;  // DeepSeek-V3's own: untied, so the last stage is not in it
+  untied.model.untie_embeddings_and_output_weights = true;
+  EXPECT_EQ(embedding_stages(untied), (std::vector<int>{0, 14}));
+}
+
+TEST(PipelineRules, MultiTokenPredictionLayout) {
+  const std::string field = "pipeline_model_parallel_layout";
+  EXPECT_TRUE(Names(invalid(mtp_scenario(4, 2, 2, "Ett|ttmL")), field, "Ett|ttmL",
+                    "names 1 multi-token-prediction layer ('m'), but mtp_num_layers = 2"));
+  EXPECT_TRUE(Names(invalid(mtp_scenario(4, 2, 1, "Etm|ttL")), field, "Etm|ttL",
+                    "decoder layers must be placed before MTP layers"));
+  EXPECT_TRUE(Names(invalid(mtp_scenario(4, 2, 2, "Ettm|ttmL")), field, "Ettm|ttmL",
+                    "all of them must be in the same one"));
+  // pp 2, 4 stages: stage 1 is pp rank 1's chunk 0, not its last.
+  EXPECT_TRUE(Names(invalid(mtp_scenario(2, 2, 1, "Ett|m||L")), field, "Ett|m||L",
+                    "virtual stage 0 of pp rank 1: they must be in the last virtual stage"));
+  // On pp rank 0's last chunk Megatron lets it stand.
+  EXPECT_TRUE(invalid(mtp_scenario(2, 2, 1, "Et|t|m|L")).empty());
+}
+
+TEST(PipelineRules, MultiTokenPredictionNeedsRopeOrNoPositions) {
+  Scenario s = mtp_scenario(4, 2, 1);
+  s.model.position_embedding_type = "learned_absolute";
+  EXPECT_TRUE(Names(invalid(s), "position_embedding_type", "learned_absolute",
+                    "must be rope or none with mtp_num_layers = 1"));
+  s.model.position_embedding_type = "none";
+  EXPECT_TRUE(invalid(s).empty());
+  // Full uniform recomputation checkpoints each depth alone.
+  s.training.recompute_granularity = "full";
+  s.training.recompute_num_layers = 2;
+  EXPECT_TRUE(Names(invalid(s), "recompute_num_layers", "2",
+                    "must be 1 with mtp_num_layers = 1 and full uniform recomputation"));
+  s.training.recompute_method = "block";
+  EXPECT_TRUE(invalid(s).empty());
+  // Megatron's flags reach the fields; 0 builds nothing.
+  apply_overrides(s, {{"--mtp-num-layers", "0"}, {"--mtp-loss-scaling-factor", "0.3"}});
+  EXPECT_EQ(mtp_depths(s.model), 0);
+  EXPECT_EQ(mtp_loss_scaling_factor(s.model), 0.3);
+  EXPECT_THROW(apply_overrides(s, {{"--mtp-num-layers", "-1"}}), ConfigError);
 }
 
 TEST(PipelineRules, UnevenStages) {

@@ -207,8 +207,8 @@ TEST(Scenario, RegistryIsConsistent) {
   // moe_expert_capacity_factor, moe_router_num_groups, moe_router_group_topk,
   // moe_router_topk_scaling_factor, expert_tensor_parallel_size, the two interleaving fields,
   // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets, the
-  // first and last pipeline stages' layer counts and the pipeline layout string; MLA's
-  // q_lora_rank and rope_type.
+  // first and last pipeline stages' layer counts, the pipeline layout string, MLA's
+  // q_lora_rank and rope_type, and mtp_num_layers and mtp_loss_scaling_factor.
   EXPECT_EQ(emitted + 22, scenario_fields().size());
 }
 

@@ -349,6 +349,16 @@ TEST(LayoutProperties, MiddleStageIsInNoEmbeddingGroup) {
   EXPECT_TRUE(make_parallel_context(l, 3).is_pipeline_last_stage());
 }
 
+// pretrain_gpt.py's get_embedding_ranks with a multi-token prediction stage of its own:
+// the first stage, the MTP stage and (tied) the last. TP 2 × PP 4 on 8 ranks, rank = tp +
+// 2·pp: the stages 0, 2 and 3 of each pp group [0, 2, 4, 6] and [1, 3, 5, 7].
+TEST(LayoutExample, EmbeddingGroupWithAnMtpStage) {
+  const Layout l = make_layout({.world_size = 8, .tp = 2, .pp = 4, .embedding_stages = {0, 2, 3}});
+  EXPECT_EQ(l.of(GroupKind::embedding), (Groups{{0, 4, 6}, {1, 5, 7}}));
+  EXPECT_EQ(make_parallel_context(l, 5).group(GroupKind::embedding), (std::vector<int>{1, 5, 7}));
+  EXPECT_FALSE(make_parallel_context(l, 2).in_group(GroupKind::embedding));
+}
+
 // ---- validation -------------------------------------------------------------------------
 
 // The violations of the ConfigError that make_layout(spec) throws.
@@ -369,6 +379,13 @@ void expect_single(const LayoutSpec& spec, const std::string& field, const std::
   EXPECT_EQ(v[0].field, field);
   EXPECT_EQ(v[0].value, value);
   EXPECT_NE(v[0].rule.find(rule_part), std::string::npos) << v[0].rule;
+}
+
+TEST(LayoutValidation, EmbeddingStagesInsideThePipeline) {
+  expect_single({.world_size = 4, .pp = 4, .embedding_stages = {0, 4}}, "embedding_stages", "4",
+                "increasing pipeline ranks in [0, pipeline_model_parallel_size = 4)");
+  expect_single({.world_size = 4, .pp = 4, .embedding_stages = {2, 1}}, "embedding_stages", "1",
+                "increasing");
 }
 
 TEST(LayoutValidation, SizesBelowOne) {

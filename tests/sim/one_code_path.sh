@@ -4,8 +4,8 @@
 # the same number of Device ops and the same op sequence (context parallelism, the
 # mixture of experts with balanced routing — DeepSeek-V3's router and token dropping too —,
 # FP8 linear layers, uneven pipeline stages, the split backward of ZB-H1 and
-# --delay-wgrad-compute, heads of kv_channels with QK layer norms, and multi-latent
-# attention included).
+# --delay-wgrad-compute, heads of kv_channels with QK layer norms, multi-latent attention
+# and multi-token prediction included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
 set -euo pipefail
 probe="$1"
@@ -44,6 +44,17 @@ layouts=(
   "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --swiglu true --normalization RMSNorm --disable-bias-linear true --use-flash-attn true --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall"
   "--world-size 4 --tensor-model-parallel-size 2 --sequence-parallel true --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 4 --moe-token-dispatcher-type allgather --moe-router-force-load-balancing true"
   "--world-size 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --disable-bias-linear true --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-router-force-load-balancing true --moe-token-dispatcher-type alltoall --use-distributed-optimizer true --overlap-grad-reduce true --ddp-bucket-size 20000 --recompute-granularity full"
+  # Multi-token prediction: 2 depths beside the loss under tp 2 × pp 2 with sequence
+  # parallelism, each recomputed from its inputs; one depth with the loss on a stage apart
+  # from the layers ("Etttt|mL"), untied, under ZB-H1
+  "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --position-embedding-type rope --mtp-num-layers 2 --recompute-granularity full"
+  "--world-size 2 --pipeline-model-parallel-size 2 --position-embedding-type none --untie-embeddings-and-output-weights true --pipeline-model-parallel-layout Etttt|mL --mtp-num-layers 1 --pipeline-schedule zb-h1"
+  # ... and on a stage of its own (Megatron's mtp_standalone): the stages after it exchange
+  # [h0 | depth 1], which the simulator allocates from the program's received_shape
+  "--world-size 3 --pipeline-model-parallel-size 3 --position-embedding-type rope --pipeline-model-parallel-layout Et|t|t|t|m|L --mtp-num-layers 1 --microbatch-group-size-per-virtual-pipeline-stage 4"
+  # ... and with context parallelism (tokens rolled over the whole sequence, the masked
+  # tail on cp rank 0) under tp 2 and sequence parallelism
+  "--world-size 4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel true --use-flash-attn true --position-embedding-type rope --mtp-num-layers 2"
   # FP8 linear layers (on an H100 preset, which has an FP8 rate): delayed scaling with its
   # amax reductions over tp and dp, and blockwise scaling with its columnwise copies
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --bf16 true --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --topology dgx-h100"

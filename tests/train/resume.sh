@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A run resumed from its iteration-3 checkpoint prints the same losses for iterations 4–6
-# as the uninterrupted run, on one process, on a 2-rank pipeline and on 2 data-parallel
+# as the uninterrupted run, on one process, on a 2-rank pipeline, on 2 data-parallel
 # ranks with the distributed optimizer (per-rank checkpoint files, each holding its shard
-# of the Adam moments); a damaged checkpoint is refused with exit code 2 and a message
-# naming the file.
+# of the Adam moments) and with 2 multi-token prediction depths on the pipeline's last
+# stage (their parameters and moments in its checkpoint); a damaged checkpoint is refused
+# with exit code 2 and a message naming the file.
 #   tests/train/resume.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"; scenario="$2"
@@ -12,11 +13,12 @@ trap 'rm -rf "$work"' EXIT
 common=(--mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
   --vocab-size 512 --train-iters 6 --lr-warmup-iters 1 --log-interval 1 --eval-interval 100
   --global-batch-size 8 --micro-batch-size 2 --threads 1)
-losses() { grep -o "lm loss: [0-9.E+-]*" | awk '{print $3}'; }
+losses() { grep -o "\(lm\|mtp_[0-9]*\) loss: [0-9.E+-]*" | awk '{print $3}'; }
 runs=(
   "1|"
   "2|--pipeline-model-parallel-size 2"
   "2|--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"
+  "2|--pipeline-model-parallel-size 2 --position-embedding-type rope --mtp-num-layers 2"
 )
 for k in "${!runs[@]}"; do
   ranks="${runs[$k]%%|*}"
@@ -28,9 +30,11 @@ for k in "${!runs[@]}"; do
     launch=(mpirun --oversubscribe --bind-to none -np "$ranks" "$tandem")
   fi
   dir="$work/ckpt$k"
-  straight=$("${launch[@]}" train "$scenario" "${common[@]}" "${extra[@]}" --save-interval 3 --save "$dir" | losses | tail -3)
+  straight=$("${launch[@]}" train "$scenario" "${common[@]}" "${extra[@]}" --save-interval 3 --save "$dir" | losses)
   echo 3 >"$dir/latest_checkpointed_iteration.txt"  # resume from the iteration-3 checkpoint
   resumed=$("${launch[@]}" train "$scenario" "${common[@]}" "${extra[@]}" --load "$dir" | losses)
+  # Iterations 4–6 of the uninterrupted run: its second half of the losses (lm, mtp_k).
+  straight=$(echo "$straight" | tail -n "$(($(echo "$straight" | wc -l) / 2))")
   echo "ranks $ranks $flags: uninterrupted $(echo $straight) | resumed $(echo $resumed)"
   [ "$straight" = "$resumed" ] || { echo "resumed losses differ"; exit 1; }
 done

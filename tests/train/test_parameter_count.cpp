@@ -18,13 +18,15 @@
 namespace tandem {
 namespace {
 
-// The whole model as one chunk (every layer, the embedding and the loss) on tp rank 0 of
-// `tp`, every expert on this rank (ep 1): the elements it registers.
+// The whole model as one chunk (every layer, the embedding, the loss and the MTP block) on
+// tp rank 0 of `tp`, every expert on this rank (ep 1): the elements it registers.
 double registered_parameters(const Scenario& s, int tp) {
   const Layout layout = make_layout({.world_size = tp, .tp = tp});
   const GptDims dims = gpt_dims(s, make_parallel_context(layout, 0));
   ParameterSet params(tp, 0);
-  const GptChunk chunk(params, dims, ChunkPlan{0, s.model.num_layers, true, true}, Recompute::none);
+  const GptChunk chunk(params, dims,
+                       ChunkPlan{0, s.model.num_layers, true, true, mtp_depths(s.model)},
+                       Recompute::none);
   double n = 0;
   for (const auto& p : params.all()) n += static_cast<double>(p.local_shape.numel());
   return n;
@@ -61,7 +63,8 @@ TEST(ParameterCount, EveryScenarioRegistersWhatItCounts) {
        std::filesystem::recursive_directory_iterator(TANDEM_SOURCE_DIR "/scenarios")) {
     if (entry.path().extension() != ".json") continue;
     const Scenario s = load_scenario(entry.path());
-    EXPECT_EQ(registered_parameters(s, 1), parameter_count(dense_shape(s)).total) << entry.path();
+    const ParameterCount c = parameter_count(dense_shape(s));
+    EXPECT_EQ(registered_parameters(s, 1), c.total + c.mtp) << entry.path();
     ++checked;
   }
   EXPECT_GT(checked, 20);
@@ -190,6 +193,95 @@ TEST(ParameterCount, Qwen3At235BTotalAnd22BActive) {
   EXPECT_NEAR(c.active, 22.0e9, 0.5e9);
   const double embeddings = 2.0 * padded_vocab_size(s) * s.model.hidden_size;
   EXPECT_NEAR(c.total - embeddings, 234.0e9, 0.5e9);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A GPT with 2 multi-token prediction depths: LayerNorm, biases, a 4h MLP, hidden 64 with 4
+// heads, vocabulary 512 (a multiple of 128), tied, no position embedding (MTP needs RoPE
+// or none). Optionally pp 2 with the depths beside the loss.
+Scenario mtp_model(int tp, int pp, bool untied, bool moe_last) {
+  Scenario s;
+  s.model.num_layers = 2;
+  s.model.hidden_size = 64;
+  s.model.num_attention_heads = 4;
+  s.model.seq_length = 32;
+  s.model.vocab_size = 512;
+  s.model.position_embedding_type = "none";
+  s.model.untie_embeddings_and_output_weights = untied;
+  s.model.mtp_num_layers = 2;
+  if (moe_last) {
+    s.model.num_experts = 4;
+    s.model.moe_layer_pattern = {0, 1};
+    s.model.disable_bias_linear = true;
+  }
+  s.parallelism.tensor_model_parallel_size = tp;
+  s.parallelism.sequence_parallel = tp > 1;  // Megatron's rule for MoE at tp > 1
+  s.parallelism.pipeline_model_parallel_size = pp;
+  if (pp == 2) s.parallelism.pipeline_model_parallel_layout = "Et|tmmL";
+  s.cluster.world_size = tp * pp;
+  validate(s);
+  return s;
+}
+
+// The elements pp rank r registers on tp rank 0, its chunks as the trainer builds them.
+double registered_on_stage(const Scenario& s, int r) {
+  const int tp = s.parallelism.tensor_model_parallel_size;
+  const GptDims dims = gpt_dims(s, make_parallel_context(make_layout({.world_size = 1}), 0));
+  ParameterSet params(tp, 0);
+  const GptChunk chunk(params, dims, plan_chunk(s, r, 0), Recompute::none);
+  double n = 0;
+  for (const auto& p : params.all()) n += static_cast<double>(p.local_shape.numel());
+  return n;
+}
+
+// By hand: a layer holds QKV 64 · 192 + 192 = 12480, the projection 64 · 64 + 64 = 4160,
+// fc1 64 · 256 + 256 = 16640, fc2 256 · 64 + 64 = 16448 and two LayerNorms of 128: 49984.
+// The main model: 2 layers, the word embedding 512 · 64 = 32768, the final norm 128:
+// 132864. A depth: enorm, hnorm and its final norm 3 · 128, eh_proj 64 · 128 = 8192 and a
+// layer: 58560; two of them 117120. On pp 2 ("Et|tmmL") rank 0 holds the embedding and a
+// layer, 82752; rank 1 a layer, the final norm, the word embedding's copy (the tied output
+// layer, which the depths embed with) and both depths: 49984 + 128 + 32768 + 117120 =
+// 200000. Untied, rank 1 holds the output layer besides the copy: 32768 more.
+TEST(ParameterCount, MultiTokenPredictionByHand) {
+  const Scenario one = mtp_model(1, 1, false, false);
+  const ParameterCount c = parameter_count(dense_shape(one));
+  EXPECT_EQ(c.total, 132864.0);
+  EXPECT_EQ(c.mtp, 117120.0);
+  EXPECT_EQ(registered_parameters(one, 1), 249984.0);
+  const Scenario two = mtp_model(1, 2, false, false);
+  EXPECT_EQ(registered_on_stage(two, 0), 82752.0);
+  EXPECT_EQ(registered_on_stage(two, 1), 200000.0);
+  const Scenario untied = mtp_model(1, 2, true, false);
+  EXPECT_EQ(registered_on_stage(untied, 1), 232768.0);
+  EXPECT_EQ(parameter_count(dense_shape(untied)).total, 132864.0 + 32768.0);
+}
+
+// Every form against the formulas: tied or not, the last layer dense or MoE (the depths'
+// layers follow it), tp 1 and 2, pp 1 and 2: the whole model registers total + mtp, and
+// each pp rank's busiest share is parameters_per_rank().
+TEST(ParameterCount, MultiTokenPredictionRegistersWhatItCounts) {
+  for (bool untied : {false, true})
+    for (bool moe_last : {false, true})
+      for (int tp : {1, 2})
+        for (int pp : {1, 2}) {
+          const Scenario s = mtp_model(tp, pp, untied, moe_last);
+          const DenseShape d = dense_shape(s);
+          const ParameterCount c = parameter_count(d);
+          const std::string what = "untied " + std::to_string(untied) + " moe " +
+                                   std::to_string(moe_last) + " tp " + std::to_string(tp) + " pp " +
+                                   std::to_string(pp);
+          EXPECT_EQ(registered_parameters(s, 1), c.total + c.mtp) << what;
+          EXPECT_EQ(d.mtp_moe, moe_last) << what;
+          std::vector<bool> moe_layer{false, moe_last};
+          EXPECT_EQ(busiest_stage_parameters(s),
+                    parameters_per_rank(d, tp, pp, 1, moe_layer, pipeline_partition(s)))
+              << what;
+        }
 }
 
 }  // namespace
