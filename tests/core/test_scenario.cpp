@@ -209,7 +209,7 @@ TEST(Scenario, RegistryIsConsistent) {
   // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets, the
   // first and last pipeline stages' layer counts, the pipeline layout string, MLA's
   // q_lora_rank and rope_type, and mtp_num_layers and mtp_loss_scaling_factor.
-  EXPECT_EQ(emitted + 22, scenario_fields().size());
+  EXPECT_EQ(emitted + 24, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------
