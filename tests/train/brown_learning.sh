@@ -21,7 +21,7 @@ log="$work/train.log"
   --eval-interval 100 --eval-iters 4 --threads 2 >"$log"
 first=$(grep -o "lm loss: [0-9.E+-]*" "$log" | head -1 | awk '{print $3}')
 valid=$(grep -o "lm loss value: [0-9.E+-]*" "$log" | tail -1 | awk '{print $4}')
-mtp=$(grep -o "mtp_1 loss: [0-9.E+-]*" "$log" | tail -1 | awk '{print $3}')
+mtp=$({ grep -o "mtp_1 loss: [0-9.E+-]*" "$log" || true; } | tail -1 | awk '{print $3}')
 python3 - "$work/brown_text_document.bin" "$first" "$valid" "${mtp:-none}" <<'PY'
 import array, collections, math, sys
 tokens = array.array("H")
