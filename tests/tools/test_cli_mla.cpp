@@ -1,7 +1,7 @@
 // Multi-latent attention through the command line: the simulator runs scenarios/mla-small.json
 // alone and under tensor (with sequence parallelism) and pipeline parallelism, reporting
-// Megatron's MLA FLOPs worked out by hand; DeepSeek-V3 from Megatron's flags has the
-// published 671B / 37B parameters; the layouts the step does not build are refused before
+// Megatron's MLA FLOPs worked out by hand; DeepSeek-V3 from Megatron's flags and from its
+// scenario has the published 671B / 37B parameters; the layouts the step does not build are refused before
 // any work, naming the field, the value and the rule.
 #include <gtest/gtest.h>
 
@@ -66,6 +66,27 @@ TEST(CliMla, DeepSeekV3FromMegatronFlagsHasThePublishedSize) {
   // The sums of core/test_flops.cpp's hand derivation (671.03B, 37.55B).
   EXPECT_DOUBLE_EQ(j["derived"]["parameters"].get<double>(), 671026404352.0);
   EXPECT_DOUBLE_EQ(j["derived"]["active_parameters"].get<double>(), 37552282624.0);
+}
+
+// scenarios/deepseek-v3-1024gpu.json: the same 671.03B / 37.55B as the flags above, and the
+// MTP module apart: per depth enorm, hnorm and its final norm (3h), eh_proj 2h², and an MoE
+// layer with MLA — router h·256, 256 experts and the shared one of 3·h·2048 each, the MLA
+// projections h·1536 + 1536·128·192 + h·(512 + 64) + 512·128·256 + 128·128·h with the two
+// latent norms (1536 + 512) and the layer's two norms (2h): 11,610,067,968 (DeepSeek's
+// "14B" also counts the module's copies of the embedding and output layer, 2·129280·h).
+TEST(CliMla, DeepSeekV3ScenarioHasThePublishedSizeAndItsMtpModuleApart) {
+  const auto r =
+      run("scenario " + std::string(TANDEM_SOURCE_DIR) + "/scenarios/deepseek-v3-1024gpu.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_DOUBLE_EQ(j["derived"]["parameters"].get<double>(), 671026404352.0);
+  EXPECT_DOUBLE_EQ(j["derived"]["active_parameters"].get<double>(), 37552282624.0);
+  const double h = 7168;
+  const double attention = h * 1536 + 1536.0 * 128 * 192 + h * (512 + 64) + 512.0 * 128 * 256 +
+                           128.0 * 128 * h + 1536 + 512;
+  const double moe_layer = attention + 2 * h + h * 256 + 257 * 3 * h * 2048;
+  EXPECT_DOUBLE_EQ(j["derived"]["mtp_parameters"].get<double>(), 3 * h + 2 * h * h + moe_layer);
+  EXPECT_DOUBLE_EQ(j["derived"]["mtp_parameters"].get<double>(), 11610067968.0);
 }
 
 TEST(CliMla, LayoutsTheStepDoesNotBuildAreRefusedBeforeWork) {
