@@ -1,8 +1,8 @@
 // Multi-latent attention through the command line: the simulator runs scenarios/mla-small.json
 // alone and under tensor (with sequence parallelism) and pipeline parallelism, reporting
 // Megatron's MLA FLOPs worked out by hand; DeepSeek-V3 from Megatron's flags and from its
-// scenario has the published 671B / 37B parameters; the layouts the step does not build are refused before
-// any work, naming the field, the value and the rule.
+// scenario has the published 671B / 37B parameters; the layouts the step does not build are refused
+// before any work, naming the field, the value and the rule.
 #include <gtest/gtest.h>
 
 #include <filesystem>
