@@ -37,20 +37,27 @@ std::string_view dtype_name(DType t) {
   throw std::logic_error("unknown dtype");
 }
 
-Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::vector<std::int64_t>(dims)) {}
-
-Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) {
-  for (auto d : dims_)
-    if (d < 0) throw std::invalid_argument("Shape: negative dimension " + std::to_string(d));
+void Shape::assign(const std::int64_t* dims, std::size_t rank) {
+  if (rank > kMaxRank)
+    throw std::invalid_argument("Shape: rank " + std::to_string(rank) + " exceeds the " +
+                                std::to_string(kMaxRank) + " dimensions a shape holds");
+  rank_ = rank;
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (dims[i] < 0)
+      throw std::invalid_argument("Shape: negative dimension " + std::to_string(dims[i]));
+    dims_[i] = dims[i];
+    numel_ *= dims[i];
+  }
 }
 
-std::int64_t Shape::numel() const {
-  return std::accumulate(dims_.begin(), dims_.end(), std::int64_t{1}, std::multiplies<>());
+void Shape::out_of_range(std::size_t i) const {
+  throw std::out_of_range("Shape: dimension " + std::to_string(i) + " of a rank-" +
+                          std::to_string(rank_) + " shape " + to_string());
 }
 
 std::string Shape::to_string() const {
   std::string s = "(";
-  for (std::size_t i = 0; i < dims_.size(); ++i) {
+  for (std::size_t i = 0; i < rank_; ++i) {
     if (i) s += ", ";
     s += std::to_string(dims_[i]);
   }

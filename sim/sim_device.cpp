@@ -181,14 +181,14 @@ std::size_t SimDevice::OpHash::operator()(const OpDesc& op) const {
   for (const std::size_t v : {static_cast<std::size_t>(op.dtype), static_cast<std::size_t>(op.m),
                               static_cast<std::size_t>(op.n), static_cast<std::size_t>(op.k),
                               static_cast<std::size_t>(op.batch), std::hash<double>{}(op.flops),
-                              std::hash<double>{}(op.bytes)})
+                              std::hash<double>{}(op.bytes), std::hash<float>{}(op.dropout)})
     h = h * 1099511628211ULL ^ v;
   return h;
 }
 
 bool SimDevice::OpEqual::operator()(const OpDesc& a, const OpDesc& b) const {
   return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch && a.dtype == b.dtype &&
-         a.flops == b.flops && a.bytes == b.bytes && a.op == b.op;
+         a.flops == b.flops && a.bytes == b.bytes && a.dropout == b.dropout && a.op == b.op;
 }
 
 const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {

@@ -58,6 +58,8 @@ struct SearchCliOptions {
   // Dry runs (and simulations) step every microbatch instead of extrapolating from two short
   // steps (ss::DryRunSteps).
   bool all_microbatches = false;
+  // Every candidate dry-run on every stage, no probe of its last stage first (as under mpirun).
+  bool no_probe = false;
 };
 
 // This process's place among `mpirun`'s ranks (1 and 0 without mpirun).
@@ -186,6 +188,7 @@ json dry_run_to_json(const ss::DryRun& d) {
           {"over_budget_before_step", d.over_budget_before_step},
           {"over_budget_in_step", d.over_budget_in_step},
           {"extrapolated", d.extrapolated},
+          {"probe", d.probe},
           {"lower_bound_seconds", d.lower_bound_seconds},
           {"busy_lower_bound", d.busy_lower_bound}};
 }
@@ -194,7 +197,7 @@ json dry_run_to_json(const ss::DryRun& d) {
 // their results in order. The first child draws the progress bar for its share.
 std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                                    const sim::SimDevice::Pricer& pricer, std::int64_t memory_budget,
-                                   ss::DryRunSteps steps, int jobs,
+                                   ss::DryRunSteps steps, ss::DryRunStages which, int jobs,
                                    const std::filesystem::path& dir, bool progress) {
   jobs = std::max(1, std::min<int>(jobs, static_cast<int>(scenarios.size())));
   std::vector<pid_t> pids;
@@ -210,9 +213,11 @@ std::vector<json> parallel_dry_run(const std::vector<Scenario>& scenarios, const
         for (std::size_t i = static_cast<std::size_t>(j); i < scenarios.size();
              i += static_cast<std::size_t>(jobs))
           mine.push_back(scenarios[i]);
-        const Progress bar(progress && j == 0, "dry run (memory, bound)");
+        const Progress bar(progress && j == 0, which == ss::DryRunStages::last
+                                                   ? "probe (last stage: memory, bound)"
+                                                   : "dry run (memory, bound)");
         // One engine for the whole share; progress comes from chunks of it.
-        const auto results = ss::dry_run(mine, topology, pricer, memory_budget, steps);
+        const auto results = ss::dry_run(mine, topology, pricer, memory_budget, steps, which);
         bar.done();
         json out = json::array();
         for (const auto& r : results) out.push_back(dry_run_to_json(r));
@@ -259,6 +264,9 @@ struct Outcome {
   std::string error;
   int rank = 0;           // 1-based among simulated, by iteration time
   int simulated_as = -1;  // the id of the candidate whose simulation this one shares
+  bool over_before_step = false, over_in_step = false;  // the dry run's budget, as in ss::DryRun
+  // Only its last pipeline stage was dry-run (a probe): the memory and bound are that stage's.
+  bool probed_only = false;
 };
 
 double gib(std::int64_t b) {
@@ -446,6 +454,7 @@ json candidate_json(const ss::Candidate& c, const Outcome& o) {
          {"outcome", o.status},
          {"peak_memory_bytes", o.peak_memory_bytes},
          {"peak_memory_is_lower_bound", o.peak_is_lower_bound},
+         {"probed_only", o.probed_only},
          {"lower_bound_seconds", o.lower_bound_seconds}};
   if (o.simulated_as >= 0) j["simulated_as"] = o.simulated_as;
   if (o.status == "simulated") {
@@ -568,22 +577,38 @@ void run_search(SearchCliOptions& o) {
     if (inserted) keyed.push_back(e.valid[i].scenario);
     key_of[i] = it->second;
   }
+  std::map<std::size_t, std::vector<std::size_t>> twins_of;  // dry-run key → its candidates
+  for (std::size_t i = 0; i < e.valid.size(); ++i) twins_of[key_of[i]].push_back(i);
   auto cost = std::make_shared<sim::CostModel>(topology.gpu, table);
   const sim::SimDevice::Pricer pricer = [cost](const sim::OpDesc& op) { return cost->seconds(op); };
-  std::vector<Scenario> my_keys;
-  for (std::size_t k = static_cast<std::size_t>(ranks.rank); k < keyed.size();
-       k += static_cast<std::size_t>(ranks.size))
-    my_keys.push_back(keyed[k]);
   const auto gpu_bytes = static_cast<double>(topology.gpu.memory.value);
   const double budget = gpu_bytes * (1 - o.memory_headroom);
-  const auto td0 = Clock::now();
-  const auto mine =
-      parallel_dry_run(my_keys, topology, pricer, static_cast<std::int64_t>(budget),
-                       o.all_microbatches ? ss::DryRunSteps::all : ss::DryRunSteps::extrapolated,
-                       o.jobs, scratch.path(), tty);
-  const MpiSession mpi(ranks);
+  const ss::DryRunSteps steps =
+      o.all_microbatches ? ss::DryRunSteps::all : ss::DryRunSteps::extrapolated;
+  // One process probes every key on its last pipeline stage (DryRunStages::last) and steps
+  // in full only the keys whose probe bound is still under the K-th best simulated time.
+  // Under mpirun every key is stepped in full before MPI starts: a rank must not fork after
+  // MPI_Init, and the later dry runs would need forked workers.
+  const bool probing = !ranks.mpi && !o.no_probe;
   std::vector<json> dry(keyed.size());
+  std::vector<bool> stepped(keyed.size(), !probing);  // dry-run on every stage
+  std::size_t probes = 0, full_dry_runs = 0;
+  double dry_seconds = 0;
+  std::vector<json> mine;  // under mpirun: this rank's share of the keys, as keyed[rank + k·size]
   {
+    const auto td0 = Clock::now();
+    std::vector<Scenario> my_keys;
+    for (std::size_t k = static_cast<std::size_t>(ranks.rank); k < keyed.size();
+         k += static_cast<std::size_t>(ranks.size))
+      my_keys.push_back(keyed[k]);
+    mine = parallel_dry_run(my_keys, topology, pricer, static_cast<std::int64_t>(budget), steps,
+                            probing ? ss::DryRunStages::last : ss::DryRunStages::all, o.jobs,
+                            scratch.path(), tty);
+    dry_seconds += std::chrono::duration<double>(Clock::now() - td0).count();
+  }
+  const MpiSession mpi(ranks);
+  {
+    const auto td0 = Clock::now();
     json part = json::array();
     for (const auto& m : mine) part.push_back(m);
     const auto parts = all_gather_text(ranks, part.dump());
@@ -591,32 +616,28 @@ void run_search(SearchCliOptions& o) {
       const json p = json::parse(parts[r]);
       for (std::size_t k = 0; k < p.size(); ++k) dry[r + k * parts.size()] = p[k];
     }
+    dry_seconds += std::chrono::duration<double>(Clock::now() - td0).count();
+    (probing ? probes : full_dry_runs) = keyed.size();
   }
-  const double dry_seconds = std::chrono::duration<double>(Clock::now() - td0).count();
 
   std::vector<Outcome> outs(e.valid.size());
-  std::vector<std::size_t> order;
-  std::int64_t pruned_memory = 0, pruned_before_step = 0, pruned_in_step = 0;
-  for (std::size_t i = 0; i < e.valid.size(); ++i) {
-    const json& d = dry[key_of[i]];
-    outs[i].peak_memory_bytes = d["peak_memory_bytes"].get<std::int64_t>();
-    const bool before_step = d["over_budget_before_step"].get<bool>();
-    const bool in_step = d["over_budget_in_step"].get<bool>();
-    outs[i].peak_is_lower_bound = before_step || in_step;
-    pruned_before_step += before_step;
-    pruned_in_step += in_step;
-    outs[i].lower_bound_seconds = d["lower_bound_seconds"].get<double>();
-    if (static_cast<double>(outs[i].peak_memory_bytes) > budget) {
-      outs[i].status = "pruned_memory";
-      ++pruned_memory;
-      continue;
+  // Key k's latest dry run (probe or full) to its candidates, before any is simulated.
+  auto apply_dry_run = [&](std::size_t k) {
+    const json& d = dry[k];
+    if (!d.value("probe", false)) stepped[k] = true;  // one stage is the whole pipeline
+    for (const std::size_t i : twins_of[k]) {
+      Outcome& out = outs[i];
+      out.peak_memory_bytes = d["peak_memory_bytes"].get<std::int64_t>();
+      out.over_before_step = d["over_budget_before_step"].get<bool>();
+      out.over_in_step = d["over_budget_in_step"].get<bool>();
+      out.probed_only = !stepped[k];
+      out.peak_is_lower_bound = out.over_before_step || out.over_in_step || out.probed_only;
+      out.lower_bound_seconds = d["lower_bound_seconds"].get<double>();
+      out.status =
+          static_cast<double>(out.peak_memory_bytes) > budget ? "pruned_memory" : "estimated_only";
     }
-    outs[i].status = "estimated_only";
-    order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return outs[a].lower_bound_seconds < outs[b].lower_bound_seconds;
-  });
+  };
+  for (std::size_t k = 0; k < keyed.size(); ++k) apply_dry_run(k);
   // The baseline is simulated in the first round whatever its bound, to say where it ranks.
   const std::size_t baseline = e.valid.front().baseline ? 0 : e.valid.size();
 
@@ -624,11 +645,12 @@ void run_search(SearchCliOptions& o) {
   // iteration time.
   const std::size_t round_size =
       static_cast<std::size_t>(ranks.size) * static_cast<std::size_t>(o.jobs);
-  std::vector<double> times;  // simulated iteration times, sorted
+  std::vector<double> times;       // simulated iteration times, sorted
+  std::vector<std::size_t> order;  // stepped candidates still estimated only, by bound
   std::size_t next = 0;
   bool first_round = true;
   std::size_t simulated = 0, failed = 0, shared = 0;
-  const auto ts0 = Clock::now();
+  double sim_seconds = 0;
   const Progress bar(tty, "simulating");
   auto kth_best = [&] {
     return times.size() >= static_cast<std::size_t>(o.top)
@@ -670,8 +692,6 @@ void run_search(SearchCliOptions& o) {
   // result does not depend on when a simulation finished (one process pulls the next
   // candidate as a child ends, several ranks go in rounds), and both give one ranking.
   std::map<std::size_t, std::size_t> simulated_for;  // dry-run key → the candidate simulated
-  std::map<std::size_t, std::vector<std::size_t>> twins_of;  // dry-run key → its candidates
-  for (std::size_t i = 0; i < e.valid.size(); ++i) twins_of[key_of[i]].push_back(i);
   auto share = [&](std::size_t from, std::size_t to) {
     outs[to].status = outs[from].status;
     outs[to].report = outs[from].report;
@@ -711,75 +731,135 @@ void run_search(SearchCliOptions& o) {
     bar.update(simulated + failed, simulated + failed + qualifying(),
                "  (K-th best " + std::to_string(kth_best()).substr(0, 6) + " s)");
   };
-  if (ranks.size == 1) {
-    // One process: a new child starts as soon as one finishes, with the next candidate in
-    // bound order whose bound is still under the K-th best simulated time. The K-th best
-    // only falls, so a candidate refused once stays refused: the top K is as exact as in
-    // rounds, with no core idle while a round's slowest simulation finishes.
-    std::map<std::filesystem::path, std::size_t> index_of;
-    auto next_sim = [&]() -> std::optional<ChildSimulation> {
-      std::size_t pick = e.valid.size();
-      if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
-        pick = baseline;
-        needs_simulation(baseline);
-      } else {
-        while (pick == e.valid.size() && next < order.size() &&
-               outs[order[next]].lower_bound_seconds <= kth_best()) {
-          const std::size_t i = order[next++];
-          if (i != baseline && needs_simulation(i)) pick = i;
+  // Simulates the stepped candidates still estimated only, in bound order, until the next
+  // bound exceeds the K-th best simulated time.
+  auto simulate_in_bound_order = [&] {
+    const auto ts = Clock::now();
+    order.clear();
+    next = 0;
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].status == "estimated_only" && stepped[key_of[i]]) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return outs[a].lower_bound_seconds < outs[b].lower_bound_seconds;
+    });
+    if (ranks.size == 1) {
+      // One process: a new child starts as soon as one finishes, with the next candidate in
+      // bound order whose bound is still under the K-th best simulated time. The K-th best
+      // only falls, so a candidate refused once stays refused: the top K is as exact as in
+      // rounds, with no core idle while a round's slowest simulation finishes.
+      std::map<std::filesystem::path, std::size_t> index_of;
+      auto next_sim = [&]() -> std::optional<ChildSimulation> {
+        std::size_t pick = e.valid.size();
+        if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
+          pick = baseline;
+          needs_simulation(baseline);
+        } else {
+          while (pick == e.valid.size() && next < order.size() &&
+                 outs[order[next]].lower_bound_seconds <= kth_best()) {
+            const std::size_t i = order[next++];
+            if (i != baseline && needs_simulation(i)) pick = i;
+          }
         }
+        first_round = false;
+        if (pick == e.valid.size()) return std::nullopt;
+        ChildSimulation sim = make_sim(pick);
+        index_of[sim.json] = pick;
+        return sim;
+      };
+      // Not under mpirun, this process holds no threads, MPI or SimGrid engine (the dry runs
+      // ran in forked workers): the children are forks that run the command line.
+      const ChildRunner in_fork = [](const std::vector<std::string>& args) {
+        return run_command_line(args);
+      };
+      run_pulled_simulations(
+          o.jobs, next_sim,
+          [&](const ChildSimulation& sim, const ChildResult& result) {
+            record(outcome_of(index_of.at(sim.json), result));
+            progress();
+          },
+          ranks.mpi ? ChildRunner{} : in_fork);
+    }
+    // Several processes (mpirun): rounds of R × J simulations in bound order, gathered after
+    // each round so that every rank decides the next round alike.
+    while (ranks.size > 1) {
+      std::vector<std::size_t> batch;
+      if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
+        batch.push_back(baseline);  // and never again below
+        needs_simulation(baseline);
+      }
+      while (batch.size() < round_size && next < order.size() &&
+             outs[order[next]].lower_bound_seconds <= kth_best()) {
+        if (order[next] != baseline && needs_simulation(order[next])) batch.push_back(order[next]);
+        ++next;
       }
       first_round = false;
-      if (pick == e.valid.size()) return std::nullopt;
-      ChildSimulation sim = make_sim(pick);
-      index_of[sim.json] = pick;
-      return sim;
-    };
-    // Not under mpirun, this process holds no threads, MPI or SimGrid engine (the dry runs
-    // ran in forked workers): the children are forks that run the command line.
-    const ChildRunner in_fork = [](const std::vector<std::string>& args) {
-      return run_command_line(args);
-    };
-    run_pulled_simulations(
-        o.jobs, next_sim,
-        [&](const ChildSimulation& sim, const ChildResult& result) {
-          record(outcome_of(index_of.at(sim.json), result));
-          progress();
-        },
-        ranks.mpi ? ChildRunner{} : in_fork);
-  }
-  // Several processes (mpirun): rounds of R × J simulations in bound order, gathered after
-  // each round so that every rank decides the next round alike.
-  while (ranks.size > 1) {
-    std::vector<std::size_t> batch;
-    if (first_round && baseline < e.valid.size() && outs[baseline].status == "estimated_only") {
-      batch.push_back(baseline);  // and never again below
-      needs_simulation(baseline);
+      if (batch.empty()) break;
+      std::vector<ChildSimulation> sims;
+      std::vector<std::size_t> which;
+      for (std::size_t b = static_cast<std::size_t>(ranks.rank); b < batch.size();
+           b += static_cast<std::size_t>(ranks.size)) {
+        sims.push_back(make_sim(batch[b]));
+        which.push_back(batch[b]);
+      }
+      const auto results = run_child_simulations(sims, o.jobs);
+      json part = json::array();
+      for (std::size_t k = 0; k < results.size(); ++k)
+        part.push_back(outcome_of(which[k], results[k]));
+      for (const auto& text : all_gather_text(ranks, part.dump()))
+        for (const auto& r : json::parse(text)) record(r);
+      progress();
     }
-    while (batch.size() < round_size && next < order.size() &&
-           outs[order[next]].lower_bound_seconds <= kth_best()) {
-      if (order[next] != baseline && needs_simulation(order[next])) batch.push_back(order[next]);
-      ++next;
+    sim_seconds += std::chrono::duration<double>(Clock::now() - ts).count();
+  };
+  if (!probing) {
+    simulate_in_bound_order();
+  } else {
+    // The keys their probe left open, by probe bound: stepped in full in chunks, the lowest
+    // bounds first, each chunk simulated before the next is taken, against the K-th best
+    // time so far. A key never stepped has a probe bound, itself a lower bound on its
+    // iteration time, above a K-th best time that only falls: it cannot enter the top K.
+    std::vector<std::size_t> open;
+    for (std::size_t k = 0; k < keyed.size(); ++k)
+      if (!stepped[k] && outs[twins_of[k].front()].status == "estimated_only") open.push_back(k);
+    auto probe_bound = [&](std::size_t k) { return dry[k]["lower_bound_seconds"].get<double>(); };
+    std::stable_sort(open.begin(), open.end(),
+                     [&](std::size_t a, std::size_t b) { return probe_bound(a) < probe_bound(b); });
+    const std::size_t baseline_key = baseline < e.valid.size() ? key_of[baseline] : keyed.size();
+    // The first chunk holds a few candidates per simulation slot; it doubles while fewer
+    // than K fit in memory, and once the K-th best time exists the rest go in one chunk.
+    std::size_t taken = 0,
+                chunk = std::max<std::size_t>(32, 4 * static_cast<std::size_t>(o.top * o.jobs));
+    for (;;) {
+      std::vector<std::size_t> batch;
+      if (baseline_key < keyed.size() && !stepped[baseline_key] &&
+          outs[baseline].status == "estimated_only")
+        batch.push_back(baseline_key);
+      while (taken < open.size() && batch.size() < chunk &&
+             probe_bound(open[taken]) <= kth_best()) {
+        const std::size_t k = open[taken++];
+        if (!stepped[k]) batch.push_back(k);
+      }
+      if (!batch.empty()) {
+        const auto td = Clock::now();
+        std::vector<Scenario> scenarios;
+        for (const std::size_t k : batch) scenarios.push_back(keyed[k]);
+        const auto results =
+            parallel_dry_run(scenarios, topology, pricer, static_cast<std::int64_t>(budget), steps,
+                             ss::DryRunStages::all, o.jobs, scratch.path(), tty);
+        dry_seconds += std::chrono::duration<double>(Clock::now() - td).count();
+        full_dry_runs += batch.size();
+        for (std::size_t b = 0; b < batch.size(); ++b) {
+          dry[batch[b]] = results[b];
+          apply_dry_run(batch[b]);
+        }
+      }
+      // Also when no key needed stepping: a probe of one stage is the whole pipeline's.
+      simulate_in_bound_order();
+      if (batch.empty()) break;
+      chunk = std::isfinite(kth_best()) ? open.size() + 1 : 2 * chunk;
     }
-    first_round = false;
-    if (batch.empty()) break;
-    std::vector<ChildSimulation> sims;
-    std::vector<std::size_t> which;
-    for (std::size_t b = static_cast<std::size_t>(ranks.rank); b < batch.size();
-         b += static_cast<std::size_t>(ranks.size)) {
-      sims.push_back(make_sim(batch[b]));
-      which.push_back(batch[b]);
-    }
-    const auto results = run_child_simulations(sims, o.jobs);
-    json part = json::array();
-    for (std::size_t k = 0; k < results.size(); ++k)
-      part.push_back(outcome_of(which[k], results[k]));
-    for (const auto& text : all_gather_text(ranks, part.dump()))
-      for (const auto& r : json::parse(text)) record(r);
-    progress();
   }
   bar.done();
-  const double sim_seconds = std::chrono::duration<double>(Clock::now() - ts0).count();
 
   // Rank the simulated by iteration time (ties: enumeration order).
   std::vector<std::size_t> ranked;
@@ -792,6 +872,13 @@ void run_search(SearchCliOptions& o) {
   for (std::size_t r = 0; r < ranked.size(); ++r) outs[ranked[r]].rank = static_cast<int>(r + 1);
   const std::size_t estimated_only = static_cast<std::size_t>(std::count_if(
       outs.begin(), outs.end(), [](const Outcome& x) { return x.status == "estimated_only"; }));
+  std::int64_t pruned_memory = 0, pruned_before_step = 0, pruned_in_step = 0;
+  for (const Outcome& x : outs) {
+    if (x.status != "pruned_memory") continue;
+    ++pruned_memory;
+    pruned_before_step += x.over_before_step;
+    pruned_in_step += x.over_in_step;
+  }
   if (!root) return;
 
   std::int64_t invalid = 0, duplicates = 0;
@@ -804,18 +891,19 @@ void run_search(SearchCliOptions& o) {
                 base.name.c_str(), world, topology.name.c_str(), base.training.global_batch_size,
                 o.jobs, ranks.size);
   std::cout << line;
-  std::snprintf(line, sizeof line,
-                "  enumerated %lld: invalid %lld, duplicate %lld, valid %zu (%zu dry runs in "
-                "%.1f s); over memory %lld; simulated %zu (%zu failed; %zu by a twin's "
-                "simulation: same layout up to node numbering) in %.1f s (%.2f s each on %d "
-                "core(s)); estimated only %zu\n",
-                static_cast<long long>(e.enumerated), static_cast<long long>(invalid),
-                static_cast<long long>(duplicates), e.valid.size(), keyed.size(), dry_seconds,
-                static_cast<long long>(pruned_memory), simulated, failed, shared, sim_seconds,
-                simulated + failed > shared ? sim_seconds * o.jobs * ranks.size /
-                                                  static_cast<double>(simulated + failed - shared)
-                                            : 0.0,
-                o.jobs * ranks.size, estimated_only);
+  std::snprintf(
+      line, sizeof line,
+      "  enumerated %lld: invalid %lld, duplicate %lld, valid %zu (%zu probed on their "
+      "last stage, %zu dry runs on every stage: %.1f s); over memory %lld; simulated "
+      "%zu (%zu failed; %zu by a twin's simulation: same layout up to node "
+      "numbering) in %.1f s (%.2f s each on %d core(s)); estimated only %zu\n",
+      static_cast<long long>(e.enumerated), static_cast<long long>(invalid),
+      static_cast<long long>(duplicates), e.valid.size(), probes, full_dry_runs, dry_seconds,
+      static_cast<long long>(pruned_memory), simulated, failed, shared, sim_seconds,
+      simulated + failed > shared
+          ? sim_seconds * o.jobs * ranks.size / static_cast<double>(simulated + failed - shared)
+          : 0.0,
+      o.jobs * ranks.size, estimated_only);
   std::cout << line;
   if (estimated_only > 0) {
     std::snprintf(line, sizeof line,
@@ -883,7 +971,8 @@ void run_search(SearchCliOptions& o) {
              {"invalid", invalid},
              {"duplicate", duplicates},
              {"valid", e.valid.size()},
-             {"dry_runs", keyed.size()},
+             {"probes", probes},
+             {"dry_runs", full_dry_runs},
              {"pruned_memory", pruned_memory},
              {"pruned_memory_before_step", pruned_before_step},
              {"pruned_memory_in_step", pruned_in_step},
@@ -973,6 +1062,9 @@ void add_search_command(CLI::App& app) {
   cmd->add_flag("--all-microbatches", opts->all_microbatches,
                 "Dry runs step every microbatch instead of extrapolating each stage's step "
                 "from two short ones (slower; for checking the extrapolation)");
+  cmd->add_flag("--no-probe", opts->no_probe,
+                "Dry-run every candidate on every pipeline stage, without probing its last "
+                "stage first (as under mpirun; slower, for checking the probe)");
   cmd->add_flag("--quiet", opts->quiet, "No progress bar");
   opts->scenario.without_file = ScenarioOptions::WithoutFile::megatron_when_flagged;
   add_scenario_options(*cmd, opts->scenario);

@@ -324,9 +324,10 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
 }
 
 // The stages the dry run steps: 0, 1 and pp − 1, or each when the middle ones differ;
-// stage 0 first (it holds the most microbatches in flight).
-std::vector<int> stages_to_run(const Scenario& s) {
+// stage 0 first (it holds the most microbatches in flight). A probe: pp − 1 alone.
+std::vector<int> stages_to_run(const Scenario& s, DryRunStages which) {
   const int pp = s.parallelism.pipeline_model_parallel_size;
+  if (which == DryRunStages::last) return {pp - 1};
   std::vector<int> stages{0};
   if (middle_stages_alike(s)) {
     if (pp > 2) stages.push_back(1);
@@ -339,9 +340,10 @@ std::vector<int> stages_to_run(const Scenario& s) {
 
 // Every stage's step at the scenario's m; the first stage over the budget ends the run.
 StageRuns run_stages(const Scenario& s, const Layout& layout, const Topology& topology,
-                     const SimDevice::Pricer& pricer, std::int64_t memory_budget) {
+                     const SimDevice::Pricer& pricer, std::int64_t memory_budget,
+                     DryRunStages which) {
   StageRuns runs;
-  for (int stage : stages_to_run(s)) {
+  for (int stage : stages_to_run(s, which)) {
     run_stage(s, topology, layout, stage, pricer, memory_budget, runs);
     if (runs.budget != Budget::within) break;
   }
@@ -382,13 +384,11 @@ std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& 
 // has none, goes over the budget in one or they disagree. Over the budget while building,
 // `built` is set (the model is built alike at any m); during a short step, `crossed` names
 // the stage (its step at m decides).
-std::optional<std::vector<StageDryRun>> extrapolated_stages(const Scenario& s, const Layout& layout,
-                                                            const Topology& topology,
-                                                            const SimDevice::Pricer& pricer,
-                                                            std::int64_t memory_budget,
-                                                            std::optional<std::int64_t>& built,
-                                                            std::optional<int>& crossed) {
-  const std::vector<int> stages = stages_to_run(s);
+std::optional<std::vector<StageDryRun>> extrapolated_stages(
+    const Scenario& s, const Layout& layout, const Topology& topology,
+    const SimDevice::Pricer& pricer, std::int64_t memory_budget, DryRunStages which,
+    std::optional<std::int64_t>& built, std::optional<int>& crossed) {
+  const std::vector<int> stages = stages_to_run(s, which);
   std::vector<ShortSteps> ks;
   for (int stage : stages) {
     const auto k = short_steps(s, stage);
@@ -441,14 +441,15 @@ class LayoutCache {
 };
 
 DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice::Pricer& pricer,
-                    std::int64_t memory_budget, DryRunSteps steps, LayoutCache& layouts) {
+                    std::int64_t memory_budget, DryRunSteps steps, DryRunStages which,
+                    LayoutCache& layouts) {
   const auto& p = s.parallelism;
   const Layout& layout = layouts.of(s);
   std::optional<std::vector<StageDryRun>> stages;
   if (steps == DryRunSteps::extrapolated) {
     std::optional<std::int64_t> built;
     std::optional<int> crossed;
-    stages = extrapolated_stages(s, layout, topology, pricer, memory_budget, built, crossed);
+    stages = extrapolated_stages(s, layout, topology, pricer, memory_budget, which, built, crossed);
     if (built) return DryRun{.peak_memory_bytes = *built, .over_budget_before_step = true};
     if (crossed) {
       // The stage whose short step crossed the budget, stepped at m first: over there, the
@@ -462,7 +463,7 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
   DryRun r;
   r.extrapolated = stages.has_value();
   if (!stages) {
-    StageRuns at_m = run_stages(s, layout, topology, pricer, memory_budget);
+    StageRuns at_m = run_stages(s, layout, topology, pricer, memory_budget, which);
     if (at_m.budget != Budget::within)
       return DryRun{.peak_memory_bytes = at_m.over_bytes,
                     .over_budget_before_step = at_m.budget == Budget::over_building,
@@ -470,6 +471,7 @@ DryRun run_scenario(const Scenario& s, const Topology& topology, const SimDevice
     stages = std::move(at_m.stages);
   }
   r.stages = std::move(*stages);
+  r.probe = which == DryRunStages::last && stages_to_run(s, DryRunStages::all).size() > 1;
   for (const auto& st : r.stages) {
     r.peak_memory_bytes = std::max(r.peak_memory_bytes, st.peak_memory_bytes);
     r.busy_lower_bound = std::max({r.busy_lower_bound, st.busy_seconds, st.host_seconds});
@@ -538,7 +540,7 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
 
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                             const SimDevice::Pricer& pricer, std::int64_t memory_budget,
-                            DryRunSteps steps) {
+                            DryRunSteps steps, DryRunStages which) {
   std::vector<DryRun> results;
   if (scenarios.empty()) return results;
   xbt_log_control_set("xbt_cfg.thresh:warning");
@@ -554,7 +556,7 @@ std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topolo
     try {
       LayoutCache layouts;
       for (const auto& s : scenarios)
-        results.push_back(run_scenario(s, topology, pricer, memory_budget, steps, layouts));
+        results.push_back(run_scenario(s, topology, pricer, memory_budget, steps, which, layouts));
     } catch (...) {
       failure = std::current_exception();
     }

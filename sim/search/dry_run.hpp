@@ -61,9 +61,18 @@ struct DryRun {
   // The stages' figures were extended to m from two short steps (DryRunSteps::extrapolated).
   bool extrapolated = false;
   // 0, 1, pp − 1 (those that exist), or every stage when the middle ones differ (a
-  // pipeline_model_parallel_layout string).
+  // pipeline_model_parallel_layout string); pp − 1 alone for a probe.
   std::vector<StageDryRun> stages;
+  // A probe (DryRunStages::last) of a pipeline with more stages: the last stage's high-water
+  // mark and clock are lower bounds on the candidate's (the pipeline bound needs the others).
+  bool probe = false;
 };
+
+// Which pipeline stages a dry run steps. `last` probes a candidate: the last stage alone,
+// the cheapest (its 1F1B warm-up is empty: short steps of 2 and 3 microbatches against
+// pp + 1 and pp + 2 on stage 0), so `tandem search` can probe every candidate and step in
+// full only those whose probe bound is still under the K-th best simulated time.
+enum class DryRunStages { all, last };
 
 // How many microbatches a dry run steps through. A stage's step at m microbatches is its
 // warm-up, m − warm-up identical steady-state periods and its cool-down: with communicators
@@ -100,10 +109,11 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp);
 // stages is run at its m1 and m2 and extrapolated to the scenario's m; when the two short steps
 // disagree on anything that must not depend on m (the memory high-water mark, where the first
 // pipeline send and receive fall), or one goes over the budget during its step, it is run at m
-// instead.
+// instead. With DryRunStages::last only the last pipeline stage runs (DryRun::probe).
 std::vector<DryRun> dry_run(const std::vector<Scenario>& scenarios, const Topology& topology,
                             const SimDevice::Pricer& pricer,
                             std::int64_t memory_budget = std::numeric_limits<std::int64_t>::max(),
-                            DryRunSteps steps = DryRunSteps::extrapolated);
+                            DryRunSteps steps = DryRunSteps::extrapolated,
+                            DryRunStages which = DryRunStages::all);
 
 }  // namespace tandem::sim::search

@@ -34,6 +34,24 @@ TEST(Shape, NumelAndPrinting) {
   EXPECT_THROW((Shape{2, -1}), std::invalid_argument);
 }
 
+// Shapes are held inline (no heap): up to Shape::kMaxRank dimensions, refused beyond; two
+// shapes are equal exactly when rank and dimensions are, whatever they were built from.
+TEST(Shape, HeldInlineUpToItsMaximumRank) {
+  const std::vector<std::int64_t> eight{1, 2, 3, 4, 5, 6, 7, 8};
+  const Shape s(eight);
+  EXPECT_EQ(s.rank(), Shape::kMaxRank);
+  EXPECT_EQ(s.numel(), 40320);
+  EXPECT_EQ(s[7], 8);
+  EXPECT_THROW((void)s[8], std::out_of_range);
+  EXPECT_THROW(Shape(std::vector<std::int64_t>(Shape::kMaxRank + 1, 1)), std::invalid_argument);
+  EXPECT_EQ(Shape(std::vector<std::int64_t>{3, 4}), (Shape{3, 4}));
+  EXPECT_NE((Shape{3, 4}), (Shape{3, 4, 1}));  // the same elements, another rank
+  EXPECT_NE((Shape{3, 4}), (Shape{4, 3}));
+  EXPECT_EQ((Shape{3, 0, 5}).numel(), 0);
+  const auto d = s.dims();
+  EXPECT_EQ(std::vector<std::int64_t>(d.begin(), d.end()), eight);
+}
+
 TEST(Tensor, BytesFollowDtype) {
   EXPECT_EQ((Tensor{{2, 3}, DType::fp32, nullptr, 0}.bytes()), Bytes(24));
   EXPECT_EQ((Tensor{{2, 3}, DType::bf16, nullptr, 0}.bytes()), Bytes(12));

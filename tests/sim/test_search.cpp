@@ -388,6 +388,65 @@ TEST(DryRun, TwoShortStepsExtendedToMEqualEveryMicrobatchStepped) {
   }
 }
 
+// tandem search probes every candidate on its last pipeline stage and steps in full only
+// those whose probe bound is under the K-th best time: the probe must be the full dry run's
+// last stage (the same step, so its high-water mark and clock are lower bounds on the
+// candidate's), flagged a probe only where other stages exist.
+TEST(DryRun, AProbeIsTheFullDryRunsLastStage) {
+  Scenario base = small_model();
+  base.cluster.topology = "dgx-h100";
+  base.training.fp16 = false;
+  base.training.bf16 = true;
+  base.training.global_batch_size = 64;
+  SearchSpace space = default_space(base, 16);
+  fix(space, "order=tp-cp-ep-dp-pp");
+  const Enumeration e = enumerate(base, 16, space);
+  std::vector<Scenario> picked;
+  const std::size_t step = std::max<std::size_t>(1, e.valid.size() / 30);
+  for (std::size_t i = 0; i < e.valid.size() && picked.size() < 30; i += step)
+    picked.push_back(e.valid[i].scenario);
+  const nlohmann::json out = in_child([&] {
+    const Topology t = load_topology("dgx-h100");
+    const auto probes = dry_run(picked, t, pricer_for(t), std::numeric_limits<std::int64_t>::max(),
+                                DryRunSteps::extrapolated, DryRunStages::last);
+    const auto full = dry_run(picked, t, pricer_for(t));
+    nlohmann::json j = nlohmann::json::array();
+    for (std::size_t i = 0; i < picked.size(); ++i) {
+      const auto &p = probes[i], &f = full[i];
+      j.push_back({{"probe", p.probe},
+                   {"stages", p.stages.size()},
+                   {"stage", {p.stages.at(0).stage, f.stages.back().stage}},
+                   {"busy", {p.stages[0].busy_seconds, f.stages.back().busy_seconds}},
+                   {"host", {p.stages[0].host_seconds, f.stages.back().host_seconds}},
+                   {"peak", {p.stages[0].peak_memory_bytes, f.stages.back().peak_memory_bytes}},
+                   {"bound", {p.lower_bound_seconds, f.lower_bound_seconds}},
+                   {"max_peak", {p.peak_memory_bytes, f.peak_memory_bytes}}});
+    }
+    return j;
+  });
+  ASSERT_FALSE(out.is_object()) << out.dump();
+  ASSERT_EQ(out.size(), picked.size());
+  int pipelined = 0;
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const std::string label = candidate_label(picked[i]);
+    const int pp = picked[i].parallelism.pipeline_model_parallel_size;
+    pipelined += pp > 1;
+    EXPECT_EQ(out[i]["probe"].get<bool>(), pp > 1) << label;
+    EXPECT_EQ(out[i]["stages"], 1) << label;
+    EXPECT_EQ(out[i]["stage"][0], pp - 1) << label;
+    EXPECT_EQ(out[i]["stage"][1], pp - 1) << label;
+    EXPECT_EQ(out[i]["peak"][0], out[i]["peak"][1]) << label;
+    for (const char* k : {"busy", "host"}) {
+      const double a = out[i][k][0].get<double>(), b = out[i][k][1].get<double>();
+      EXPECT_NEAR(a, b, 1e-9 * b) << label << " " << k;
+    }
+    EXPECT_LE(out[i]["bound"][0].get<double>(), out[i]["bound"][1].get<double>() * (1 + 1e-9))
+        << label;
+    EXPECT_LE(out[i]["max_peak"][0], out[i]["max_peak"][1]) << label;
+  }
+  EXPECT_GE(pipelined, 10);
+}
+
 // The bound prices each group where the rank order puts it (pipeline sends inside a node
 // or over a NIC, NCCL's shape of the dp group), so it differs between orders that place
 // alike in memory but not on the nodes, and holds for each (tandem search keys its dry

@@ -8,13 +8,16 @@
 # 1024-GPU Llama 3 70B search, 43,140 dry runs, they differ by 4e-8 at most). A high-water
 # mark that is a lower bound (a step stopped where it crossed the budget) may differ: it
 # is whatever the first stage to cross had live, and both are over the budget.
+# Both run with --no-probe, so that every candidate is dry-run on every stage in both
+# (search_probe.sh checks the probe).
 # Usage: search_extrapolated.sh TANDEM_BINARY SCENARIO [extra tandem search flags…]
 set -euo pipefail
 tandem="$1"; scenario="$2"; shift 2
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-"$tandem" search "$scenario" --quiet --json "$out/fast.json" "$@" >"$out/fast.txt"
-"$tandem" search "$scenario" --quiet --all-microbatches --json "$out/all.json" "$@" >"$out/all.txt"
+"$tandem" search "$scenario" --quiet --no-probe --json "$out/fast.json" "$@" >"$out/fast.txt"
+"$tandem" search "$scenario" --quiet --no-probe --all-microbatches --json "$out/all.json" "$@" \
+  >"$out/all.txt"
 python3 - "$out/fast.json" "$out/all.json" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])

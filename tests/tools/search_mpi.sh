@@ -6,12 +6,15 @@
 # ends (against the K-th best time so far), the ranks go in rounds; any candidate only one
 # of them simulated must have a bound over the final K-th best time, and every candidate
 # both simulated must agree.
+# Under mpirun every candidate is dry-run on every stage (no probe: a rank cannot fork
+# workers after MPI_Init), so the one process runs with --no-probe to compare like with like;
+# tests/tools/search_probe.sh checks the probe.
 # Usage: search_mpi.sh TANDEM_BINARY MPIEXEC SCENARIO [extra tandem search flags…]
 set -euo pipefail
 tandem="$1"; mpiexec="$2"; scenario="$3"; shift 3
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-"$tandem" search "$scenario" --quiet --jobs 2 --json "$out/one.json" "$@" >"$out/one.txt"
+"$tandem" search "$scenario" --quiet --jobs 2 --no-probe --json "$out/one.json" "$@" >"$out/one.txt"
 "$mpiexec" -np 2 --oversubscribe "$tandem" search "$scenario" --quiet --jobs 1 \
   --json "$out/two.json" "$@" >"$out/two.txt"
 python3 - "$out/one.json" "$out/two.json" <<'PY'
