@@ -513,11 +513,15 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
   if (env.observer) env.observer->layer_pass(s);
   const std::int64_t hd = head_dim(), T = dims_.seq, B = dims_.micro_batch;
   if (!dims_.options.flash_attn && a.probs.shape.dims().empty()) {
-    // selective: recompute the attention core
+    // selective: recompute the attention core. Megatron's checkpointed core attention runs
+    // again whole, its dropout included (the mask regenerated from the RNG state): the
+    // saved probabilities are those before dropout either way, and the cost is that of the
+    // forward's op.
     const std::int64_t local_heads = params_[qkv_w_].local_shape[0] / 3 / hd;
     a.probs = allocate_like(env, Shape{B, local_heads, T, T});
     Tensor scratch = allocate_like(env, Shape{T * B, local_heads * hd});
-    d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs});
+    d.attention(s, {a.qkv.view(Shape{T, B, 3, local_heads, hd}), scratch, a.probs,
+                    attention_dropout(env, local_heads)});
   }
   // MLP half: out = residual + fc2(act(fc1(norm2(residual)))), or the experts'. Transformer
   // Engine's modules are one library call each backward too (their autograd functions).

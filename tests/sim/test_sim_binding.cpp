@@ -717,6 +717,48 @@ nlohmann::json kernels_of_one_op_in_child(double attention_us) {
   });
 }
 
+// SimDevice prices each distinct op once: two attention ops alike but for their dropout
+// are two ops (rule 3c prices the dropout kernel), in either order. (Until 2026-11-28 the
+// key left dropout out, and whichever came first set the other's price.)
+TEST(SimHost, OpsThatDifferOnlyInDropoutArePricedApart) {
+  for (const bool dropout_first : {false, true}) {
+    const auto j = in_child([=] {
+      SimDevice device(
+          [](const OpDesc& op) {
+            return op.op == "attention" ? (op.dropout > 0 ? 3e-6 : 2e-6) : 0;
+          },
+          SimDeviceOptions{});
+      double plain = 0, dropped = 0;
+      on_one_host([&] {
+        Tensor qkv = device.allocate(Shape{8, 1, 3, 2, 4}, DType::fp32);
+        Tensor out = device.allocate(Shape{8, 1, 2, 4}, DType::fp32);
+        Tensor probs = device.allocate(Shape{1, 2, 8, 8}, DType::fp32);
+        auto booked = [&] {
+          double sum = 0;
+          for (const auto& [key, seconds] : device.op_seconds()) sum += seconds;
+          return sum;
+        };
+        auto run = [&](float p) {
+          const double before = booked();
+          device.attention(device.default_stream(), {qkv, out, probs, {.p = p}});
+          return booked() - before;
+        };
+        if (dropout_first) {
+          dropped = run(0.1f);
+          plain = run(0);
+        } else {
+          plain = run(0);
+          dropped = run(0.1f);
+        }
+      });
+      return nlohmann::json{{"plain", plain}, {"dropped", dropped}};
+    });
+    ASSERT_FALSE(j.contains("error")) << j.dump();
+    EXPECT_NEAR(j["plain"].get<double>(), 2e-6, 1e-15) << dropout_first;
+    EXPECT_NEAR(j["dropped"].get<double>(), 3e-6, 1e-15) << dropout_first;
+  }
+}
+
 // The GPU runs an op's first kernel once the host issued it (10 µs), not once the host
 // issued all five (50 µs): 100 µs of attention ends at 110 µs, not 150. The host's issue
 // hides behind the GPU's work, so the op takes max(issue, GPU), plus the first issue.
