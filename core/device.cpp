@@ -4,6 +4,11 @@
 
 namespace tandem {
 
+HostTurns& Device::host_turns() {
+  if (!host_turns_) host_turns_ = std::make_unique<ThreadTurns>();
+  return *host_turns_;
+}
+
 const std::vector<std::string>& device_op_names() {
   static const std::vector<std::string> names = {"gemm",
                                                  "bias_add",

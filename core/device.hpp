@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/host_turns.hpp"
 #include "core/memory_tracker.hpp"
 #include "core/tensor.hpp"
 
@@ -498,6 +499,10 @@ class Device {
 
   virtual std::string_view kind() const = 0;  // "cpu", "cuda", "sim"
 
+  // Two host tasks issuing work in turns (core/host_turns.hpp: Megatron-Core's combined
+  // 1F1B). Host threads unless the binding says otherwise.
+  virtual HostTurns& host_turns();
+
   // Memory: every allocation goes through the tracker, identically on all bindings.
   virtual Tensor allocate(const Shape& shape, DType dtype) = 0;
   virtual const MemoryTracker& memory() const = 0;
@@ -600,6 +605,9 @@ class Device {
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;
+
+ private:
+  std::unique_ptr<HostTurns> host_turns_;
 };
 
 }  // namespace tandem

@@ -171,6 +171,11 @@ struct ParallelismConfig {
   // all-gathers and reduce-scatters of the linear layers run in ring steps under their
   // GEMMs (Transformer Engine's userbuffers overlap).
   bool tp_comm_overlap = false;
+  // Megatron-Core's --overlap-moe-expert-parallel-comm, its combined 1F1B: one microbatch's
+  // forward runs with another's backward, each handing the host to the other where it has
+  // issued an expert-parallel all-to-all, so the all-to-all runs under the other's compute
+  // (core/host_turns.hpp). tandem builds it without pipelining (pp 1).
+  bool overlap_moe_expert_parallel_comm = false;
   // Elements per dp gradient bucket (with overlap_grad_reduce). Unset: Megatron-Core's
   // max(40M, 1M · dp·cp), or this rank's parameters / ddp_num_buckets.
   std::optional<std::int64_t> ddp_bucket_size;

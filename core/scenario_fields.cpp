@@ -473,6 +473,11 @@ std::vector<FieldDef> parallelism_fields() {
                  {"tp_comm_overlap",
                   "with sequence parallelism, overlap the tensor-parallel all-gathers and "
                   "reduce-scatters with the linear layers' GEMMs in ring steps"}),
+      make_field(p, &P::overlap_moe_expert_parallel_comm,
+                 {"overlap_moe_expert_parallel_comm",
+                  "combined 1F1B: each microbatch's forward with the previous one's backward, "
+                  "the expert-parallel all-to-alls of one under the other's compute "
+                  "(Megatron-Core's; pp 1)"}),
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),

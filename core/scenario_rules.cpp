@@ -658,6 +658,35 @@ void check_recompute(const Scenario& s, Violations& out) {
                                layers, " / ", pp, " = ", per_chunk)});
 }
 
+// Megatron-Core's rules for --overlap-moe-expert-parallel-comm (TransformerConfig's
+// __post_init__), then tandem's: without pipelining only (Megatron's interleaved variant,
+// pp > 1 with virtual stages, is not built) and without a split backward. Megatron also
+// asks for bf16 or fp16; tandem runs it in fp32 too, the cpu binding's precision, where the
+// combined step is checked against the plain one.
+void check_combined_1f1b(const Scenario& s, Violations& out) {
+  const auto& p = s.parallelism;
+  if (!p.overlap_moe_expert_parallel_comm) return;
+  const char* field = "overlap_moe_expert_parallel_comm";
+  auto refuse = [&](const std::string& rule) { out.push_back({field, "true", rule}); };
+  if (!s.model.num_experts || p.expert_model_parallel_size < 2)
+    refuse(
+        "needs expert parallelism: num_experts and expert_model_parallel_size > 1 "
+        "(Megatron's rule)");
+  if (s.model.moe_token_dispatcher_type == "allgather")
+    refuse("needs moe_token_dispatcher_type alltoall (Megatron's rule: alltoall or flex)");
+  if (s.training.recompute_granularity == "full")
+    refuse("not with recompute_granularity full (Megatron's rule)");
+  if (mtp_depths(s.model) > 1)
+    refuse(cat("takes at most one multi-token prediction layer, not mtp_num_layers = ",
+               mtp_depths(s.model), " (Megatron's rule)"));
+  if (p.pipeline_model_parallel_size != 1)
+    refuse(cat("runs without pipelining in tandem (pipeline_model_parallel_size 1, not ",
+               p.pipeline_model_parallel_size,
+               "): Megatron's interleaved combined 1F1B is not built"));
+  if (p.delay_wgrad_compute)
+    refuse("not with delay_wgrad_compute in tandem (the combined step runs whole backwards)");
+}
+
 void check_schedule(const Scenario& s, Violations& out) {
   const std::string& kind = s.parallelism.pipeline_schedule;
   const I64 pp = s.parallelism.pipeline_model_parallel_size;
@@ -683,6 +712,7 @@ void check_schedule(const Scenario& s, Violations& out) {
   if (kind == "zb-h1" && s.parallelism.delay_wgrad_compute)
     out.push_back({"delay_wgrad_compute", "true",
                    "zb-h1 places every weight gradient itself; leave delay_wgrad_compute out"});
+  check_combined_1f1b(s, out);
 }
 
 std::vector<std::string> split(const std::string& text, char sep) {

@@ -213,9 +213,11 @@ Tensor MoeLayer::dispatch(ModelEnv& env, const Tensor& permuted, const MoeSplits
   }
   const std::int64_t held = s.held_rows(s.tp_rank);
   Tensor received = allocate_like(env, Shape{held, C});
-  ep(env)
-      .all_to_all_v(env.stream, permuted, elements(send, C), received, elements(recv, C))
-      ->wait();
+  auto exchange =
+      ep(env).all_to_all_v(env.stream, permuted, elements(send, C), received, elements(recv, C));
+  // Combined 1F1B: the other microbatch's task issues its work while this all-to-all runs.
+  env.device.host_turns().yield();
+  exchange->wait();
   Tensor gathered = received;
   if (s.tp > 1) {
     // Every tp rank's copies for these experts (a variable-size all-gather): send ours to
@@ -269,7 +271,10 @@ Tensor MoeLayer::combine(ModelEnv& env, const Tensor& expert_rows, const MoeSpli
     back_rows += recv.back();
   }
   Tensor back = allocate_like(env, Shape{back_rows, C});
-  ep(env).all_to_all_v(env.stream, reduced, elements(send, C), back, elements(recv, C))->wait();
+  auto exchange =
+      ep(env).all_to_all_v(env.stream, reduced, elements(send, C), back, elements(recv, C));
+  env.device.host_turns().yield();  // as in dispatch
+  exchange->wait();
   return back;
 }
 

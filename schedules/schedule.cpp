@@ -78,6 +78,7 @@ std::string describe(const ScheduleOp& op, bool with_chunk) {
   std::string s = op.type == OpType::forward ? "F" : op.type == OpType::backward ? "B" : "W";
   s += std::to_string(op.microbatch);
   if (with_chunk) s += "." + std::to_string(op.chunk);
+  if (op.combined) s += "+";
   return s;
 }
 
@@ -123,6 +124,13 @@ void validate_schedule_spec(const ScheduleSpec& spec) {
     v.push_back({"pipeline_model_parallel_size", num(spec.pp),
                  "the zb-h1 schedule fills a pipeline's bubble and needs "
                  "pipeline_model_parallel_size ≥ 2 (use 'none' at 1)"});
+  if (spec.combined_1f1b && spec.kind != ScheduleKind::none)
+    v.push_back({"overlap_moe_expert_parallel_comm", "true",
+                 "tandem's combined 1F1B runs without pipelining (the 'none' schedule), not '" +
+                     kind + "'"});
+  if (spec.combined_1f1b && spec.delay_wgrad_compute)
+    v.push_back({"delay_wgrad_compute", "true",
+                 "the combined 1F1B runs whole backwards; leave delay_wgrad_compute out"});
   if (spec.kind == ScheduleKind::zb_h1 && spec.delay_wgrad_compute)
     v.push_back({"delay_wgrad_compute", "true",
                  "the zb-h1 schedule places the weight gradients itself; leave "
@@ -195,6 +203,18 @@ void add_if(std::vector<Transfer>& ts, bool present, Transfer t) {
 
 std::vector<ScheduleOp> build_no_pipelining(const ScheduleSpec& spec) {
   OpListBuilder b;
+  if (spec.combined_1f1b && !spec.forward_only) {
+    const int m = spec.num_microbatches;
+    b.forward(0, 0);
+    for (int mb = 1; mb < m; ++mb) {
+      b.forward(mb, 0);
+      b.backward(mb - 1, 0);
+    }
+    b.backward(m - 1, 0);
+    std::vector<ScheduleOp> ops = b.take();
+    for (std::size_t i = 1; i + 1 < ops.size(); i += 2) ops[i].combined = true;
+    return ops;
+  }
   for (int mb = 0; mb < spec.num_microbatches; ++mb) {
     b.forward(mb, 0);
     if (!spec.forward_only) b.backward(mb, 0);

@@ -10,6 +10,8 @@
 //   rank 3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
 // Interleaved, pp = 4, vpp = 2, m = 8, rank 0 (warmup = (4−0−1)·2 + (2−1)·4 = 10; Fm.c):
 //   F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F4.0 F5.0 F6.0 B0.1 F7.0 B1.1 F4.1 B2.1 …
+// Combined 1F1B without pipelining, m = 4 (Megatron-Core's combined_1f1b_schedule_for_no_
+// pipelining; "+" joins a forward to the backward it runs with): F0 F1+B0 F2+B1 F3+B2 B3
 // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B's order with each
 // backward split into B (the input gradient, which the previous stage waits for) and W
 // (the weight gradients, which nothing waits for); stage r runs its first W after its
@@ -84,6 +86,9 @@ struct ScheduleOp {
   int chunk = 0;                         // forward / backward / weight: virtual pipeline chunk
   P2PCall call = P2PCall::recv_forward;  // p2p only
   std::vector<Transfer> transfers;  // p2p only; never empty (calls with nothing to do are dropped)
+  // A forward that runs together with the backward right after it (Megatron-Core's combined
+  // 1F1B: the two take turns on the host, core/host_turns.hpp).
+  bool combined = false;
 
   bool is_compute() const { return type != OpType::p2p; }
   bool operator==(const ScheduleOp&) const = default;
@@ -100,6 +105,10 @@ struct ScheduleSpec {
   // after the p2p call that sends its input gradient on (right after the backward where no
   // call follows it), not before. Not with zb_h1, which places its Ws itself.
   bool delay_wgrad_compute = false;
+  // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm), without pipelining:
+  // F0, then each forward combined with the previous microbatch's backward (F1+B0, F2+B1,
+  // …), then the last backward; two microbatches' activations are held at once.
+  bool combined_1f1b = false;
 };
 
 struct Schedule {

@@ -22,6 +22,13 @@ void StageProgram::backward_weights(int microbatch, int chunk) {
                       std::to_string(microbatch) + " chunk " + std::to_string(chunk));
 }
 
+std::pair<Tensor, Tensor> StageProgram::forward_backward(int f_microbatch, int f_chunk,
+                                                         const Tensor& input, int b_microbatch,
+                                                         int b_chunk, const Tensor& grad_output) {
+  Tensor out = forward(f_microbatch, f_chunk, input);
+  return {std::move(out), backward(b_microbatch, b_chunk, grad_output)};
+}
+
 namespace {
 
 using Key = std::pair<int, int>;  // (microbatch, chunk)
@@ -155,23 +162,46 @@ void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, Ste
   std::set<Key> split;  // backwards with a weight op later in the list
   for (const auto& op : ops)
     if (op.type == OpType::weight) split.insert({op.microbatch, op.chunk});
-  for (const auto& op : ops) {
+  auto input_of = [&](const Key& key) {
+    return f.inputs.count(key) ? take(f.inputs, key, "input") : none;
+  };
+  auto grad_of = [&](const Key& key) {
+    return f.output_grads.count(key) ? take(f.output_grads, key, "output gradient") : none;
+  };
+  auto keep_output = [&](const Key& key, Tensor out) {
+    if (out.numel() > 0 && !out.shape.dims().empty()) f.outputs[key] = std::move(out);
+  };
+  auto keep_input_grad = [&](const Key& key, Tensor in_grad) {
+    if (!in_grad.shape.dims().empty()) f.input_grads[key] = std::move(in_grad);
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const ScheduleOp& op = ops[i];
     const Key key{op.microbatch, op.chunk};
     switch (op.type) {
       case OpType::forward: {
-        auto it = f.inputs.find(key);
-        Tensor input = it == f.inputs.end() ? none : take(f.inputs, key, "input");
-        Tensor out = program.forward(op.microbatch, op.chunk, input);
-        if (out.numel() > 0 && !out.shape.dims().empty()) f.outputs[key] = std::move(out);
+        if (op.combined) {
+          // Combined 1F1B: this forward and the backward after it, taking turns.
+          if (i + 1 >= ops.size() || ops[i + 1].type != OpType::backward)
+            throw ScheduleError("step interpreter: " + describe(op, true) +
+                                " is combined but no backward follows it");
+          const ScheduleOp& b = ops[++i];
+          const Key bkey{b.microbatch, b.chunk};
+          if (split.count(bkey))
+            throw ScheduleError("step interpreter: a combined backward cannot be split");
+          auto [out, in_grad] = program.forward_backward(op.microbatch, op.chunk, input_of(key),
+                                                         b.microbatch, b.chunk, grad_of(bkey));
+          keep_output(key, std::move(out));
+          keep_input_grad(bkey, std::move(in_grad));
+          break;
+        }
+        keep_output(key, program.forward(op.microbatch, op.chunk, input_of(key)));
         break;
       }
       case OpType::backward: {
-        auto it = f.output_grads.find(key);
-        Tensor grad =
-            it == f.output_grads.end() ? none : take(f.output_grads, key, "output gradient");
-        Tensor in_grad = split.count(key) ? program.backward_input(op.microbatch, op.chunk, grad)
-                                          : program.backward(op.microbatch, op.chunk, grad);
-        if (!in_grad.shape.dims().empty()) f.input_grads[key] = std::move(in_grad);
+        Tensor grad = grad_of(key);
+        keep_input_grad(key, split.count(key)
+                                 ? program.backward_input(op.microbatch, op.chunk, grad)
+                                 : program.backward(op.microbatch, op.chunk, grad));
         break;
       }
       case OpType::weight:

@@ -36,6 +36,12 @@ class StageProgram {
   // program that cannot split throws ScheduleError (the default).
   virtual Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output);
   virtual void backward_weights(int microbatch, int chunk);
+  // Combined 1F1B: forward(f_microbatch, …) and backward(b_microbatch, …) as one step,
+  // returning what each returns. By default one after the other; a program may run them in
+  // turns on the host (GptStageProgram: core/host_turns.hpp), with the same results.
+  virtual std::pair<Tensor, Tensor> forward_backward(int f_microbatch, int f_chunk,
+                                                     const Tensor& input, int b_microbatch,
+                                                     int b_chunk, const Tensor& grad_output);
   // Shape and dtype of the activation exchanged between stages (Megatron's tensor_shape:
   // (seq / cp [/ tp with sequence parallelism], micro batch, hidden)).
   virtual Shape activation_shape(int microbatch) const = 0;

@@ -29,6 +29,7 @@
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/moe_routing.hpp"
+#include "sim/sim_host_turns.hpp"
 
 namespace tandem::sim {
 
@@ -128,6 +129,8 @@ class SimDevice : public Device {
   ~SimDevice() override;
 
   std::string_view kind() const override { return "sim"; }
+  // The two tasks of a combined 1F1B step as actors of this rank's host.
+  HostTurns& host_turns() override { return turns_; }
   Tensor allocate(const Shape& shape, DType dtype) override;
   const MemoryTracker& memory() const override { return *memory_; }
   // From now on an allocation that would take the live bytes above `bytes` throws
@@ -287,6 +290,7 @@ class SimDevice : public Device {
   Pricer price_;
   SimDeviceOptions options_;
   std::unordered_map<OpDesc, PricedOp, OpHash, OpEqual> priced_;
+  SimActorTurns turns_;
   double host_ = 0;             // when the host finishes issuing what it was given so far
   double host_waited_ = 0;      // the latest time the host waited until (host_waited())
   int library_call_ops_ = -1;   // ops issued inside the current library call; -1: none

@@ -130,11 +130,15 @@ std::uint64_t GptStageProgram::dropout_microbatch(int microbatch) const {
 }
 
 Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) {
+  return run_forward(env_, microbatch, chunk, input);
+}
+
+Tensor GptStageProgram::run_forward(ModelEnv& env, int microbatch, int chunk, const Tensor& input) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
   GptChunk& c = *chunks_.at(static_cast<std::size_t>(chunk));
-  env_.dropout_microbatch = dropout_microbatch(microbatch);
+  env.dropout_microbatch = dropout_microbatch(microbatch);
   const MicrobatchTensors mb = upload_microbatch(microbatch, c.plan());
-  Tensor out = c.forward(env_, microbatch, input, mb);
+  Tensor out = c.forward(env, microbatch, input, mb);
   if (c.plan().post_process) {
     const Tensor& losses = c.row_losses(microbatch);
     std::vector<float> host(static_cast<std::size_t>(losses.numel()));
@@ -160,27 +164,41 @@ Tensor GptStageProgram::forward(int microbatch, int chunk, const Tensor& input) 
   return out;
 }
 
-Tensor GptStageProgram::run_backward(int microbatch, int chunk, const Tensor& grad_output,
-                                     bool split) {
+Tensor GptStageProgram::run_backward(ModelEnv& env, int microbatch, int chunk,
+                                     const Tensor& grad_output, bool split) {
   const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
-  env_.dropout_microbatch = dropout_microbatch(microbatch);
+  env.dropout_microbatch = dropout_microbatch(microbatch);
   const auto c = static_cast<std::size_t>(chunk);
-  env_.first_backward = !backward_done_.at(c);
+  env.first_backward = !backward_done_.at(c);
   backward_done_[c] = true;
   if (!split) weights_done_[c] = true;
   GptChunk& ch = *chunks_.at(c);
-  Tensor g = split ? ch.backward_input(env_, microbatch, grad_output, loss_scale_)
-                   : ch.backward(env_, microbatch, grad_output, loss_scale_);
+  Tensor g = split ? ch.backward_input(env, microbatch, grad_output, loss_scale_)
+                   : ch.backward(env, microbatch, grad_output, loss_scale_);
   record('B', microbatch, chunk, start);
   return g;
 }
 
 Tensor GptStageProgram::backward(int microbatch, int chunk, const Tensor& grad_output) {
-  return run_backward(microbatch, chunk, grad_output, false);
+  return run_backward(env_, microbatch, chunk, grad_output, false);
 }
 
 Tensor GptStageProgram::backward_input(int microbatch, int chunk, const Tensor& grad_output) {
-  return run_backward(microbatch, chunk, grad_output, true);
+  return run_backward(env_, microbatch, chunk, grad_output, true);
+}
+
+std::pair<Tensor, Tensor> GptStageProgram::forward_backward(int f_microbatch, int f_chunk,
+                                                            const Tensor& input, int b_microbatch,
+                                                            int b_chunk,
+                                                            const Tensor& grad_output) {
+  // Each task its own environment: the microbatch a dropout mask belongs to, whether a
+  // backward is the step's first, are the task's.
+  ModelEnv forward_env = env_, backward_env = env_;
+  Tensor out, in_grad;
+  env_.device.host_turns().run(
+      [&] { out = run_forward(forward_env, f_microbatch, f_chunk, input); },
+      [&] { in_grad = run_backward(backward_env, b_microbatch, b_chunk, grad_output, false); });
+  return {std::move(out), std::move(in_grad)};
 }
 
 void GptStageProgram::backward_weights(int microbatch, int chunk) {

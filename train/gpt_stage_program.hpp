@@ -41,6 +41,12 @@ class GptStageProgram : public StageProgram {
   // The split backward: B (recorded as "B", category backward) and W ("W", category weight).
   Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output) override;
   void backward_weights(int microbatch, int chunk) override;
+  // Combined 1F1B: the forward and the backward take turns on the host
+  // (Device::host_turns), each with a ModelEnv of its own, handing over where an
+  // expert-parallel all-to-all was issued (MoeLayer). Same results as one after the other.
+  std::pair<Tensor, Tensor> forward_backward(int f_microbatch, int f_chunk, const Tensor& input,
+                                             int b_microbatch, int b_chunk,
+                                             const Tensor& grad_output) override;
   Shape activation_shape(int microbatch) const override;
   // After an MTP stage of its own (virtual stage `mtp_stage` of the partition; −1: none) the
   // stages exchange [h0 | depth 1 | … | depth D], (1 + D) times the rows.
@@ -61,7 +67,9 @@ class GptStageProgram : public StageProgram {
  private:
   MicrobatchTensors upload_microbatch(int microbatch, const ChunkPlan& plan);
   void record(char type, int microbatch, int chunk, RunTrace::Clock::time_point start);
-  Tensor run_backward(int microbatch, int chunk, const Tensor& grad_output, bool split);
+  Tensor run_forward(ModelEnv& env, int microbatch, int chunk, const Tensor& input);
+  Tensor run_backward(ModelEnv& env, int microbatch, int chunk, const Tensor& grad_output,
+                      bool split);
   // ModelEnv::dropout_microbatch of a microbatch of this step.
   std::uint64_t dropout_microbatch(int microbatch) const;
 

@@ -38,6 +38,7 @@ class OpTracingDevice : public Device {
   OpTracingDevice(Device& inner, RunTrace& trace) : inner_(inner), trace_(trace) {}
 
   std::string_view kind() const override { return inner_.kind(); }
+  HostTurns& host_turns() override { return inner_.host_turns(); }
   Tensor allocate(const Shape& shape, DType dtype) override {
     return inner_.allocate(shape, dtype);
   }

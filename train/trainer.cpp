@@ -545,7 +545,8 @@ StepResult Trainer::train_step() {
       .vpp = virtual_pipeline_size(scenario_),
       .num_microbatches = static_cast<int>(m),
       .microbatch_group_size = scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
-      .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute};
+      .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute,
+      .combined_1f1b = scenario_.parallelism.overlap_moe_expert_parallel_comm};
   StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   buckets_->finish_param_gather();  // a stage whose forward needed none of them

@@ -112,7 +112,8 @@ CudaDevice::Scratch CudaDevice::scratch(std::size_t bytes) {
 CudaDevice::CudaDevice(int ordinal)
     : ordinal_(ordinal),
       memory_(std::make_shared<MemoryTracker>()),
-      pool_(std::make_shared<DeviceMemoryPool>(ordinal)) {
+      pool_(std::make_shared<DeviceMemoryPool>(ordinal)),
+      turns_([ordinal] { TANDEM_CUDA_CHECK(cudaSetDevice(ordinal)); }) {
   TANDEM_CUDA_CHECK(cudaSetDevice(ordinal));
   TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().create(&blas_));
   TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().set_math_mode(

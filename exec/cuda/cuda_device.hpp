@@ -31,6 +31,8 @@ class CudaDevice final : public Device {
 
   int ordinal() const { return ordinal_; }
   std::string_view kind() const override { return "cuda"; }
+  // Host threads, the second one on this GPU too (cudaSetDevice is per thread).
+  HostTurns& host_turns() override { return turns_; }
   Tensor allocate(const Shape& shape, DType dtype) override;
   const MemoryTracker& memory() const override { return *memory_; }
   Stream& default_stream() override;
@@ -111,6 +113,7 @@ class CudaDevice final : public Device {
   std::shared_ptr<DeviceMemoryPool> pool_;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CudaStream> default_stream_;
+  ThreadTurns turns_;
 };
 
 }  // namespace tandem

@@ -176,6 +176,43 @@ TEST(Scenario, ZbH1AndDelayWgradComputeRules) {
   EXPECT_TRUE(rejected(default_scenario(), {{"--pipeline-schedule", "zb-h2"}}).size() == 1);
 }
 
+// Megatron-Core's rules for --overlap-moe-expert-parallel-comm, and tandem's pp 1: each
+// refusal names the field and the rule.
+TEST(Scenario, CombinedOneFOneBRules) {
+  Scenario moe = default_scenario();
+  moe.parallelism.pipeline_model_parallel_size = 1;
+  moe.parallelism.tensor_model_parallel_size = 1;
+  moe.parallelism.expert_model_parallel_size = 4;
+  moe.cluster.world_size = 8;
+  moe.model.num_experts = 8;
+  moe.model.moe_token_dispatcher_type = "alltoall";
+  moe.parallelism.overlap_moe_expert_parallel_comm = true;
+  EXPECT_NO_THROW(validate(moe));
+  const char* f = "overlap_moe_expert_parallel_comm";
+  Scenario dense = default_scenario();
+  dense.parallelism.overlap_moe_expert_parallel_comm = true;
+  EXPECT_TRUE(Names(invalid(dense), f, "true", "expert parallelism"));
+  Scenario one_rank_of_experts = moe;
+  one_rank_of_experts.parallelism.expert_model_parallel_size = 1;
+  EXPECT_TRUE(Names(invalid(one_rank_of_experts), f, "true", "expert_model_parallel_size > 1"));
+  Scenario allgather = moe;
+  allgather.model.moe_token_dispatcher_type = "allgather";
+  EXPECT_TRUE(Names(invalid(allgather), f, "true", "alltoall"));
+  Scenario full = moe;
+  full.training.recompute_granularity = "full";
+  EXPECT_TRUE(Names(invalid(full), f, "true", "recompute_granularity full"));
+  Scenario piped = moe;
+  piped.parallelism.pipeline_model_parallel_size = 2;
+  piped.parallelism.expert_model_parallel_size = 2;
+  EXPECT_TRUE(Names(invalid(piped), f, "true", "without pipelining"));
+  Scenario split = moe;
+  split.parallelism.delay_wgrad_compute = true;
+  EXPECT_TRUE(Names(invalid(split), f, "true", "delay_wgrad_compute"));
+  Scenario mtp = moe;
+  mtp.model.mtp_num_layers = 2;
+  EXPECT_TRUE(Names(invalid(mtp), f, "true", "mtp_num_layers = 2"));
+}
+
 TEST(Scenario, ClosestMatch) {
   const std::vector<std::string> known = {"tensor_model_parallel_size",
                                           "pipeline_model_parallel_size", "seq_length", "lr"};

@@ -75,6 +75,33 @@ TEST(Schedule, NoPipeliningAndGPipeOrders) {
             "F0 F1 F2 B0 B1 B2");
 }
 
+// Megatron-Core's combined_1f1b_schedule_for_no_pipelining: the first forward alone, each
+// next forward combined with the previous backward ("+": runs with the op after it), the
+// last backward alone; one microbatch: nothing to combine. Evaluation runs plain forwards.
+// Pipelined or with a split backward it is refused, naming the rule.
+TEST(Schedule, CombinedOneFOneBPairsEachForwardWithThePreviousBackward) {
+  ScheduleSpec spec{ScheduleKind::none, 1, 1, 4};
+  spec.combined_1f1b = true;
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false), "F0 F1+ B0 F2+ B1 F3+ B2 B3");
+  spec.num_microbatches = 1;
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false), "F0 B0");
+  spec.num_microbatches = 3;
+  spec.forward_only = true;
+  EXPECT_EQ(compute_order(make_rank_schedule(spec, 0), false), "F0 F1 F2");
+  spec.forward_only = false;
+  spec.delay_wgrad_compute = true;
+  EXPECT_THROW(make_rank_schedule(spec, 0), ConfigError);
+  ScheduleSpec pipelined{ScheduleKind::one_f_one_b, 2, 1, 4};
+  pipelined.combined_1f1b = true;
+  try {
+    make_rank_schedule(pipelined, 0);
+    ADD_FAILURE() << "a pipelined combined 1F1B was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap_moe_expert_parallel_comm"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Schedule, FirstAndLastStagesSkipAbsentTransfers) {
   const auto first = make_rank_schedule({ScheduleKind::one_f_one_b, 2, 1, 2}, 0);
   const auto last = make_rank_schedule({ScheduleKind::one_f_one_b, 2, 1, 2}, 1);

@@ -610,6 +610,40 @@ void on_one_host(const std::function<void()>& body) {
   engine.run();
 }
 
+// HostTurns on the sim binding: the two tasks are actors of the rank's host, taking turns
+// as host threads do (tests/core/test_host_turns.cpp), and a task waiting for its turn lets
+// simulated time pass: b sleeps 5 µs of its turn, and a's second part starts after it.
+TEST(SimHost, TheTwoTasksOfACombinedStepTakeTurnsAsActors) {
+  const auto j = in_child([] {
+    SimDevice device([](const OpDesc&) { return 0.0; }, SimDeviceOptions{});
+    std::vector<std::string> log;
+    double a2_at = -1;
+    on_one_host([&] {
+      HostTurns& turns = device.host_turns();
+      turns.run(
+          [&] {
+            log.push_back("a1");
+            turns.yield();
+            log.push_back("a2");
+            a2_at = sim_now();
+            turns.yield();
+            log.push_back("a3");
+          },
+          [&] {
+            log.push_back("b1");
+            simgrid::s4u::this_actor::sleep_for(5e-6);
+            turns.yield();
+            log.push_back("b2");
+          });
+    });
+    return nlohmann::json{{"log", log}, {"a2_at", a2_at}};
+  });
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["log"].get<std::vector<std::string>>(),
+            (std::vector<std::string>{"a1", "b1", "a2", "b2", "a3"}));
+  EXPECT_NEAR(j["a2_at"].get<double>(), 5e-6, 1e-12);
+}
+
 // The host issue clock: `ops` fill kernels of `op_us` each, issued by a host that spends
 // `issue_us` per kernel, then one attention op (5 kernels); the stream drained.
 nlohmann::json issue_in_child(double op_us, double issue_us, int ops) {

@@ -107,6 +107,44 @@ TEST(SimMoe, SkewedRoutingMakesTheStepSlowerThanUniform) {
             uniform.at("exposed_seconds").at("ep").get<double>());
 }
 
+// Combined 1F1B (--overlap-moe-expert-parallel-comm): each forward runs with the previous
+// microbatch's backward, taking turns on the host at the expert-parallel all-to-alls, so the
+// exchange of one runs under the other's compute. On a DGX H100 node (ep 8, experts and
+// exchange across two DGX H100 nodes: ep 16, one expert a GPU, top-8) it must hide most of the
+// exposed ep time and shorten the step by as much; the step holds one microbatch's
+// activations more.
+TEST(SimMoe, CombinedOneFOneBHidesTheExpertExchangeUnderTheOtherMicrobatch) {
+  Scenario s = moe_on_one_node();
+  s.cluster.topology = "dgx-h100";
+  s.cluster.world_size = 16;
+  s.model.num_experts = 16;
+  s.model.moe_router_topk = 8;  // fine-grained experts (DeepSeek's): much to exchange
+  s.model.moe_ffn_hidden_size = 1024;
+  s.parallelism.expert_model_parallel_size = 16;
+  s.model.hidden_size = 4096;
+  s.model.num_attention_heads = 32;
+  s.model.use_flash_attn = true;
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 128;
+  validate(s);
+  const auto plain = simulate_routed(s, "uniform");
+  s.parallelism.overlap_moe_expert_parallel_comm = true;
+  validate(s);
+  const auto combined = simulate_routed(s, "uniform");
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(combined.contains("error")) << combined.dump();
+  const double ep_plain = plain.at("exposed_seconds").at("ep").get<double>();
+  const double ep_combined = combined.at("exposed_seconds").at("ep").get<double>();
+  const double t_plain = plain.at("iteration_seconds").get<double>();
+  const double t_combined = combined.at("iteration_seconds").get<double>();
+  EXPECT_GT(ep_plain, 0.1 * t_plain) << ep_plain << " of " << t_plain << " s";
+  EXPECT_LT(ep_combined, 0.5 * ep_plain) << ep_combined << " vs " << ep_plain << " s";
+  EXPECT_LT(t_combined, t_plain - 0.5 * (ep_plain - ep_combined))
+      << t_combined << " vs " << t_plain;
+  EXPECT_GT(combined.at("max_peak_memory_bytes").get<double>(),
+            plain.at("max_peak_memory_bytes").get<double>());
+}
+
 TEST(SimMoe, AHistogramOfEqualWeightsIsUniform) {
   Scenario s = moe_on_one_node();
   s.model.num_layers = 2;

@@ -8,6 +8,9 @@
 #   and the aux-loss-free expert bias, whose update sums the counts over tp × dp;
 # - a capacity factor of 1.0 (tokens over an expert's capacity dropped by gate), also
 #   padded to the capacity, and dropped by position.
+# - Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): each forward taking
+#   turns on the host with the previous microbatch's backward at the expert all-to-alls;
+#   a trace shows the two interleaved (the forward's slice spans the backward's start).
 # The capacity counts a rank's own tokens (Megatron's router drops on its sequence shard),
 # so with tp 2 the reference is the tp 2 run, not the single process: there ep 2 must give
 # the tp 2 losses. A test of its own checks that dropping changes the losses at all.
@@ -73,6 +76,26 @@ reference deepseek 1 "${deepseek[@]}"
 check deepseek_ep2 deepseek 2 "${deepseek[@]}" "${a2a[@]}" --expert-model-parallel-size 2
 check deepseek_ep2_tp2 deepseek 4 "${deepseek[@]}" "${a2a[@]}" --expert-model-parallel-size 2 "${tp2[@]}"
 check deepseek_ag_ep2_tp2 deepseek 4 "${deepseek[@]}" "${ag[@]}" --expert-model-parallel-size 2 "${tp2[@]}"
+
+combined=(--overlap-moe-expert-parallel-comm)
+check deepseek_ep2_combined deepseek 2 "${deepseek[@]}" "${a2a[@]}" --expert-model-parallel-size 2 \
+  "${combined[@]}"
+check deepseek_ep2_tp2_combined deepseek 4 "${deepseek[@]}" "${a2a[@]}" \
+  --expert-model-parallel-size 2 "${tp2[@]}" "${combined[@]}"
+"${mpi[@]}" -np 2 "$tandem" train "${common[@]}" --world-size 2 "${a2a[@]}" \
+  --expert-model-parallel-size 2 "${combined[@]}" --trace "$work/combined.trace.json" >/dev/null
+python3 - "$work/combined.trace.json" <<'PY' || failed=1
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+slices = {}
+for e in events:
+    if e.get("ph") == "X" and e.get("pid") == 0 and e.get("cat") in ("forward", "backward"):
+        slices.setdefault(e["name"], []).append((e["ts"], e["ts"] + e["dur"]))
+f1, b0 = slices["F1"][0], slices["B0"][0]
+assert f1[0] < b0[0] < f1[1], f"F1 {f1} and B0 {b0} did not take turns"
+print(f"combined 1F1B: B0 starts {b0[0] - f1[0]:.0f} us into F1, which ends {f1[1] - b0[0]:.0f} us later")
+PY
 
 capacity=(--moe-expert-capacity-factor 1.0)
 reference capacity 1 "${capacity[@]}"
