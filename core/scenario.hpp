@@ -174,7 +174,7 @@ struct ParallelismConfig {
   // Megatron-Core's --overlap-moe-expert-parallel-comm, its combined 1F1B: one microbatch's
   // forward runs with another's backward, each handing the host to the other where it has
   // issued an expert-parallel all-to-all, so the all-to-all runs under the other's compute
-  // (core/host_turns.hpp). tandem builds it without pipelining (pp 1).
+  // (core/host_turns.hpp). Without pipelining, or interleaved (one warm-up forward more).
   bool overlap_moe_expert_parallel_comm = false;
   // Elements per dp gradient bucket (with overlap_grad_reduce). Unset: Megatron-Core's
   // max(40M, 1M · dp·cp), or this rank's parameters / ddp_num_buckets.

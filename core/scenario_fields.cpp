@@ -477,7 +477,7 @@ std::vector<FieldDef> parallelism_fields() {
                  {"overlap_moe_expert_parallel_comm",
                   "combined 1F1B: each microbatch's forward with the previous one's backward, "
                   "the expert-parallel all-to-alls of one under the other's compute "
-                  "(Megatron-Core's; pp 1)"}),
+                  "(Megatron-Core's; pp 1 or interleaved)"}),
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),

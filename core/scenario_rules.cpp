@@ -659,8 +659,7 @@ void check_recompute(const Scenario& s, Violations& out) {
 }
 
 // Megatron-Core's rules for --overlap-moe-expert-parallel-comm (TransformerConfig's
-// __post_init__), then tandem's: without pipelining only (Megatron's interleaved variant,
-// pp > 1 with virtual stages, is not built) and without a split backward. Megatron also
+// __post_init__: pp > 1 only interleaved), then tandem's: without a split backward. Megatron also
 // asks for bf16 or fp16; tandem runs it in fp32 too, the cpu binding's precision, where the
 // combined step is checked against the plain one.
 void check_combined_1f1b(const Scenario& s, Violations& out) {
@@ -679,10 +678,12 @@ void check_combined_1f1b(const Scenario& s, Violations& out) {
   if (mtp_depths(s.model) > 1)
     refuse(cat("takes at most one multi-token prediction layer, not mtp_num_layers = ",
                mtp_depths(s.model), " (Megatron's rule)"));
-  if (p.pipeline_model_parallel_size != 1)
-    refuse(cat("runs without pipelining in tandem (pipeline_model_parallel_size 1, not ",
-               p.pipeline_model_parallel_size,
-               "): Megatron's interleaved combined 1F1B is not built"));
+  const std::string kind = effective_pipeline_schedule(s);
+  if (p.pipeline_model_parallel_size > 1 && kind != "interleaved")
+    refuse(
+        cat("needs the interleaved schedule (virtual pipeline stages) at "
+            "pipeline_model_parallel_size = ",
+            p.pipeline_model_parallel_size, ", not \"", kind, "\" (Megatron's rule)"));
   if (p.delay_wgrad_compute)
     refuse("not with delay_wgrad_compute in tandem (the combined step runs whole backwards)");
 }

@@ -124,10 +124,12 @@ void validate_schedule_spec(const ScheduleSpec& spec) {
     v.push_back({"pipeline_model_parallel_size", num(spec.pp),
                  "the zb-h1 schedule fills a pipeline's bubble and needs "
                  "pipeline_model_parallel_size ≥ 2 (use 'none' at 1)"});
-  if (spec.combined_1f1b && spec.kind != ScheduleKind::none)
+  if (spec.combined_1f1b && spec.kind != ScheduleKind::none &&
+      spec.kind != ScheduleKind::interleaved)
     v.push_back({"overlap_moe_expert_parallel_comm", "true",
-                 "tandem's combined 1F1B runs without pipelining (the 'none' schedule), not '" +
-                     kind + "'"});
+                 "the combined 1F1B runs without pipelining or interleaved (Megatron-Core's "
+                 "two), not on the '" +
+                     kind + "' schedule"});
   if (spec.combined_1f1b && spec.delay_wgrad_compute)
     v.push_back({"delay_wgrad_compute", "true",
                  "the combined 1F1B runs whole backwards; leave delay_wgrad_compute out"});
@@ -173,6 +175,9 @@ int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank) {
     case ScheduleKind::interleaved: {
       const int g = spec.microbatch_group_size > 0 ? spec.microbatch_group_size : spec.pp;
       warmup = (spec.pp - pp_rank - 1) * 2 + (spec.vpp - 1) * g;
+      // Combined 1F1B: one forward more, so that no steady step's forward and backward
+      // depend on each other (Megatron-Core's get_pp_rank_microbatches).
+      if (spec.combined_1f1b) ++warmup;
       break;
     }
   }

@@ -20,6 +20,7 @@ class InterleavedBuilder {
         rank_(rank),
         total_(spec.num_microbatches * spec.vpp),
         forward_only_(spec.forward_only),
+        combined_(spec.combined_1f1b && !spec.forward_only),
         warmup_(num_warmup_microbatches(spec, rank)),
         table_(interleaved_schedule_table(
             spec.num_microbatches, spec.vpp,
@@ -90,6 +91,7 @@ class InterleavedBuilder {
 
   int pp_, vpp_, rank_, total_;
   bool forward_only_;
+  bool combined_;
   int warmup_;
   std::vector<MicrobatchChunk> table_;
   std::vector<int> received_inputs_;  // per chunk: activations received so far
@@ -141,6 +143,7 @@ void InterleavedBuilder::steady() {
   for (int k = 0; k < remaining; ++k) {
     const int fwd = k + warmup_, bwd = k;
     forward(fwd);
+    ops_.back().combined = combined_;  // combined 1F1B: with the backward after it
     backward(bwd);
     auto [recv_prev, next_fwd_chunk] = recv_from_previous_stage(fwd, true);
     auto [recv_next, next_bwd_chunk] = recv_from_previous_stage(bwd, false);

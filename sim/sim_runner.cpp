@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <sstream>
@@ -129,6 +130,7 @@ struct PassSpan {
 PassSpan passes_of(const RunTrace& trace, double from_seconds) {
   const auto from = static_cast<std::int64_t>(from_seconds * 1e9);
   PassSpan p;
+  std::vector<std::pair<std::int64_t, std::int64_t>> passes;
   trace.visit([&](const TraceEvent& e) {
     if (e.phase != 'X' ||
         (e.category != "forward" && e.category != "backward" && e.category != "weight"))
@@ -137,9 +139,17 @@ PassSpan passes_of(const RunTrace& trace, double from_seconds) {
     if (s < from) return;
     p.first = p.first < 0 ? s : std::min(p.first, s);
     p.last = std::max(p.last, f);
-    p.busy += f - s;
+    passes.emplace_back(s, f);
     p.by_category[e.category] += f - s;
   });
+  // Busy is the union of the passes: a combined 1F1B step's forward and backward overlap.
+  std::sort(passes.begin(), passes.end());
+  std::int64_t covered_to = std::numeric_limits<std::int64_t>::min();
+  for (const auto& [s, f] : passes) {
+    if (f <= covered_to) continue;
+    p.busy += f - std::max(s, covered_to);
+    covered_to = f;
+  }
   return p;
 }
 

@@ -44,8 +44,8 @@ ScheduleSpec spec_from(const ScheduleOptions& o, const Scenario& s) {
   spec.kind = *k;
   // The scenario's --delay-wgrad-compute (any scenario flag reaches the command).
   spec.delay_wgrad_compute = s.parallelism.delay_wgrad_compute && spec.kind != ScheduleKind::zb_h1;
-  spec.combined_1f1b =
-      s.parallelism.overlap_moe_expert_parallel_comm && spec.kind == ScheduleKind::none;
+  spec.combined_1f1b = s.parallelism.overlap_moe_expert_parallel_comm &&
+                       (spec.kind == ScheduleKind::none || spec.kind == ScheduleKind::interleaved);
   return spec;
 }
 

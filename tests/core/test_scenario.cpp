@@ -176,8 +176,8 @@ TEST(Scenario, ZbH1AndDelayWgradComputeRules) {
   EXPECT_TRUE(rejected(default_scenario(), {{"--pipeline-schedule", "zb-h2"}}).size() == 1);
 }
 
-// Megatron-Core's rules for --overlap-moe-expert-parallel-comm, and tandem's pp 1: each
-// refusal names the field and the rule.
+// Megatron-Core's rules for --overlap-moe-expert-parallel-comm (pp > 1 only interleaved),
+// and tandem's (no split backward): each refusal names the field and the rule.
 TEST(Scenario, CombinedOneFOneBRules) {
   Scenario moe = default_scenario();
   moe.parallelism.pipeline_model_parallel_size = 1;
@@ -204,7 +204,10 @@ TEST(Scenario, CombinedOneFOneBRules) {
   Scenario piped = moe;
   piped.parallelism.pipeline_model_parallel_size = 2;
   piped.parallelism.expert_model_parallel_size = 2;
-  EXPECT_TRUE(Names(invalid(piped), f, "true", "without pipelining"));
+  EXPECT_TRUE(Names(invalid(piped), f, "true", "needs the interleaved schedule"));
+  Scenario interleaved_moe = piped;  // 24 layers: 2 stages of 6 chunks of 2
+  interleaved_moe.parallelism.num_layers_per_virtual_pipeline_stage = 2;
+  EXPECT_NO_THROW(validate(interleaved_moe));
   Scenario split = moe;
   split.parallelism.delay_wgrad_compute = true;
   EXPECT_TRUE(Names(invalid(split), f, "true", "delay_wgrad_compute"));

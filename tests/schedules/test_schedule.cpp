@@ -91,6 +91,14 @@ TEST(Schedule, CombinedOneFOneBPairsEachForwardWithThePreviousBackward) {
   spec.forward_only = false;
   spec.delay_wgrad_compute = true;
   EXPECT_THROW(make_rank_schedule(spec, 0), ConfigError);
+  // Interleaved (Megatron-Core's combined_1f1b_schedule_for_interleaved_pipelining): one
+  // warm-up forward more than the plain schedule's, then the steady state combined.
+  ScheduleSpec interleaved{ScheduleKind::interleaved, 2, 2, 4};
+  EXPECT_EQ(num_warmup_microbatches(interleaved, 0), 4);
+  interleaved.combined_1f1b = true;
+  EXPECT_EQ(num_warmup_microbatches(interleaved, 0), 5);
+  EXPECT_EQ(compute_order(make_rank_schedule(interleaved, 0), true),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 F3.0+ B0.1 F2.1+ B1.1 F3.1+ B0.0 B1.0 B2.1 B3.1 B2.0 B3.0");
   ScheduleSpec pipelined{ScheduleKind::one_f_one_b, 2, 1, 4};
   pipelined.combined_1f1b = true;
   try {
@@ -237,7 +245,10 @@ TEST(Schedule, DelayWgradComputePutsEachWAfterTheCallSendingItsGradient) {
 
 std::vector<ScheduleSpec> sweep() {
   std::vector<ScheduleSpec> specs;
-  for (int m = 1; m <= 12; ++m) specs.push_back({ScheduleKind::none, 1, 1, m});
+  for (int m = 1; m <= 12; ++m) {
+    specs.push_back({ScheduleKind::none, 1, 1, m});
+    specs.push_back({.kind = ScheduleKind::none, .num_microbatches = m, .combined_1f1b = true});
+  }
   for (int pp = 1; pp <= 8; ++pp)
     for (int m = 1; m <= 20; ++m) {
       specs.push_back({ScheduleKind::one_f_one_b, pp, 1, m});
@@ -257,6 +268,9 @@ std::vector<ScheduleSpec> sweep() {
           if (rest == 0 || rest >= pp) specs.push_back(s);
           s.delay_wgrad_compute = true;
           if ((rest == 0 || rest >= pp) && vpp == 2) specs.push_back(s);
+          s.delay_wgrad_compute = false;
+          s.combined_1f1b = true;
+          if (rest == 0 || rest >= pp) specs.push_back(s);
         }
   return specs;
 }
@@ -265,7 +279,7 @@ std::string name_of(const ScheduleSpec& s) {
   std::ostringstream o;
   o << schedule_kind_name(s.kind) << " pp=" << s.pp << " vpp=" << s.vpp
     << " m=" << s.num_microbatches << " g=" << s.microbatch_group_size
-    << (s.delay_wgrad_compute ? " delay_wgrad" : "");
+    << (s.delay_wgrad_compute ? " delay_wgrad" : "") << (s.combined_1f1b ? " combined" : "");
   return o.str();
 }
 
@@ -292,6 +306,30 @@ TEST(ScheduleProperties, EachMicrobatchChunkForwardedOnceThenBackwardedOnce) {
       for (const auto& [key, i] : bwd_at)
         ASSERT_LT(fwd_at.at(key), i)
             << name_of(spec) << " rank " << r << " backward before forward";
+      // Combined 1F1B: each combined forward has a backward right after it, of another
+      // (microbatch, chunk), whose own forward ran before (the two are independent); every
+      // steady-state forward is combined.
+      int combined = 0;
+      for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+        if (!ops[i].combined) continue;
+        ++combined;
+        ASSERT_TRUE(spec.combined_1f1b) << name_of(spec);
+        ASSERT_EQ(ops[i].type, OpType::forward) << name_of(spec);
+        ASSERT_LT(i + 1, static_cast<int>(ops.size())) << name_of(spec);
+        const ScheduleOp& b = ops[i + 1];
+        ASSERT_EQ(b.type, OpType::backward) << name_of(spec) << " rank " << r;
+        const auto bkey = std::make_pair(b.microbatch, b.chunk);
+        ASSERT_NE(std::make_pair(ops[i].microbatch, ops[i].chunk), bkey) << name_of(spec);
+        ASSERT_LT(fwd_at.at(bkey), i) << name_of(spec) << " rank " << r;
+      }
+      if (spec.combined_1f1b) {
+        // Without pipelining the first forward runs alone (the warm-up count is 0 there).
+        const int total = spec.num_microbatches * spec.vpp;
+        const int steady = spec.kind == ScheduleKind::none
+                               ? total - 1
+                               : total - num_warmup_microbatches(spec, r);
+        EXPECT_EQ(combined, steady) << name_of(spec) << " rank " << r;
+      }
       // A split backward's W comes once, after its B; an unsplit schedule has none.
       ASSERT_EQ(w_at.size(), split ? bwd_at.size() : 0u) << name_of(spec);
       for (const auto& [key, i] : w_at)

@@ -9,7 +9,8 @@
 # - a capacity factor of 1.0 (tokens over an expert's capacity dropped by gate), also
 #   padded to the capacity, and dropped by position.
 # - Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): each forward taking
-#   turns on the host with the previous microbatch's backward at the expert all-to-alls;
+#   turns on the host with the previous microbatch's backward at the expert all-to-alls,
+#   without pipelining and interleaved (pp 2 × 2 virtual stages);
 #   a trace shows the two interleaved (the forward's slice spans the backward's start).
 # The capacity counts a rank's own tokens (Megatron's router drops on its sequence shard),
 # so with tp 2 the reference is the tp 2 run, not the single process: there ep 2 must give
@@ -82,6 +83,12 @@ check deepseek_ep2_combined deepseek 2 "${deepseek[@]}" "${a2a[@]}" --expert-mod
   "${combined[@]}"
 check deepseek_ep2_tp2_combined deepseek 4 "${deepseek[@]}" "${a2a[@]}" \
   --expert-model-parallel-size 2 "${tp2[@]}" "${combined[@]}"
+# Interleaved (pp 2 × 2 virtual stages × ep 2): four layers, the last flag wins.
+four=(--num-layers 4 --global-batch-size 16)
+reference four_layers 1 "${deepseek[@]}" "${four[@]}"
+check deepseek_pp2_vp2_ep2_combined four_layers 4 "${deepseek[@]}" "${four[@]}" "${a2a[@]}" \
+  --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1 "${combined[@]}"
 "${mpi[@]}" -np 2 "$tandem" train "${common[@]}" --world-size 2 "${a2a[@]}" \
   --expert-model-parallel-size 2 "${combined[@]}" --trace "$work/combined.trace.json" >/dev/null
 python3 - "$work/combined.trace.json" <<'PY' || failed=1
