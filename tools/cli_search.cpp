@@ -451,6 +451,7 @@ json candidate_json(const ss::Candidate& c, const Outcome& o) {
          {"overlap_param_gather", p.overlap_param_gather},
          {"order", p.order},
          {"precision", ss::precision_of(s)},
+         {"overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm},
          {"outcome", o.status},
          {"peak_memory_bytes", o.peak_memory_bytes},
          {"peak_memory_is_lower_bound", o.peak_is_lower_bound},
@@ -1044,7 +1045,8 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--svg", opts->svg_path, "Throughput vs memory per GPU with the Pareto front");
   cmd->add_option("--vary", opts->vary,
                   "FIELD=V1,V2,…: search these values (tp, pp, cp, vp, mbs, recompute, sp, "
-                  "distopt, overlap_grad, overlap_param, order, embed_split, loss_split, or the "
+                  "distopt, overlap_grad, overlap_param, order, embed_split, loss_split, "
+                  "moe_overlap, or the "
                   "Megatron names; precision=bf16,fp8,fp8-tensorwise,fp8-blockwise,mxfp8 "
                   "compares bf16 with FP8 recipes)");
   cmd->add_option("--fix", opts->fix, "FIELD=VALUE: search only this value");

@@ -27,6 +27,7 @@ const std::map<std::string, std::string>& short_names() {
       {"embed_split", "account_for_embedding_in_pipeline_split"},
       {"loss_split", "account_for_loss_in_pipeline_split"},
       {"schedule", "pipeline_schedule"},
+      {"moe_overlap", "overlap_moe_expert_parallel_comm"},
   };
   return names;
 }
@@ -168,6 +169,8 @@ void set_field(Scenario& s, const std::string& field, const std::string& value) 
     if (value != "base") set_precision(s, value);
   } else if (field == "pipeline_schedule")
     p.pipeline_schedule = value;  // the validator names a value it does not know
+  else if (field == "overlap_moe_expert_parallel_comm")
+    p.overlap_moe_expert_parallel_comm = to_bool(field, value);
 }
 
 // Layers a pp rank splits into chunks: num_layers / pp, with the embedding and the loss
@@ -190,7 +193,8 @@ const std::vector<std::string>& search_fields() {
       "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
       "num_layers_per_virtual_pipeline_stage", "pipeline_schedule", "micro_batch_size",
       "recompute_granularity", "sequence_parallel", "use_distributed_optimizer",
-      "overlap_grad_reduce", "overlap_param_gather", "order", "precision"};
+      "overlap_grad_reduce", "overlap_param_gather", "order", "precision",
+      "overlap_moe_expert_parallel_comm"};
   return fields;
 }
 
@@ -246,6 +250,11 @@ SearchSpace default_space(const Scenario& base, int world_size) {
   // bases keep theirs: "base" leaves the training precision as it is).
   const std::string own = precision_of(base);
   v["precision"] = {precision_values().count(own) ? own : "base"};
+  // Megatron-Core's combined 1F1B for a mixture of experts (the validator prunes the
+  // layouts its rules refuse: ep 1, pp > 1 without interleaving, full recomputation).
+  v["overlap_moe_expert_parallel_comm"] =
+      base.model.num_experts ? std::vector<std::string>{"false", "true"}
+                             : flag(base.parallelism.overlap_moe_expert_parallel_comm);
   return sp;
 }
 
@@ -298,6 +307,7 @@ std::string value_of(const Scenario& base, const std::string& field) {
   if (field == "account_for_loss_in_pipeline_split")
     return flag(p.account_for_loss_in_pipeline_split);
   if (field == "pipeline_schedule") return p.pipeline_schedule;
+  if (field == "overlap_moe_expert_parallel_comm") return flag(p.overlap_moe_expert_parallel_comm);
   if (field == "precision") {
     const std::string own = precision_of(base);
     return precision_values().count(own) ? own : "base";
@@ -337,6 +347,7 @@ std::string candidate_label(const Scenario& s) {
   if (p.pipeline_model_parallel_layout) l += " layout " + *p.pipeline_model_parallel_layout;
   if (p.pipeline_schedule == "zb-h1") l += " zb-h1";
   if (p.delay_wgrad_compute) l += " delay-wgrad";
+  if (p.overlap_moe_expert_parallel_comm) l += " moe-overlap";
   l +=
       " mbs" + std::to_string(s.training.micro_batch_size) + " " + s.training.recompute_granularity;
   if (p.sequence_parallel) l += " sp";

@@ -147,6 +147,25 @@ TEST(SearchSpace, ZeroBubbleScheduleIsADimension) {
   EXPECT_EQ(refused, 1 + 2);  // zb-h1 at pp 1, and at pp 2 with vp 1 and 2
 }
 
+// Megatron-Core's combined 1F1B is a dimension for a mixture of experts (false and true;
+// the validator prunes where its rules refuse it), the base's value for a dense model; its
+// short name varies it, and the label says so.
+TEST(SearchSpace, CombinedOneFOneBIsADimensionForAMixtureOfExperts) {
+  const Scenario dense = small_model();
+  EXPECT_EQ(default_space(dense, 8).values.at("overlap_moe_expert_parallel_comm"),
+            std::vector<std::string>{"false"});
+  Scenario moe = dense;
+  moe.model.num_experts = 8;
+  moe.model.moe_token_dispatcher_type = "alltoall";
+  SearchSpace space = default_space(moe, 8);
+  EXPECT_EQ(space.values.at("overlap_moe_expert_parallel_comm"),
+            (std::vector<std::string>{"false", "true"}));
+  fix(space, "moe_overlap=true");
+  EXPECT_EQ(space.values.at("overlap_moe_expert_parallel_comm"), std::vector<std::string>{"true"});
+  moe.parallelism.overlap_moe_expert_parallel_comm = true;
+  EXPECT_NE(candidate_label(moe).find("moe-overlap"), std::string::npos) << candidate_label(moe);
+}
+
 TEST(SearchSpace, RejectsUnknownFieldsAndEmptyLists) {
   SearchSpace space = default_space(small_model(), 16);
   EXPECT_THROW(vary(space, "tensor_paralel=2"), ConfigError);
