@@ -47,6 +47,12 @@ std::string op_class(const std::string& key) {
   if (op == "attention" || op == "attention_backward" || is_fused_attention(op)) return "attention";
   if (op == "adam" || op == "sum_squares") return "optimizer";
   if (op == "upload" || op == "download") return "transfer";
+  // Megatron's token dispatcher (the dropping of tokens over capacity, the permutation to
+  // and from expert order, and the regrouping of chunks per expert): memory-bound kernels,
+  // reported apart as the MoE layer's own class.
+  if (op == "moe_drop_tokens" || op == "moe_permute" || op == "moe_permute_backward" ||
+      op == "moe_unpermute" || op == "moe_unpermute_backward" || op == "copy_rows")
+    return "moe dispatch";
   return "memory-bound";
 }
 

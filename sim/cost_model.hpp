@@ -89,8 +89,9 @@ struct OpDesc {
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem
 // trace diff): "gemm"; "attention" (its batched GEMMs and softmax, or the fused flash
 // attention kernel); "memory-bound" (norms,
-// elementwise, embedding, cross entropy: bandwidth + launch); "optimizer" (adam and the
-// gradient-norm reduction); "transfer" (upload, download over PCIe).
+// elementwise, embedding, cross entropy: bandwidth + launch); "moe dispatch" (the MoE token
+// dispatcher's dropping, permutations and regrouping: memory-bound too, apart); "optimizer"
+// (adam and the gradient-norm reduction); "transfer" (upload, download over PCIe).
 std::string op_class(const std::string& op);
 
 // Kernels the host launches for one Device op: the parts rule 3 prices attention from

@@ -339,6 +339,10 @@ TEST(CostModelAttention, UnfusedSoftmaxCostsFivePyTorchKernelsEachWay) {
   EXPECT_EQ(op_class("flash_attention"), "attention");
   EXPECT_EQ(op_class("flash_attention_backward"), "attention");
   EXPECT_EQ(op_class("rms_norm"), "memory-bound");
+  for (const char* dispatch :
+       {"moe_permute", "moe_unpermute_backward", "moe_drop_tokens", "copy_rows"})
+    EXPECT_EQ(op_class(dispatch), "moe dispatch") << dispatch;
+  EXPECT_EQ(op_class("moe_router"), "memory-bound");  // the router is not the dispatcher
 }
 
 // Rule 3c: attention dropout is torch's dropout kernel on the (T, T) probabilities, one
