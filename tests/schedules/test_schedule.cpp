@@ -325,9 +325,8 @@ TEST(ScheduleProperties, EachMicrobatchChunkForwardedOnceThenBackwardedOnce) {
       if (spec.combined_1f1b) {
         // Without pipelining the first forward runs alone (the warm-up count is 0 there).
         const int total = spec.num_microbatches * spec.vpp;
-        const int steady = spec.kind == ScheduleKind::none
-                               ? total - 1
-                               : total - num_warmup_microbatches(spec, r);
+        const int steady =
+            spec.kind == ScheduleKind::none ? total - 1 : total - num_warmup_microbatches(spec, r);
         EXPECT_EQ(combined, steady) << name_of(spec) << " rank " << r;
       }
       // A split backward's W comes once, after its B; an unsplit schedule has none.
