@@ -58,4 +58,10 @@ void ThreadTurns::yield() {
   impl->changed.wait(lock, [&] { return impl->state.turn == me || impl->state.ended[1 - me]; });
 }
 
+int ThreadTurns::current_task() const {
+  // Only the task whose turn it is runs, and the turn changes only by its own hand or under
+  // the mutex that handed it the turn.
+  return impl_ == nullptr ? 0 : impl_->state.turn;
+}
+
 }  // namespace tandem

@@ -22,6 +22,9 @@ class HostTurns {
   // Hands the host to the other task, and returns when it is this task's turn again. Outside
   // run, or once the other task has ended, returns at once.
   virtual void yield() = 0;
+  // The task whose turn it is (0: the first, 1: the second; 0 outside run): what a caller
+  // keeps per task (a named region of the step) is indexed by it.
+  virtual int current_task() const = 0;
 };
 
 // The turn-taking both implementations share: whose turn it is, who has ended, what was
@@ -53,6 +56,7 @@ class ThreadTurns final : public HostTurns {
       : on_thread_start_(std::move(on_thread_start)) {}
   void run(const std::function<void()>& first, const std::function<void()>& second) override;
   void yield() override;
+  int current_task() const override;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 // layer.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "core/scenario.hpp"
@@ -60,13 +61,13 @@ class SimStepObserver : public StepObserver {
   // as a slice of its own on the compute thread, inside the pass that runs it.
   void begin_region(Stream& s, std::string_view name) override {
     device_.begin_region(std::string(name));
-    region_start_ = device_.trace_time(s);
+    region_start_[task()] = device_.trace_time(s);
   }
   void end_region(Stream& s, std::string_view name) override {
     device_.end_region();
     if (trace_)
-      trace_->slice(std::string(name), std::string(name), trace_thread::compute, region_start_,
-                    device_.trace_time(s));
+      trace_->slice(std::string(name), std::string(name), trace_thread::compute,
+                    region_start_[task()], device_.trace_time(s));
   }
   void set_trace(RunTrace* trace) { trace_ = trace; }
 
@@ -74,7 +75,8 @@ class SimStepObserver : public StepObserver {
   SimDevice& device_;
   std::unique_ptr<ProfilerEffects> profiler_;
   RunTrace* trace_ = nullptr;
-  RunTrace::Clock::time_point region_start_{};
+  std::size_t task() const { return static_cast<std::size_t>(device_.host_turns().current_task()); }
+  std::array<RunTrace::Clock::time_point, 2> region_start_{};  // per host task
 };
 
 // The observer a scenario asks for, or null when it sets none of the three.

@@ -228,7 +228,9 @@ void SimDevice::run(Stream& s, OpDesc op) {
   if (observer_ && &stream == default_stream_.get())
     observer_(op, start, seconds, stream.host_starved() - starved_before);
   *p.report_total += seconds;
-  if (!region_.empty() && &stream == default_stream_.get()) region_seconds_[region_] += seconds;
+  if (const std::string& region = region_[static_cast<std::size_t>(turns_.current_task())];
+      !region.empty() && &stream == default_stream_.get())
+    region_seconds_[region] += seconds;
   if (options_.record_ops) issued_.push_back({std::move(op), seconds});
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -236,8 +237,11 @@ class SimDevice : public Device {
   bool in_library_call() const { return library_call_ops_ >= 0; }
   // A named part of the step (StepObserver::begin_region): the compute stream's op seconds
   // between begin and end are also booked under the name (region_seconds).
-  void begin_region(std::string name) { region_ = std::move(name); }
-  void end_region() { region_.clear(); }
+  // Kept per host task: inside a combined 1F1B step the two microbatches' regions differ.
+  void begin_region(std::string name) {
+    region_[static_cast<std::size_t>(turns_.current_task())] = std::move(name);
+  }
+  void end_region() { region_[static_cast<std::size_t>(turns_.current_task())].clear(); }
   // Seconds of compute-stream ops per region, all iterations.
   const std::map<std::string, double>& region_seconds() const { return region_seconds_; }
   // The host's issue of a kernel or p2p group inside a library call, after its first op:
@@ -296,7 +300,7 @@ class SimDevice : public Device {
   int library_call_ops_ = -1;   // ops issued inside the current library call; -1: none
   int library_call_depth_ = 0;  // library calls begun and not yet ended
   std::map<std::string, double> host_seconds_;
-  std::string region_;  // the region being run, or empty
+  std::array<std::string, 2> region_;  // per host task: the region being run, or empty
   std::map<std::string, double> region_seconds_;
   OpObserver observer_;
   std::shared_ptr<MemoryTracker> memory_;

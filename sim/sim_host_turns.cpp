@@ -57,4 +57,8 @@ void SimActorTurns::yield() {
   while (impl->state.turn != me && !impl->state.ended[1 - me]) impl->changed->wait(lock);
 }
 
+int SimActorTurns::current_task() const {
+  return impl_ == nullptr ? 0 : impl_->state.turn;
+}
+
 }  // namespace tandem::sim

@@ -12,6 +12,7 @@ class SimActorTurns final : public HostTurns {
  public:
   void run(const std::function<void()>& first, const std::function<void()>& second) override;
   void yield() override;
+  int current_task() const override;
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 // of one node (ranks on several nodes would need a clock offset, not done yet).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -64,17 +65,19 @@ class RegionTracer : public StepObserver {
  public:
   RegionTracer(Device& device, RunTrace& trace) : device_(device), trace_(trace) {}
   void begin_region(Stream& s, std::string_view /*name*/) override {
-    start_ = device_.trace_time(s);
+    start_[task()] = device_.trace_time(s);
   }
   void end_region(Stream& s, std::string_view name) override {
-    trace_.slice(std::string(name), std::string(name), trace_thread::compute, start_,
+    trace_.slice(std::string(name), std::string(name), trace_thread::compute, start_[task()],
                  device_.trace_time(s));
   }
 
  private:
+  // Per host task: a combined 1F1B step's two microbatches run their regions in turns.
+  std::size_t task() const { return static_cast<std::size_t>(device_.host_turns().current_task()); }
   Device& device_;
   RunTrace& trace_;
-  RunTrace::Clock::time_point start_{};
+  std::array<RunTrace::Clock::time_point, 2> start_{};
 };
 
 // Records every collective of `inner` on `trace`, as a slice from issue to the return of

@@ -40,6 +40,26 @@ TEST(HostTurns, ThreadsTakeTurnsAtTheirYieldsInOneOrder) {
   turns.yield();  // outside run: nothing to hand over
 }
 
+// Each task sees itself as the current one (what per-task bookkeeping indexes by); outside
+// run the current task is 0.
+TEST(HostTurns, EachTaskIsTheCurrentOneOnItsTurn) {
+  ThreadTurns turns;
+  std::vector<int> seen;
+  turns.run(
+      [&] {
+        seen.push_back(turns.current_task());
+        turns.yield();
+        seen.push_back(turns.current_task());
+      },
+      [&] {
+        seen.push_back(turns.current_task());
+        turns.yield();
+        seen.push_back(turns.current_task());
+      });
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(turns.current_task(), 0);
+}
+
 TEST(HostTurns, TheSecondTaskStartsWhenTheFirstEndsWithoutYielding) {
   ThreadTurns turns;
   std::vector<std::string> log;

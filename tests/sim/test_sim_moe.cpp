@@ -182,6 +182,30 @@ TEST(SimMoe, InterleavedCombinedOneFOneBKeepsTheBubbleAndHidesTheExchange) {
   EXPECT_NEAR(bubble_combined, bubble_plain, 0.5 * bubble_plain);
 }
 
+// A named region of the step (the multi-token prediction block's "mtp") is kept per host
+// task: inside a combined 1F1B step the backward's ops, issued while the forward is in its
+// MTP block, are not booked under it. The block's compute is the same ops either way.
+TEST(SimMoe, CombinedOneFOneBBooksTheMtpRegionToItsOwnTask) {
+  Scenario s = moe_on_one_node();
+  s.cluster.topology = "dgx-h100";
+  s.model.use_flash_attn = true;
+  s.model.mtp_num_layers = 1;
+  s.model.position_embedding_type = "rope";  // Megatron's MTP takes rope (or none)
+  s.training.micro_batch_size = 2;
+  s.training.global_batch_size = 64;
+  validate(s);
+  const auto plain = simulate_routed(s, "uniform");
+  s.parallelism.overlap_moe_expert_parallel_comm = true;
+  validate(s);
+  const auto combined = simulate_routed(s, "uniform");
+  ASSERT_FALSE(plain.contains("error")) << plain.dump();
+  ASSERT_FALSE(combined.contains("error")) << combined.dump();
+  const double mtp_plain = plain.at("region_seconds").at("mtp").get<double>();
+  const double mtp_combined = combined.at("region_seconds").at("mtp").get<double>();
+  EXPECT_GT(mtp_plain, 0.0);
+  EXPECT_NEAR(mtp_combined, mtp_plain, 1e-9 * mtp_plain);
+}
+
 TEST(SimMoe, AHistogramOfEqualWeightsIsUniform) {
   Scenario s = moe_on_one_node();
   s.model.num_layers = 2;
