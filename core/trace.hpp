@@ -26,6 +26,15 @@ inline constexpr int tp_comm = 2;
 inline constexpr int dp_comm = 3;
 inline constexpr int op_classes = 4;  // the simulator's compute split by op class
 inline constexpr int ep_comm = 5;     // the experts' token exchange (mixture of experts)
+// A combined 1F1B step's backward, which runs in turns with the forward on the compute
+// thread (the Chrome trace format wants one thread's slices nested, not overlapping).
+inline constexpr int compute_combined = 6;
+// The experts' gradient reduction (expert-dp), which runs beside the dense one (dp).
+inline constexpr int expert_dp_comm = 7;
+// The compute thread of host task `task` (HostTurns::current_task).
+inline constexpr int compute_of_task(int task) {
+  return task == 0 ? compute : compute_combined;
+}
 }  // namespace trace_thread
 
 struct TraceSlice {

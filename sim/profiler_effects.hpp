@@ -66,8 +66,9 @@ class SimStepObserver : public StepObserver {
   void end_region(Stream& s, std::string_view name) override {
     device_.end_region();
     if (trace_)
-      trace_->slice(std::string(name), std::string(name), trace_thread::compute,
-                    region_start_[task()], device_.trace_time(s));
+      trace_->slice(std::string(name), std::string(name),
+                    trace_thread::compute_of_task(static_cast<int>(task())), region_start_[task()],
+                    device_.trace_time(s));
   }
   void set_trace(RunTrace* trace) { trace_ = trace; }
 

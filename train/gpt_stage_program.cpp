@@ -217,8 +217,9 @@ void GptStageProgram::record(char type, int microbatch, int chunk,
   std::string name = type + std::to_string(microbatch);
   if (name_chunks_) name += "." + std::to_string(chunk);
   const char* category = type == 'F' ? "forward" : type == 'B' ? "backward" : "weight";
-  trace_->slice(name, category, trace_thread::compute, start, env_.device.trace_time(env_.stream),
-                {{"microbatch", microbatch}, {"chunk", chunk}});
+  trace_->slice(
+      name, category, trace_thread::compute_of_task(env_.device.host_turns().current_task()), start,
+      env_.device.trace_time(env_.stream), {{"microbatch", microbatch}, {"chunk", chunk}});
 }
 
 // Each tp rank sends slice `rank` of the flattened tensor (a view: no copy) and the

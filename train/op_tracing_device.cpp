@@ -38,12 +38,14 @@ OpKey flash_key(std::string op, const Tensor& q, const Tensor& kv) {
           kv.shape[0],   q.shape[4], q.shape[1] * q.shape[2] * (q.shape[3] - 2)};
 }
 
-int thread_of(Stream& s) {
+// The compute stream's ops go on the thread of the host task that issued them (a combined
+// 1F1B step's backward has its own).
+int thread_of(Stream& s, int task) {
   const std::string_view name = s.name();
   if (name.starts_with("tp")) return trace_thread::tp_comm;
   if (name.starts_with("pp")) return trace_thread::pp_comm;
   if (name.starts_with("dp")) return trace_thread::dp_comm;
-  return trace_thread::compute;
+  return trace_thread::compute_of_task(task);
 }
 
 }  // namespace
@@ -62,7 +64,8 @@ void OpTracingDevice::traced(Stream& s, const OpKey& key, Issue&& issue) {
   const auto start = inner_.trace_time(s);
   issue();
   const auto end = inner_.trace_time(s);
-  trace_.slice(key.op, "op", thread_of(s), start, end, op_key_args(key));
+  trace_.slice(key.op, "op", thread_of(s, inner_.host_turns().current_task()), start, end,
+               op_key_args(key));
 }
 
 void OpTracingDevice::upload(Stream& s, Tensor& t, const ProduceFloats& produce) {

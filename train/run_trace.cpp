@@ -100,6 +100,8 @@ int trace_thread_of(GroupKind kind) {
     case GroupKind::ep:
     case GroupKind::tp_ep:
       return trace_thread::ep_comm;
+    case GroupKind::expert_dp:
+      return trace_thread::expert_dp_comm;
     default:
       return trace_thread::dp_comm;
   }
@@ -205,8 +207,10 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
     trace.name_thread(pid, trace_thread::tp_comm, "tp comm", 2);
     trace.name_thread(pid, trace_thread::dp_comm, "dp comm", 3);
     // The threads only some runs have, named where they are.
-    bool op_classes = false, ops = false, ep = false;
+    bool op_classes = false, ops = false, ep = false, combined = false, expert_dp = false;
     for (const auto& e : parts[r]) {
+      combined = combined || e.value("tid", -1) == trace_thread::compute_combined;
+      expert_dp = expert_dp || e.value("tid", -1) == trace_thread::expert_dp_comm;
       const bool on_ops = e.value("tid", -1) == trace_thread::op_classes;
       op_classes = op_classes || on_ops;
       // One slice per op (the simulator's --trace-ops) carries the op's class.
@@ -215,6 +219,9 @@ void write_merged_trace(const std::filesystem::path& path, const std::vector<nlo
     }
     if (op_classes) trace.name_thread(pid, trace_thread::op_classes, ops ? "ops" : "op classes", 5);
     if (ep) trace.name_thread(pid, trace_thread::ep_comm, "ep comm", 4);
+    if (expert_dp) trace.name_thread(pid, trace_thread::expert_dp_comm, "expert-dp comm", 4);
+    if (combined)
+      trace.name_thread(pid, trace_thread::compute_combined, "compute (combined 1F1B backward)", 0);
     for (const auto& e : parts[r]) {
       if (e.at("ph") == "X") {
         const auto s = e.at("start_ns").get<std::int64_t>(), f = e.at("end_ns").get<std::int64_t>();

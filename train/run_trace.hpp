@@ -68,7 +68,8 @@ class RegionTracer : public StepObserver {
     start_[task()] = device_.trace_time(s);
   }
   void end_region(Stream& s, std::string_view name) override {
-    trace_.slice(std::string(name), std::string(name), trace_thread::compute, start_[task()],
+    trace_.slice(std::string(name), std::string(name),
+                 trace_thread::compute_of_task(static_cast<int>(task())), start_[task()],
                  device_.trace_time(s));
   }
 

@@ -11,7 +11,8 @@
 # - Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): each forward taking
 #   turns on the host with the previous microbatch's backward at the expert all-to-alls,
 #   without pipelining and interleaved (pp 2 × 2 virtual stages);
-#   a trace shows the two interleaved (the forward's slice spans the backward's start).
+#   a trace shows the two interleaved (the forward's slice spans the backward's start, on a
+#   thread of its own: the trace stays well formed).
 # The capacity counts a rank's own tokens (Megatron's router drops on its sequence shard),
 # so with tp 2 the reference is the tp 2 run, not the single process: there ep 2 must give
 # the tp 2 losses. A test of its own checks that dropping changes the losses at all.
@@ -103,6 +104,8 @@ f1, b0 = slices["F1"][0], slices["B0"][0]
 assert f1[0] < b0[0] < f1[1], f"F1 {f1} and B0 {b0} did not take turns"
 print(f"combined 1F1B: B0 starts {b0[0] - f1[0]:.0f} us into F1, which ends {f1[1] - b0[0]:.0f} us later")
 PY
+# The two tasks' passes sit on threads of their own, so the trace stays well formed.
+"$tandem" trace check "$work/combined.trace.json" || failed=1
 
 capacity=(--moe-expert-capacity-factor 1.0)
 reference capacity 1 "${capacity[@]}"
