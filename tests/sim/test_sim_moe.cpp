@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <utility>
 
 #include "core/error.hpp"
 #include "sim/cost_model.hpp"
@@ -107,30 +108,41 @@ TEST(SimMoe, SkewedRoutingMakesTheStepSlowerThanUniform) {
             uniform.at("exposed_seconds").at("ep").get<double>());
 }
 
-// Combined 1F1B (--overlap-moe-expert-parallel-comm): each forward runs with the previous
-// microbatch's backward, taking turns on the host at the expert-parallel all-to-alls, so the
-// exchange of one runs under the other's compute. On a DGX H100 node (ep 8, experts and
-// exchange across two DGX H100 nodes: ep 16, one expert a GPU, top-8) it must hide most of the
-// exposed ep time and shorten the step by as much; the step holds one microbatch's
-// activations more.
-TEST(SimMoe, CombinedOneFOneBHidesTheExpertExchangeUnderTheOtherMicrobatch) {
+// Fine-grained experts (DeepSeek's: top-8 of 16, narrow) on two DGX H100 nodes, one expert
+// a GPU: much to exchange across the nodes.
+Scenario fine_grained_on_two_h100_nodes() {
   Scenario s = moe_on_one_node();
   s.cluster.topology = "dgx-h100";
   s.cluster.world_size = 16;
   s.model.num_experts = 16;
-  s.model.moe_router_topk = 8;  // fine-grained experts (DeepSeek's): much to exchange
+  s.model.moe_router_topk = 8;
   s.model.moe_ffn_hidden_size = 1024;
-  s.parallelism.expert_model_parallel_size = 16;
   s.model.hidden_size = 4096;
   s.model.num_attention_heads = 32;
   s.model.use_flash_attn = true;
   s.training.micro_batch_size = 2;
   s.training.global_batch_size = 128;
+  return s;
+}
+
+// `s` simulated as it is and with the combined 1F1B (--overlap-moe-expert-parallel-comm).
+std::pair<nlohmann::json, nlohmann::json> plain_and_combined(Scenario s) {
   validate(s);
-  const auto plain = simulate_routed(s, "uniform");
+  auto plain = simulate_routed(s, "uniform");
   s.parallelism.overlap_moe_expert_parallel_comm = true;
   validate(s);
-  const auto combined = simulate_routed(s, "uniform");
+  auto combined = simulate_routed(s, "uniform");
+  return {std::move(plain), std::move(combined)};
+}
+
+// Combined 1F1B: each forward runs with the previous microbatch's backward, taking turns on
+// the host at the expert-parallel all-to-alls, so the exchange of one runs under the other's
+// compute. Without pipelining (ep 16 over two nodes) it must hide most of the exposed ep
+// time and shorten the step by as much; the step holds one microbatch's activations more.
+TEST(SimMoe, CombinedOneFOneBHidesTheExpertExchangeUnderTheOtherMicrobatch) {
+  Scenario s = fine_grained_on_two_h100_nodes();
+  s.parallelism.expert_model_parallel_size = 16;
+  const auto [plain, combined] = plain_and_combined(s);
   ASSERT_FALSE(plain.contains("error")) << plain.dump();
   ASSERT_FALSE(combined.contains("error")) << combined.dump();
   const double ep_plain = plain.at("exposed_seconds").at("ep").get<double>();
@@ -146,27 +158,15 @@ TEST(SimMoe, CombinedOneFOneBHidesTheExpertExchangeUnderTheOtherMicrobatch) {
 }
 
 // The same, interleaved (pp 2 × 2 virtual stages, ep 8: Megatron-Core's combined 1F1B with
-// one warm-up forward more): the exchange of the steady state hides, and the pipeline bubble — the
-// span outside every rank's passes, whose combined forwards and backwards overlap — is
+// one warm-up forward more): the exchange of the steady state hides, and the pipeline bubble
+// — the span outside every rank's passes, whose combined forwards and backwards overlap — is
 // still the interleaved schedule's, not zero.
 TEST(SimMoe, InterleavedCombinedOneFOneBKeepsTheBubbleAndHidesTheExchange) {
-  Scenario s = moe_on_one_node();
-  s.cluster.topology = "dgx-h100";
-  s.cluster.world_size = 16;
-  s.model.hidden_size = 4096;
-  s.model.num_attention_heads = 32;
-  s.model.use_flash_attn = true;
-  s.model.moe_router_topk = 8;
-  s.model.moe_ffn_hidden_size = 1024;
+  Scenario s = fine_grained_on_two_h100_nodes();
+  s.model.num_experts = 8;  // ep 8: the experts of moe_on_one_node
   s.parallelism.pipeline_model_parallel_size = 2;
   s.parallelism.num_layers_per_virtual_pipeline_stage = 1;
-  s.training.micro_batch_size = 2;
-  s.training.global_batch_size = 128;
-  validate(s);
-  const auto plain = simulate_routed(s, "uniform");
-  s.parallelism.overlap_moe_expert_parallel_comm = true;
-  validate(s);
-  const auto combined = simulate_routed(s, "uniform");
+  const auto [plain, combined] = plain_and_combined(s);
   ASSERT_FALSE(plain.contains("error")) << plain.dump();
   ASSERT_FALSE(combined.contains("error")) << combined.dump();
   const double ep_plain = plain.at("exposed_seconds").at("ep").get<double>();
@@ -193,11 +193,7 @@ TEST(SimMoe, CombinedOneFOneBBooksTheMtpRegionToItsOwnTask) {
   s.model.position_embedding_type = "rope";  // Megatron's MTP takes rope (or none)
   s.training.micro_batch_size = 2;
   s.training.global_batch_size = 64;
-  validate(s);
-  const auto plain = simulate_routed(s, "uniform");
-  s.parallelism.overlap_moe_expert_parallel_comm = true;
-  validate(s);
-  const auto combined = simulate_routed(s, "uniform");
+  const auto [plain, combined] = plain_and_combined(s);
   ASSERT_FALSE(plain.contains("error")) << plain.dump();
   ASSERT_FALSE(combined.contains("error")) << combined.dump();
   const double mtp_plain = plain.at("region_seconds").at("mtp").get<double>();
