@@ -60,6 +60,9 @@ struct RankRun {
   // The device's books when the last iteration began, to report that iteration alone.
   std::map<std::string, double> ops_before, host_before, regions_before;
   double host_bound_before = 0;
+  // Exposed communication and peer waits before the first iteration (building the model:
+  // the FP8 parameters' first cast and gather), which no iteration's share includes.
+  std::map<std::string, double> exposed_before_steps, peer_wait_before_steps;
   bool trace_ops = false;  // SimulateOptions::trace_ops
   // The predicted trace's op-class slice being extended (consecutive ops of one class).
   std::string pending_class;
@@ -338,6 +341,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             rr.device->default_stream().synchronize();
             rr.world->barrier();
             rr.start = std::max(sim_now(), rr.device->host_now());
+            rr.exposed_before_steps = world.stats(rank).exposed;
+            rr.peer_wait_before_steps = world.stats(rank).peer_wait;
             for (int i = 0; i < o.iterations; ++i) {
               rr.ops_before = rr.device->op_seconds();
               rr.host_before = rr.device->host_seconds();
@@ -454,13 +459,17 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     bubble_sum += rank.bubble_fraction;
     for (const auto& [category, ns] : span.by_category)
       rank.pass_seconds[category] = static_cast<double>(ns) * 1e-9;
+    auto in_steps = [](const std::map<std::string, double>& before, const std::string& kind,
+                       double secs) { return secs - (before.count(kind) ? before.at(kind) : 0.0); };
     for (const auto& [kind, secs] : world.stats(run->ctx.rank).exposed) {
-      rank.exposed_seconds[kind] = secs / o.iterations;
-      r.exposed_seconds[kind] = std::max(r.exposed_seconds[kind], secs / o.iterations);
+      const double per = in_steps(run->exposed_before_steps, kind, secs) / o.iterations;
+      rank.exposed_seconds[kind] = per;
+      r.exposed_seconds[kind] = std::max(r.exposed_seconds[kind], per);
     }
     for (const auto& [kind, secs] : world.stats(run->ctx.rank).peer_wait) {
-      rank.peer_wait_seconds[kind] = secs / o.iterations;
-      r.peer_wait_seconds[kind] = std::max(r.peer_wait_seconds[kind], secs / o.iterations);
+      const double per = in_steps(run->peer_wait_before_steps, kind, secs) / o.iterations;
+      rank.peer_wait_seconds[kind] = per;
+      r.peer_wait_seconds[kind] = std::max(r.peer_wait_seconds[kind], per);
     }
     if (o.record_ops) {
       rank.ops = run->device->issued_ops();
