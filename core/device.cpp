@@ -55,6 +55,8 @@ const std::vector<std::string>& device_op_names() {
                                                  "fp8_quantize",
                                                  "fp8_gemm",
                                                  "fp8_update_scale",
+                                                 "fp8_amax",
+                                                 "fp8_compute_scale",
                                                  "upload",
                                                  "download"};
   return names;

@@ -485,6 +485,17 @@ struct Fp8ScaleUpdateArgs {
   int margin = 0;
 };
 
+// The scales of n per-tensor FP8 tensors at once (TE's compute_scale_and_scale_inv, and
+// the reciprocal of delayed scales its cast of master weights takes): with `amax`, each
+// scale from its tensor's amax as current scaling picks it; without, the scales as they are.
+// Either way each scale_inv = 1 / scale.
+struct Fp8ComputeScaleArgs {
+  const Tensor* amax = nullptr;        // (n) fp32, or null
+  Tensor& scale;                       // (n) fp32
+  Tensor& scale_inv;                   // (n) fp32
+  std::span<const Fp8Format> formats;  // (n)
+};
+
 // The op set below by method name ("gemm", "bias_add", …, "upload", "download"): what a
 // cost model prices, a calibration row names and tandem calibrate measures.
 const std::vector<std::string>& device_op_names();
@@ -602,6 +613,9 @@ class Device {
   virtual void fp8_quantize(Stream& s, const Fp8QuantizeArgs& args) = 0;
   virtual void fp8_gemm(Stream& s, const Fp8GemmArgs& args) = 0;
   virtual void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& args) = 0;
+  // amax(0) = max(amax(0), max |x|) (TE's compute_amax: a NaN stays a NaN).
+  virtual void fp8_amax(Stream& s, const Tensor& x, Tensor& amax) = 0;
+  virtual void fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& args) = 0;
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;

@@ -84,4 +84,27 @@ inline Fp8UpdateShape check_fp8_update_scale(const char* op, const Fp8ScaleUpdat
   return {a.amax_history.numel() / n, n};
 }
 
+// n of a scale computation, checked: n ≥ 1 scales, scale_invs, formats (and amaxes).
+inline std::int64_t check_fp8_compute_scale(const char* op, const Fp8ComputeScaleArgs& a) {
+  const std::int64_t n = a.scale.numel();
+  if (n < 1 || a.scale_inv.numel() != n || static_cast<std::int64_t>(a.formats.size()) != n ||
+      (a.amax && a.amax->numel() != n) || a.scale.dtype != DType::fp32 ||
+      a.scale_inv.dtype != DType::fp32 || (a.amax && a.amax->dtype != DType::fp32))
+    throw std::invalid_argument(std::string(op) +
+                                ": needs n ≥ 1 fp32 scales, as many fp32 scale_invs and formats "
+                                "(and amaxes when given); has " +
+                                std::to_string(n) + " scales, " +
+                                std::to_string(a.scale_inv.numel()) + " scale_invs, " +
+                                std::to_string(a.formats.size()) + " formats");
+  return n;
+}
+
+inline void check_fp8_amax(const char* op, const Tensor& x, const Tensor& amax) {
+  if (amax.numel() != 1 || amax.dtype != DType::fp32)
+    throw std::invalid_argument(std::string(op) + ": amax holds one fp32, not " +
+                                amax.shape.to_string());
+  if (x.dtype == DType::int32 || x.dtype == DType::int64)
+    throw std::invalid_argument(std::string(op) + ": x must be floating point");
+}
+
 }  // namespace tandem

@@ -12,10 +12,7 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
   if (!delayed()) return;
   Device& d = env.device;
   if (!history_.storage) {  // the first step: nothing recorded yet
-    allocate(d);
-    d.fill(env.stream, history_, 0.0f);
-    d.fill(env.stream, scale_, 1.0f);  // TE's initial scale
-    d.fill(env.stream, amax_, 0.0f);
+    prepare(d, env.stream);
     return;
   }
   // The amax reduction group: the largest |x| of a tensor split over tp, and over the
@@ -31,6 +28,14 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
                                   .formats = formats,
                                   .use_max = config_.amax_compute_algo == "max",
                                   .margin = config_.margin});
+}
+
+void Fp8LayerState::prepare(Device& d, Stream& s) {
+  if (!delayed() || history_.storage) return;
+  allocate(d);
+  d.fill(s, history_, 0.0f);
+  d.fill(s, scale_, 1.0f);  // TE's initial scale
+  d.fill(s, amax_, 0.0f);
 }
 
 void Fp8LayerState::allocate(Device& d) {
@@ -78,6 +83,15 @@ void Fp8Linear::quantize_weight(ModelEnv& env, const Parameter& w) {
   const std::int64_t out = w.local_shape[0], in = w.local_shape[1];
   // The previous step's copies go first: TE's workspace is refilled in place.
   weight_rowwise_ = weight_columnwise_ = Fp8Tensor{};
+  if (w.fp8.codes.storage) {
+    // An FP8 parameter: fprop reads it; dgrad a copy of its codes (TE's transpose cache, made
+    // from the FP8 data), with its scale.
+    weight_rowwise_ = w.fp8;
+    weight_columnwise_ = allocate_fp8(env.device, out, in, w.fp8.layout);
+    env.device.copy(env.stream, w.fp8.codes, weight_columnwise_.codes);
+    env.device.copy(env.stream, w.fp8.scale_inv, weight_columnwise_.scale_inv);
+    return;
+  }
   weight_rowwise_ = quantize(env, w.compute, out, in, Fp8LayerState::weight, false);
   // dgrad's copy (dx = dy · w reduces over out): MX blocks along out; the other recipes' codes
   // are fprop's, held again as TE holds its transposed copy.
@@ -152,10 +166,13 @@ void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x,
 
 void check_fp8_step(const Fp8Config& config, std::vector<Violation>& out) {
   if (!config.enabled()) return;
-  if (config.param_gather)
+  if (config.param_gather && config.recipe != "delayed" && config.recipe != "tensorwise")
     out.push_back({"fp8_param_gather", "true",
-                   "not in the training step yet: its weights are gathered in the compute dtype "
-                   "and quantized once per step; leave fp8_param_gather out"});
+                   "FP8 parameters are built for the delayed and tensorwise recipes (one scale "
+                   "a weight), not for fp8_recipe " +
+                       config.recipe +
+                       " (block scales cut by the data-parallel shards); leave "
+                       "fp8_param_gather out or use fp8_recipe delayed or tensorwise"});
 }
 
 }  // namespace tandem

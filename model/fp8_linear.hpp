@@ -13,7 +13,9 @@
 //
 // Each GEMM's blocks run along its reduction dimension, as TE's rowwise and columnwise
 // copies do. The weights are quantized once per step (the first forward of the step) and
-// every microbatch reuses them. Delayed scaling keeps, per layer, the amax history and
+// every microbatch reuses them; FP8 parameters (--fp8-param-gather, model/fp8_params.hpp)
+// are not quantized at all: fprop reads their codes and dgrad a copy of them (TE's transpose
+// of the FP8 data), 1 byte an element. Delayed scaling keeps, per layer, the amax history and
 // scale of its 12 tensors (4 linears × input, weight, gradient); a step's amaxes are
 // max-accumulated, all-reduced (max) over tp and the data-parallel group (TE's amax
 // reduction group, Megatron's tp-dp-cp) and turned into the next scales once, at the step's
@@ -62,6 +64,9 @@ class Fp8LayerState {
   // reduced and turned into scales (delayed), the weights marked for quantization.
   void begin_step(ModelEnv& env);
   std::int64_t step() const { return step_; }
+  // Delayed scaling's state allocated and started (empty histories, scales 1), if not yet:
+  // at the first step, or before it when FP8 parameters are cast with its scales.
+  void prepare(Device& d, Stream& s);
   // Delayed scaling's (1) scale and amax of a slot; null under the other recipes.
   const Tensor* scale(int slot) const { return delayed() ? &scale_views_[slot] : nullptr; }
   Tensor* amax(int slot) { return delayed() ? &amax_views_[slot] : nullptr; }

@@ -151,8 +151,10 @@ std::int64_t round_up(std::int64_t n, std::int64_t to) {
 // parameters begin: Megatron's buffer per chunk), its end padded.
 std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const BufferLayout& layout,
                                          std::int64_t& numel) {
-  if (layout.pad_to < 1 || layout.expert_pad_to < 1 || layout.param_align < 1)
-    throw std::invalid_argument("BufferLayout: pad_to, expert_pad_to and param_align must be ≥ 1");
+  if (layout.pad_to < 1 || layout.expert_pad_to < 1 || layout.param_align < 1 ||
+      layout.fp8_pad_to < 1)
+    throw std::invalid_argument(
+        "BufferLayout: pad_to, expert_pad_to, fp8_pad_to and param_align must be ≥ 1");
   std::vector<BufferBucket> buckets;
   std::int64_t offset = 0;        // where the next parameter goes (before its alignment)
   std::int64_t bucket_start = 0;  // where the next bucket begins
@@ -160,14 +162,26 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
   // Ends the open bucket at `end` (padded); the next bucket begins there.
   auto close = [&](std::int64_t end) {
     BufferBucket& b = buckets.back();
-    b.end = round_up(end, b.expert ? layout.expert_pad_to : layout.pad_to);
+    b.end = round_up(end, b.fp8      ? layout.fp8_pad_to
+                          : b.expert ? layout.expert_pad_to
+                                     : layout.pad_to);
     offset = bucket_start = b.end;
     open = false;
   };
-  for (const bool experts : {false, true}) {
+  enum Part { dense, experts, fp8 };
+  auto part_of = [](const ParameterSpec& s) {
+    if (s.fp8 && s.expert)
+      throw std::invalid_argument("parameter " + s.name +
+                                  ": an expert's weight is not held in FP8");
+    return s.fp8 ? fp8 : s.expert ? experts : dense;
+  };
+  for (const Part part : {dense, experts, fp8}) {
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       Parameter& p = params[static_cast<std::size_t>(i)];
-      if (p.spec.expert != experts) continue;
+      if (part_of(p.spec) != part) continue;
+      if (part == fp8 && (p.local_shape.rank() != 2 || p.local_shape.numel() % 4 != 0))
+        throw std::invalid_argument("parameter " + p.spec.name + " " + p.local_shape.to_string() +
+                                    ": an FP8 parameter is a matrix of a multiple of 4 elements");
       const bool alone = layout.own_bucket && layout.own_bucket(p.spec);
       if (open && params[static_cast<std::size_t>(buckets.back().params.back())].chunk != p.chunk)
         close(offset);  // the previous chunk's buffer ends
@@ -176,16 +190,21 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
       const std::int64_t bucket_elements =
           p.chunk == 0 || layout.bucket_every_chunk ? layout.bucket_elements : 0;
       if (!open) {
-        buckets.push_back({bucket_start, bucket_start, {}, experts});
+        if (part == fp8 && bucket_start % 4 != 0)
+          throw std::invalid_argument(
+              "BufferLayout: the FP8 parameters' buffer would begin at element " +
+              std::to_string(bucket_start) + ", not a multiple of 4 (pad the others to 4)");
+        buckets.push_back({bucket_start, bucket_start, {}, part == experts, part == fp8});
         open = true;
       }
+      if (part == fp8) offset = round_up(offset, 4);  // whole words of codes
       p.value_offset = p.grad_offset = offset;
       offset += p.local_shape.numel();
       buckets.back().params.push_back(i);
       if (alone || (bucket_elements > 0 && offset - buckets.back().begin >= bucket_elements))
         close(offset);
     }
-    if (open) close(offset);  // the experts' buffer starts after the others' last bucket
+    if (open) close(offset);  // the next part's buffer starts after this one's last bucket
   }
   numel = offset;
   return buckets;
@@ -194,8 +213,22 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
 void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType compute,
                             const MainValueShard& main) {
   buckets_ = layout_buffers(params_, layout, numel_);
+  fp8_params_.clear();
+  fp8_begin_ = numel_;
+  for (const auto& b : buckets_)
+    if (b.fp8) {
+      fp8_begin_ = std::min(fp8_begin_, b.begin);
+      fp8_params_.insert(fp8_params_.end(), b.params.begin(), b.params.end());
+    }
   grads_ = device.allocate(Shape{numel_}, DType::fp32);
-  compute_ = device.allocate(Shape{numel_}, compute);
+  // Under fp32 (the cpu binding's FP8 runs) the buffer is the main values, the FP8
+  // parameters' included; under 16-bit compute it stops where the FP8 parameters begin.
+  compute_ = device.allocate(Shape{compute == DType::fp32 ? numel_ : fp8_begin_}, compute);
+  if (has_fp8()) {
+    fp8_codes_ = device.allocate(Shape{(numel_ - fp8_begin_) / 4}, DType::int32);
+    fp8_scale_inv_ =
+        device.allocate(Shape{static_cast<std::int64_t>(fp8_params_.size())}, DType::fp32);
+  }
   main_slices_.clear();
   main_offsets_.clear();
   if (compute == DType::fp32) {
@@ -216,8 +249,24 @@ void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType co
   for (auto& p : params_) {
     if (compute == DType::fp32) p.value = compute_.view(p.local_shape, p.value_offset);
     p.grad = grads_.view(p.local_shape, p.grad_offset);
-    p.compute = compute_.view(p.local_shape, p.value_offset);
+    if (!p.spec.fp8) p.compute = compute_.view(p.local_shape, p.value_offset);
   }
+  for (std::size_t k = 0; k < fp8_params_.size(); ++k) {
+    Parameter& p = params_[static_cast<std::size_t>(fp8_params_[k])];
+    p.fp8 = Fp8Tensor{.codes = fp8_codes(p.value_offset, p.local_shape.numel()),
+                      .scale_inv = fp8_scale_inv_.view(Shape{1}, static_cast<std::int64_t>(k)),
+                      .rows = p.local_shape[0],
+                      .cols = p.local_shape[1]};
+  }
+}
+
+Tensor ParameterSet::fp8_codes(std::int64_t begin, std::int64_t length) {
+  if (begin < fp8_begin_ || begin + length > numel_ || begin % 4 != 0 || length % 4 != 0)
+    throw std::logic_error("ParameterSet: elements [" + std::to_string(begin) + ", " +
+                           std::to_string(begin + length) +
+                           ") are not whole words of the FP8 buffer [" +
+                           std::to_string(fp8_begin_) + ", " + std::to_string(numel_) + ")");
+  return fp8_codes_.view(Shape{length / 4}, (begin - fp8_begin_) / 4);
 }
 
 Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
@@ -232,10 +281,11 @@ Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
 
 void ParameterSet::refresh_compute(Device& device, Stream& s) {
   if (!separate_main()) return;
-  if (!holds_all_main())
+  if (!holds_all_main() || has_fp8())
     throw std::logic_error(
         "ParameterSet: the 16-bit parameters cannot be refreshed from a "
-        "shard of the main values (the data-parallel gather does it)");
+        "shard of the main values, nor FP8 parameters by a copy (the data-parallel gather "
+        "and the FP8 cast do it)");
   device.copy(s, main_, compute_);
 }
 
@@ -248,7 +298,8 @@ void ParameterSet::load_values(Device& device, Stream& s, const Tensor& full) {
     Tensor to = main_values(lo, hi - lo);
     device.copy(s, full.view(Shape{hi - lo}, lo), to);
   }
-  device.copy(s, full, compute_);
+  // The FP8 parameters are cast from the main values by their owner (model/fp8_params.hpp).
+  device.copy(s, full.view(Shape{compute_.numel()}, 0), compute_);
 }
 
 void ParameterSet::store_main_values(Device& device, Stream& s, Tensor& full) {
@@ -302,6 +353,10 @@ void ParameterSet::initialize(Device& device, Stream& s, std::uint64_t seed) {
     });
   };
   device.fill(s, compute_, 0.0f);  // the buckets' padding
+  if (has_fp8()) {                 // codes 0 (+0.0) until the first cast
+    device.fill(s, fp8_codes_, 0.0f);
+    device.fill(s, fp8_scale_inv_, 1.0f);
+  }
   if (separate_main()) device.fill(s, main_, 0.0f);
   for (auto& p : params_) {
     if (!separate_main()) {
@@ -312,7 +367,7 @@ void ParameterSet::initialize(Device& device, Stream& s, std::uint64_t seed) {
     // slices of it this rank holds main values for.
     Tensor scratch = device.allocate(p.local_shape, DType::fp32);
     device.upload(s, scratch, produce(p));
-    device.copy(s, scratch, p.compute);
+    if (!p.spec.fp8) device.copy(s, scratch, p.compute);
     const std::int64_t begin = p.value_offset, end = begin + p.local_shape.numel();
     for (const auto& [lo, hi] : main_slices_) {
       const std::int64_t a = std::max(lo, begin), b = std::min(hi, end);

@@ -54,6 +54,11 @@ struct ParameterSpec {
   // (qk_layernorm's q and k norm weights): the gradient is summed over tp with or without
   // sequence parallelism (Megatron's finalize_model_grads picks q_layernorm / k_layernorm).
   bool heads_partial_grad = false;
+  // Held in FP8 (Megatron's --fp8-param-gather: the weight of an FP8 linear layer is one of
+  // Transformer Engine's FP8 tensors): no 16-bit copy; its model parameter is one E4M3 code
+  // an element in the FP8 buffer, cast from the fp32 main values after each optimizer step
+  // (model/fp8_params.hpp) and all-gathered over dp as codes.
+  bool fp8 = false;
 };
 
 struct Parameter {
@@ -67,6 +72,10 @@ struct Parameter {
   Tensor compute;  // what forward and backward read: the 16-bit model parameter under mixed
                    // precision (Megatron's bf16/fp16 model params), else the fp32 one
   int chunk = 0;   // the model chunk (virtual pipeline stage) that registered it
+  // spec.fp8: the (rows, cols) FP8 model parameter, per-tensor scaled, its codes a view of
+  // the FP8 buffer and its scale_inv one element of ParameterSet::fp8_scale_inv (compute
+  // is empty then).
+  Fp8Tensor fp8;
 };
 
 // How the buffers are cut into buckets: Megatron-Core's bucket_size and padding
@@ -78,7 +87,10 @@ struct BufferLayout {
   std::int64_t bucket_elements = 0;
   int pad_to = 1;         // every bucket's end is padded to a multiple of this (elements)
   int expert_pad_to = 1;  // … of this for the experts' buckets
-  int param_align = 1;    // every parameter starts at a multiple of this (elements)
+  // … of this for the FP8 parameters' buckets: a multiple of 4, so that every dp rank's
+  // slice holds whole int32 words of packed codes.
+  int fp8_pad_to = 4;
+  int param_align = 1;  // every parameter starts at a multiple of this (elements)
   // Megatron-Core wraps each model chunk in a DDP of its own: a bucket never spans two
   // chunks, and bucket_elements cuts chunk 0 only (Megatron disables bucketing for later
   // chunks: each is one bucket) unless this is set.
@@ -93,7 +105,9 @@ struct BufferLayout {
 struct BufferBucket {
   std::int64_t begin = 0, end = 0;
   std::vector<int> params;  // indices, in buffer order
-  bool expert = false;      // holds experts' weights (after all the others in the buffer)
+  bool expert = false;      // holds experts' weights (after the dense ones in the buffer)
+  bool fp8 = false;         // holds FP8 parameters (after all the others: Megatron's buffer
+                            // of uint8 parameters)
 };
 
 // Which fp32 main values a rank holds under mixed precision: rank dp_rank of dp_size's slice
@@ -144,7 +158,19 @@ class ParameterSet {
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
   Tensor& grads() { return grads_; }
+  // The 16-bit model parameters, elements [0, fp8_begin()) of the buffer; under fp32 the
+  // whole buffer of fp32 values (the FP8 parameters' main values too, which forward does not
+  // read).
   Tensor& compute_values() { return compute_; }
+  // The FP8 parameters (spec.fp8), in buffer order: they fill [fp8_begin(), numel()), their
+  // codes packed four to an int32 element; fp8_scale_inv holds each one's scale_inv.
+  bool has_fp8() const { return !fp8_params_.empty(); }
+  std::int64_t fp8_begin() const { return fp8_begin_; }
+  const std::vector<int>& fp8_params() const { return fp8_params_; }
+  Tensor& fp8_scale_inv() { return fp8_scale_inv_; }
+  // The codes of buffer elements [begin, begin + length), both multiples of 4, inside the
+  // FP8 part.
+  Tensor fp8_codes(std::int64_t begin, std::int64_t length);
   std::int64_t numel() const { return numel_; }  // of each buffer, padding included
   const std::vector<BufferBucket>& buckets() const { return buckets_; }
   int tp_size() const { return tp_size_; }
@@ -163,9 +189,13 @@ class ParameterSet {
   std::vector<Parameter> params_;
   std::vector<BufferBucket> buckets_;
   std::int64_t numel_ = 0;
-  Tensor compute_;  // (numel_) the parameters forward reads, 16-bit or fp32
-  Tensor grads_;    // (numel_) fp32
-  Tensor main_;     // (Σ held slices) fp32 main values; compute_ itself under fp32
+  Tensor compute_;  // (fp8_begin_) 16-bit, or (numel_) fp32: the parameters forward reads
+  std::int64_t fp8_begin_ = 0;
+  Tensor fp8_codes_;             // ((numel_ − fp8_begin_) / 4) int32
+  Tensor fp8_scale_inv_;         // (fp8_params_.size()) fp32
+  std::vector<int> fp8_params_;  // indices, in buffer order
+  Tensor grads_;                 // (numel_) fp32
+  Tensor main_;                  // (Σ held slices) fp32 main values; compute_ itself under fp32
   std::vector<std::pair<std::int64_t, std::int64_t>> main_slices_;
   std::vector<std::int64_t> main_offsets_;  // each held slice's first element in main_
 };
@@ -184,8 +214,9 @@ std::vector<std::int64_t> shard_positions(const ParameterSpec& spec, int size, i
 void insert_shard(const ParameterSpec& spec, int size, int rank, const std::vector<float>& shard,
                   std::vector<float>& full);
 // Lays out `params` (their local shapes, registration order) as allocate() does and returns
-// the buckets; sets every parameter's offsets. The experts' weights come after all the
-// others, in buckets of their own (Megatron's separate expert buffer). Pure arithmetic.
+// the buckets; sets every parameter's offsets. The experts' weights come after the dense
+// ones, in buckets of their own (Megatron's separate expert buffer), and the FP8 parameters
+// after both (Megatron's buffer per parameter dtype). Pure arithmetic.
 //
 // Example (Megatron's rules with the distributed optimizer, dp 3: param_align 64, pad_to
 // lcm(3, 128) = 384, bucket_elements 500): parameters registered a (100), b (200), c (300)

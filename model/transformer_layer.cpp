@@ -65,6 +65,13 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   auto linear = [&](const std::string& n, Shape shape, ShardKind kind, float init) {
     return params.add({p + n, std::move(shape), kind, init, 0, true, false});
   };
+  // The weights of the FP8 linear layers, held in FP8 with --fp8-param-gather.
+  const bool in_fp8 = o.fp8.layer_in_fp8(index, dims.num_layers);
+  auto fp8_linear = [&](const std::string& n, Shape shape, ShardKind kind, float init) {
+    ParameterSpec spec{p + n, std::move(shape), kind, init, 0, true, false};
+    spec.fp8 = in_fp8 && o.fp8.param_gather;
+    return params.add(std::move(spec));
+  };
   auto linear_bias = [&](const std::string& n, std::int64_t size, ShardKind kind) {
     // Row-parallel biases are added after the reduction: replicated, sequence-parallel.
     const bool replicated = kind == ShardKind::replicated;
@@ -99,9 +106,9 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
     // Fused attention reads Megatron's grouped QKV: a tp rank's rows are whole query groups.
     const std::int64_t qkv_rows = o.flash_attn ? h.groups * (h.per_group + 2) * hd : 3 * q_width;
     const ShardKind qkv_kind = o.flash_attn ? ShardKind::rows : ShardKind::qkv_rows;
-    qkv_w_ = linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
+    qkv_w_ = fp8_linear("attention.qkv.weight", Shape{qkv_rows, C}, qkv_kind, std_dev);
     if (bias) qkv_b_ = linear_bias("attention.qkv.bias", qkv_rows, qkv_kind);
-    proj_w_ = linear("attention.dense.weight", Shape{C, q_width}, ShardKind::columns, out_std);
+    proj_w_ = fp8_linear("attention.dense.weight", Shape{C, q_width}, ShardKind::columns, out_std);
     if (bias) proj_b_ = linear_bias("attention.dense.bias", C, ShardKind::replicated);
     if (o.qk_layernorm) {
       // One weight over a head's channels, shared by the heads of every tp rank: each rank's
@@ -131,15 +138,24 @@ TransformerLayer::TransformerLayer(ParameterSet& params, int index, const LayerD
   // SwiGLU: one column-parallel GEMM for gate and up; each rank holds its rows of both.
   const std::int64_t fc1_rows = o.swiglu ? 2 * F : F;
   const ShardKind fc1_kind = o.swiglu ? ShardKind::glu_rows : ShardKind::rows;
-  fc1_w_ = linear("mlp.fc1.weight", Shape{fc1_rows, C}, fc1_kind, std_dev);
+  fc1_w_ = fp8_linear("mlp.fc1.weight", Shape{fc1_rows, C}, fc1_kind, std_dev);
   if (bias) fc1_b_ = linear_bias("mlp.fc1.bias", fc1_rows, fc1_kind);
-  fc2_w_ = linear("mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std);
+  fc2_w_ = fp8_linear("mlp.fc2.weight", Shape{C, F}, ShardKind::columns, out_std);
   if (bias) fc2_b_ = linear_bias("mlp.fc2.bias", C, ShardKind::replicated);
   // Megatron-Core's get_fp8_context by the global layer number (first / last in bf16).
-  if (o.fp8.layer_in_fp8(index, dims.num_layers)) {
+  if (in_fp8) {
     fp8_state_ = std::make_unique<Fp8LayerState>(o.fp8);
     for (int l = 0; l < Fp8LayerState::kLinears; ++l) fp8_.emplace_back(*fp8_state_, l);
   }
+}
+
+std::vector<Fp8Weight> TransformerLayer::fp8_weights() {
+  std::vector<Fp8Weight> out;
+  const int linears[] = {qkv_w_, proj_w_, fc1_w_, fc2_w_};
+  for (int l = 0; l < Fp8LayerState::kLinears; ++l)
+    if (linears[l] >= 0 && params_[linears[l]].spec.fp8)
+      out.push_back({.param = linears[l], .state = fp8_state_.get(), .linear = l});
+  return out;
 }
 
 std::vector<int> TransformerLayer::parameter_indices() const {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "model/fp8_linear.hpp"
+#include "model/fp8_params.hpp"
 #include "model/mla_attention.hpp"
 #include "model/moe_layer.hpp"
 #include "model/tensor_parallel.hpp"
@@ -109,6 +110,8 @@ class TransformerLayer {
  public:
   // The layer's FP8 scaling state (checkpoints), null when it runs without FP8.
   Fp8LayerState* fp8_state() { return fp8_state_.get(); }
+  // Its FP8 parameters (--fp8-param-gather) with the state they are cast with; none without.
+  std::vector<Fp8Weight> fp8_weights();
   int index() const { return index_; }
   // Registers the layer's parameters in `params` under "layers.{index}.…", or under `prefix`
   // when given (a multi-token prediction depth's "mtp.layers.0.transformer_layer."); the

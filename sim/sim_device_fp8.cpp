@@ -63,4 +63,23 @@ void SimDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
           .bytes = 2.0 * static_cast<double>(a.amax_history.bytes().value) + 12.0});
 }
 
+// The cast of master weights (--fp8-param-gather): the amax of an fp32 shard, a read of it;
+// the scales of a few tensors, a tiny kernel.
+void SimDevice::fp8_amax(Stream& s, const Tensor& x, Tensor&) {
+  run(s, {.op = "fp8_amax",
+          .dtype = x.dtype,
+          .m = x.numel(),
+          .flops = static_cast<double>(x.numel()),
+          .bytes = static_cast<double>(x.bytes().value) + 4.0});
+}
+
+void SimDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
+  const double n = static_cast<double>(a.scale.numel());
+  run(s, {.op = "fp8_compute_scale",
+          .dtype = DType::fp32,
+          .m = a.scale.numel(),
+          .flops = n,
+          .bytes = (a.amax ? 12.0 : 8.0) * n});
+}
+
 }  // namespace tandem::sim

@@ -47,6 +47,10 @@ BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
   layout.pad_to = as_int(bucket_end_divisor(dp_cp, busbw), "bucket end divisor");
   layout.expert_pad_to =
       as_int(bucket_end_divisor(dp_cp / ctx.sizes.ep, busbw), "expert bucket end divisor");
+  // The FP8 parameters' codes are packed four to a word: each dp rank's slice of their
+  // buckets must be whole words, so they end at a multiple of lcm(4·dp, 128) (Megatron's
+  // uint8 buffer needs only lcm(dp, 128): the same for dp < 64 and dp not a multiple of 64).
+  layout.fp8_pad_to = as_int(bucket_end_divisor(4 * dp_cp, busbw), "FP8 bucket end divisor");
   layout.param_align = kParamStartAlignment;
   if (ctx.sizes.pp > 1 && (!s.model.untie_embeddings_and_output_weights || mtp_depths(s.model) > 0))
     layout.own_bucket = [](const ParameterSpec& spec) { return spec.name == kSharedEmbeddingName; };
@@ -63,6 +67,8 @@ GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, Grad
                          Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp,
                          DType reduce_dtype)
     : params_(params),
+      shard_(shard),
+      dp_(dp),
       reduction_(reduction),
       reduce_dtype_(reduce_dtype),
       device_(device),
@@ -79,6 +85,7 @@ GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, Grad
     b.end = layout[k].end;
     std::tie(b.slice_begin, b.slice_end) = shard.bucket_slices[k];
     b.parameters = static_cast<int>(layout[k].params.size());
+    b.fp8 = layout[k].fp8;
     b.group = layout[k].expert ? expert_dp : &dp;
     if (b.group == nullptr)
       throw std::invalid_argument("GradBuckets: the experts' gradients need an expert-dp group");
@@ -151,10 +158,21 @@ void GradBuckets::finish() {
   }
 }
 
-void GradBuckets::launch_gather(Bucket& b, const Tensor& buffer) {
+void GradBuckets::launch_gather(Bucket& b, const Tensor& full) {
   // In place: this rank's slice already sits in its block of the bucket.
-  const Tensor slice = buffer.view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
-  Tensor whole = buffer.view(Shape{b.end - b.begin}, b.begin);
+  const Tensor slice = full.view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);
+  Tensor whole = full.view(Shape{b.end - b.begin}, b.begin);
+  b.gather = b.group->all_gather(stream_, slice, whole);
+  b.gather_pending = false;
+}
+
+void GradBuckets::launch_gather(Bucket& b) {
+  if (!b.fp8) {
+    launch_gather(b, params_.compute_values());
+    return;
+  }
+  const Tensor slice = params_.fp8_codes(b.slice_begin, b.slice_end - b.slice_begin);
+  Tensor whole = params_.fp8_codes(b.begin, b.end - b.begin);
   b.gather = b.group->all_gather(stream_, slice, whole);
   b.gather_pending = false;
 }
@@ -163,11 +181,19 @@ void GradBuckets::start_param_gather(bool chained) {
   if (reduction_ != GradReduction::reduce_scatter)
     throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
   Tensor& compute = params_.compute_values();
+  if (params_.has_fp8()) {
+    if (fp8_ == nullptr)
+      throw std::logic_error("GradBuckets: FP8 parameters and no cast for them (set_fp8_cast)");
+    for (auto& b : buckets_)
+      if (b.fp8 && (b.gather || b.gather_pending))
+        throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
+    fp8_->cast(device_, stream_, shard_, dp_);
+  }
   for (auto& b : buckets_) {
     if (b.gather || b.gather_pending)
       throw std::logic_error("GradBuckets: a parameter all-gather is in flight");
-    if (params_
-            .separate_main()) {  // Megatron's copy of the updated main slice into the model params
+    // Megatron's copy of the updated main slice into the model params (the FP8 ones: cast).
+    if (params_.separate_main() && !b.fp8) {
       const std::int64_t n = b.slice_end - b.slice_begin;
       Tensor rounded = compute.view(Shape{n}, b.slice_begin);
       device_.copy(stream_, params_.main_values(b.slice_begin, n), rounded);
@@ -175,7 +201,22 @@ void GradBuckets::start_param_gather(bool chained) {
     b.gather_pending = true;
   }
   if (!chained)
-    for (auto& b : buckets_) launch_gather(b, compute);
+    for (auto& b : buckets_) launch_gather(b);
+}
+
+void GradBuckets::gather_fp8_params() {
+  if (!params_.has_fp8()) return;
+  if (fp8_ == nullptr)
+    throw std::logic_error("GradBuckets: FP8 parameters and no cast for them (set_fp8_cast)");
+  finish_param_gather();
+  fp8_->cast(device_, stream_, shard_, dp_);
+  for (auto& b : buckets_)
+    if (b.fp8) launch_gather(b);
+  for (auto& b : buckets_)
+    if (b.gather) {
+      b.gather->wait();
+      b.gather.reset();
+    }
 }
 
 bool GradBuckets::param_gather_pending() const {
@@ -188,7 +229,7 @@ bool GradBuckets::param_gather_pending() const {
 void GradBuckets::launch_next_gather() {
   for (std::size_t k = buckets_.size(); k-- > 0;)
     if (buckets_[k].gather_pending) {
-      launch_gather(buckets_[k], params_.compute_values());
+      launch_gather(buckets_[k]);
       return;
     }
 }
@@ -197,7 +238,7 @@ void GradBuckets::on_params_needed(const std::vector<int>& parameters) {
   for (int i : parameters) {
     if (i < 0) continue;
     Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[static_cast<std::size_t>(i)])];
-    if (b.gather_pending) launch_gather(b, params_.compute_values());
+    if (b.gather_pending) launch_gather(b);
     if (!b.gather) continue;
     b.gather->wait();
     b.gather.reset();
@@ -207,7 +248,7 @@ void GradBuckets::on_params_needed(const std::vector<int>& parameters) {
 
 void GradBuckets::finish_param_gather() {
   for (auto& b : buckets_)
-    if (b.gather_pending) launch_gather(b, params_.compute_values());
+    if (b.gather_pending) launch_gather(b);
   for (auto& b : buckets_)
     if (b.gather) {
       b.gather->wait();
@@ -219,12 +260,16 @@ Tensor GradBuckets::gather_main_values() {
   finish_param_gather();
   Tensor full = device_.allocate(Shape{params_.numel()}, DType::fp32);
   params_.store_main_values(device_, stream_, full);
-  if (params_.holds_all_main()) return full;
-  for (auto& b : buckets_) launch_gather(b, full);
-  for (auto& b : buckets_) {
-    b.gather->wait();
-    b.gather.reset();
-  }
+  // Holding every main value (fp32 compute), a rank's are current where the step gathers
+  // them, all but the FP8 parameters' (the step gathers their codes).
+  const bool all = params_.holds_all_main();
+  for (auto& b : buckets_)
+    if (!all || b.fp8) launch_gather(b, full);
+  for (auto& b : buckets_)
+    if (b.gather) {
+      b.gather->wait();
+      b.gather.reset();
+    }
   return full;
 }
 

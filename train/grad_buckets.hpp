@@ -29,6 +29,7 @@
 #include "core/communicator.hpp"
 #include "core/parallel_context.hpp"
 #include "core/scenario.hpp"
+#include "model/fp8_params.hpp"
 #include "model/gpt_chunk.hpp"
 #include "model/optimizer_shard.hpp"
 
@@ -50,7 +51,8 @@ std::int64_t bucket_end_divisor(int dp, bool pad_for_high_nccl_busbw);
 // model chunk (Megatron-Core's per_chunk_bucket_sizes: later chunks and later stages reduce
 // each chunk as one bucket, a bucket never spanning two chunks). With the distributed optimizer
 // every parameter starts at a multiple of 64 elements, every bucket ends at a multiple of
-// bucket_end_divisor(dp·cp) (the experts' of the expert-dp size), and the word embedding tied
+// bucket_end_divisor(dp·cp) (the experts' of the expert-dp size, the FP8 parameters' of
+// 4·dp·cp: whole words of codes in every slice), and the word embedding tied
 // across pipeline stages (pp > 1, not untied: Megatron's shared_embedding) gets a bucket of its
 // own, so the first and last stage shard it alike and the embedding-group all-reduce adds matching
 // slices. Without it there is no padding and no bucket of its own (_compute_default_per_buffer_
@@ -84,10 +86,16 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   void finish();
 
   // Distributed optimizer, after the optimizer step: every bucket's parameters (the 16-bit
-  // copy under mixed precision) are to be all-gathered from the dp ranks' slices; launched
-  // at once, or, `chained` (overlap_param_gather), left pending for launch_next_gather and
-  // on_params_needed.
+  // copy under mixed precision, the FP8 parameters' codes cast by `fp8` first) are to be
+  // all-gathered from the dp ranks' slices; launched at once, or, `chained`
+  // (overlap_param_gather), left pending for launch_next_gather and on_params_needed.
   void start_param_gather(bool chained);
+  // --fp8-param-gather: the cast of this rank's main values into the FP8 parameters that
+  // start_param_gather runs before it gathers them (null: none held).
+  void set_fp8_cast(Fp8ParamCast* fp8) { fp8_ = fp8; }
+  // The FP8 parameters alone cast and gathered, blocking: after the parameters are
+  // initialised or loaded, when only their fp32 main values are set.
+  void gather_fp8_params();
   // Launches the pending bucket forward needs first (none pending: nothing).
   void launch_next_gather();
   bool param_gather_pending() const;
@@ -116,12 +124,20 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
     Tensor reduced;    // the bucket in the reduce dtype while it is reduced (16-bit only)
     std::unique_ptr<Work> gather;
     bool gather_pending = false;  // its parameters wait for a gather not yet launched
+    bool fp8 = false;             // holds FP8 parameters: their codes are gathered
   };
   void launch(Bucket& b);
-  void launch_gather(Bucket& b, const Tensor& buffer);
+  // The model parameters' all-gather: the bucket's part of the 16-bit (or fp32) buffer, or
+  // of the FP8 codes.
+  void launch_gather(Bucket& b);
+  // Gathers into `full` (numel() fp32 values) from this rank's slice of the bucket.
+  void launch_gather(Bucket& b, const Tensor& full);
   bool converts(const Bucket& b) const;  // reduced in reduce_dtype_ (16-bit, group > 1)
 
   ParameterSet& params_;
+  Fp8ParamCast* fp8_ = nullptr;
+  OptimizerShard shard_;  // this rank's pieces: the main values it casts
+  Communicator& dp_;      // the FP8 cast's amax reduction
   GradReduction reduction_;
   DType reduce_dtype_;
   Device& device_;

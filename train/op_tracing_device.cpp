@@ -258,6 +258,12 @@ void OpTracingDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
 void OpTracingDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
   traced(s, buffer_key("fp8_update_scale", a.amax_history), [&] { inner_.fp8_update_scale(s, a); });
 }
+void OpTracingDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {
+  traced(s, buffer_key("fp8_amax", x), [&] { inner_.fp8_amax(s, x, amax); });
+}
+void OpTracingDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
+  traced(s, buffer_key("fp8_compute_scale", a.scale), [&] { inner_.fp8_compute_scale(s, a); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

@@ -354,6 +354,17 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
       need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp, grad_reduce_dtype(t));
+  // --fp8-param-gather: the FP8 linear layers' weights cast from the main values and
+  // gathered as codes, now (initialised) and after every optimizer step.
+  std::vector<Fp8Weight> fp8_weights;
+  for (auto& c : chunks_)
+    for (auto& layer : c->layers())
+      for (const Fp8Weight& w : layer.fp8_weights()) fp8_weights.push_back(w);
+  if (!fp8_weights.empty()) {
+    fp8_cast_ = std::make_unique<Fp8ParamCast>(params_, fp8_weights);
+    buckets_->set_fp8_cast(fp8_cast_.get());
+    buckets_->gather_fp8_params();
+  }
   if (par.overlap_grad_reduce)
     for (auto& c : chunks_) c->set_grad_ready_hook(buckets_.get());
   if (par.overlap_param_gather)
@@ -697,6 +708,8 @@ void Trainer::restore(const CheckpointState& st) {
       put(name + "scale", f->scales());
       put(name + "amax", f->step_amaxes());
     }
+  // FP8 parameters: cast from the loaded main values with the loaded scales.
+  buckets_->gather_fp8_params();
   if (scenario_.model.moe_router_enable_expert_bias) {
     const auto found =
         std::find_if(st.tensors.begin(), st.tensors.end(),

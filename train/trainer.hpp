@@ -128,7 +128,8 @@ class Trainer {
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<GptStageProgram> program_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<GradBuckets> buckets_;  // dp reduction (and the distributed optimizer's gather)
+  std::unique_ptr<Fp8ParamCast> fp8_cast_;  // --fp8-param-gather: the FP8 weights' cast
+  std::unique_ptr<GradBuckets> buckets_;    // dp reduction (and the distributed optimizer's gather)
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;

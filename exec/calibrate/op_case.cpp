@@ -567,7 +567,8 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
 }
 
 // The FP8 ops (fp8_quantize over (m, n), per-tensor current scaling; fp8_gemm of (m, k) by
-// (k, n) codes, seeded bytes, unit scales; fp8_update_scale of one tensor's m-long history).
+// (k, n) codes, seeded bytes, unit scales; fp8_update_scale of one tensor's m-long history;
+// fp8_amax over (m, n); fp8_compute_scale of m tensors from their amaxes).
 std::optional<OpCase> fp8_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
   const std::int64_t m = s.m, n = columns(s);
   auto codes = [&](std::int64_t elements) { t.ints(Shape{(elements + 3) / 4}, 1 << 30); };
@@ -603,6 +604,23 @@ std::optional<OpCase> fp8_case(Device& device, const OpShape& s, const OpCaseOpt
                     dev.fp8_update_scale(
                         st,
                         {.amax_history = x[0], .scale = x[1], .amax = x[2], .formats = kFormats});
+                  }};
+  }
+  if (s.op == "fp8_amax") {
+    t.floats({m, n}, s.dtype, -1, 1);
+    t.floats({1}, DType::fp32, 0, 0);
+    return OpCase{device, t.take(),
+                  [](Device& dev, Stream& st, T& x) { dev.fp8_amax(st, x[0], x[1]); }};
+  }
+  if (s.op == "fp8_compute_scale") {
+    t.floats({m}, DType::fp32, 0, 1);  // amax
+    t.floats({m}, DType::fp32, 1, 1);  // scale
+    t.floats({m}, DType::fp32, 1, 1);  // scale_inv
+    return OpCase{device, t.take(), [m](Device& dev, Stream& st, T& x) {
+                    const std::vector<Fp8Format> formats(static_cast<std::size_t>(m),
+                                                         Fp8Format::e4m3);
+                    dev.fp8_compute_scale(
+                        st, {.amax = &x[0], .scale = x[1], .scale_inv = x[2], .formats = formats});
                   }};
   }
   return std::nullopt;

@@ -83,4 +83,22 @@ void CpuDevice::fp8_update_scale(Stream&, const Fp8ScaleUpdateArgs& a) {
   }
 }
 
+void CpuDevice::fp8_amax(Stream&, const Tensor& x, Tensor& amax) {
+  check_fp8_amax("fp8_amax", x, amax);
+  floats(amax)[0] = kernels::math::amax_step(floats(amax)[0], k::fp8_amax(floats(x), x.numel()));
+}
+
+void CpuDevice::fp8_compute_scale(Stream&, const Fp8ComputeScaleArgs& a) {
+  const std::int64_t n = check_fp8_compute_scale("fp8_compute_scale", a);
+  float* scale = floats(a.scale);
+  float* scale_inv = floats(a.scale_inv);
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (a.amax)
+      scale[t] = kernels::math::current_scale(
+          floats(*a.amax)[t],
+          kernels::math::fp8_max(math_format(a.formats[static_cast<std::size_t>(t)])));
+    scale_inv[t] = 1.0f / scale[t];
+  }
+}
+
 }  // namespace tandem

@@ -687,4 +687,26 @@ void CudaDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
                        f32(a.scale), f32(a.amax), e5m2, a.use_max, a.margin);
 }
 
+void CudaDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {
+  check_fp8_amax("fp8_amax", x, amax);
+  const Scratch chunks =
+      scratch(static_cast<std::size_t>(kc::fp8_amax_scratch(x.numel())) * sizeof(float));
+  kc::fp8_amax({cuda_stream_of(s), blas_}, floats(x, "fp8_amax"), x.numel(), f32(amax),
+               static_cast<float*>(chunks.data()));
+}
+
+void CudaDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
+  const std::int64_t n = check_fp8_compute_scale("fp8_compute_scale", a);
+  // 64 tensors a launch (the formats travel as a bit mask).
+  for (std::int64_t first = 0; first < n; first += 64) {
+    const std::int64_t count = std::min<std::int64_t>(64, n - first);
+    std::uint64_t e5m2 = 0;
+    for (std::int64_t t = 0; t < count; ++t)
+      if (a.formats[static_cast<std::size_t>(first + t)] == Fp8Format::e5m2)
+        e5m2 |= std::uint64_t{1} << t;
+    kc::fp8_compute_scale({cuda_stream_of(s), blas_}, a.amax ? f32(*a.amax) + first : nullptr,
+                          f32(a.scale) + first, f32(a.scale_inv) + first, count, e5m2);
+  }
+}
+
 }  // namespace tandem

@@ -102,7 +102,43 @@ __global__ void update_scale_kernel(float* history, std::int64_t length, std::in
   }
 }
 
+// One thread per tensor: its scale (from its amax as current scaling picks it, when given)
+// and the scale's inverse.
+__global__ void compute_scale_kernel(const float* amax, float* scale, float* scale_inv,
+                                     std::int64_t n, std::uint64_t e5m2_mask) {
+  TANDEM_GRID_STRIDE(t, n) {
+    if (amax) {
+      const auto format = (e5m2_mask >> t) & 1u ? math::Fp8Format::e5m2 : math::Fp8Format::e4m3;
+      scale[t] = math::current_scale(amax[t], math::fp8_max(format));
+    }
+    scale_inv[t] = 1.0f / scale[t];
+  }
+}
+
 }  // namespace
+
+std::int64_t fp8_amax_scratch(std::int64_t n) {
+  return (n + kAmaxChunk - 1) / kAmaxChunk;
+}
+
+void fp8_amax(Context c, ConstFloats x, std::int64_t n, float* amax, float* scratch) {
+  if (n == 0) return;
+  // Chunks of kAmaxChunk elements, one thread block each, then their maxima in order.
+  const Grid g = make_grid(1, n, {1, kAmaxChunk});
+  const std::int64_t blocks = fp8_amax_scratch(n);
+  block_amax_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, c.stream>>>(x, g, scratch);
+  TANDEM_CUDA_CHECK_LAUNCH();
+  tensor_amax_kernel<<<1, 1, 0, c.stream>>>(scratch, blocks, amax);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_compute_scale(Context c, const float* amax, float* scale, float* scale_inv, std::int64_t n,
+                       std::uint64_t e5m2_mask) {
+  if (n < 1 || n > 64) throw std::invalid_argument("fp8_compute_scale: 1 to 64 tensors per call");
+  compute_scale_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(amax, scale, scale_inv, n,
+                                                               e5m2_mask);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void fp8_quantize(Context c, const Fp8Quantize& q, std::uint8_t* codes, float* scale_inv,
                   float* amax, float* scratch) {

@@ -149,6 +149,16 @@ void fp8_dequantize(Context c, const std::uint8_t* codes, const float* scale_inv
 void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t n, float* scale,
                       float* amax, std::uint64_t e5m2_mask, bool use_max, int margin);
 
+// amax (device, 1) raised to max |x| over n elements (a NaN kept); scratch holds
+// fp8_amax_scratch(n) floats (one per chunk of kAmaxChunk elements).
+constexpr std::int64_t kAmaxChunk = 1 << 16;
+std::int64_t fp8_amax_scratch(std::int64_t n);
+void fp8_amax(Context c, ConstFloats x, std::int64_t n, float* amax, float* scratch);
+// n ≤ 64 tensors: with amax, each scale from its amax (current scaling); each scale_inv = 1 /
+// scale. Bit t of e5m2_mask set: tensor t is E5M2.
+void fp8_compute_scale(Context c, const float* amax, float* scale, float* scale_inv, std::int64_t n,
+                       std::uint64_t e5m2_mask);
+
 // ---- GEMM (gemm.cpp, cuBLAS) -------------------------------------------------------------
 // C = α·op(A)·op(B) + β·C, row-major, as cpu::gemm. A and B share a precision; C is fp32 or
 // that precision. Accumulation is fp32 either way (bf16 tensor cores for bf16; plain fp32,

@@ -3,7 +3,7 @@
 # binding (full fidelity) report per rank the same memory high-water mark (to the byte),
 # the same number of Device ops and the same op sequence (context parallelism, the
 # mixture of experts with balanced routing — DeepSeek-V3's router and token dropping too —,
-# FP8 linear layers, uneven pipeline stages, the split backward of ZB-H1 and
+# FP8 linear layers and FP8 parameters, uneven pipeline stages, the split backward of ZB-H1 and
 # --delay-wgrad-compute, heads of kv_channels with QK layer norms, multi-latent attention
 # and multi-token prediction included).
 #   tests/sim/one_code_path.sh PROBE_BINARY
@@ -59,6 +59,9 @@ layouts=(
   # amax reductions over tp and dp, and blockwise scaling with its columnwise copies
   "--world-size 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel true --bf16 true --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --topology dgx-h100"
   "--world-size 2 --use-distributed-optimizer true --recompute-granularity full --bf16 true --fp8-format e4m3 --fp8-recipe blockwise --topology dgx-h100"
+  # ... and FP8 parameters (--fp8-param-gather): cast from the main shards (tensorwise: the
+  # amaxes all-reduced over dp), gathered as codes in buckets of their own
+  "--world-size 4 --tensor-model-parallel-size 2 --use-distributed-optimizer true --overlap-grad-reduce true --overlap-param-gather true --ddp-bucket-size 20000 --bf16 true --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather true --topology dgx-h100"
   # Multi-latent attention: the query latent and its norm, the shared positional key gathered
   # over tp with sequence parallelism (selective recomputation of its core); linear_q_proj
   # and the positional key's gradient all-reduced over tp without it

@@ -219,6 +219,14 @@ class RecordingDevice : public Device {
     note("fp8_update_scale", a.amax_history, a.scale);
     inner_.fp8_update_scale(s, a);
   }
+  void fp8_amax(Stream& s, const Tensor& x, Tensor& amax) override {
+    note("fp8_amax", x, amax);
+    inner_.fp8_amax(s, x, amax);
+  }
+  void fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) override {
+    note("fp8_compute_scale", a.scale, a.scale_inv);
+    inner_.fp8_compute_scale(s, a);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);

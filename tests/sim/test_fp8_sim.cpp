@@ -145,7 +145,11 @@ nlohmann::json simulated(const Scenario& s) {
     const auto& ops = r.ranks.front().op_seconds;
     auto seconds = [&](const char* op) { return ops.count(op) ? ops.at(op) : 0.0; };
     const auto& host = r.ranks.front().host_seconds;
+    const auto& exposed = r.ranks.front().exposed_seconds;
+    const auto& step_ops = r.ranks.front().iteration_op_seconds;
     return nlohmann::json{
+        {"exposed_dp", exposed.count("dp") ? exposed.at("dp") : 0.0},
+        {"quantize", step_ops.count("fp8_quantize") ? step_ops.at("fp8_quantize") : 0.0},
         {"seconds", r.iteration_seconds},
         {"kernel_issue", host.count("kernel issue") ? host.at("kernel issue") : 0.0},
         {"peak", r.ranks.front().peak_memory_bytes},
@@ -194,6 +198,35 @@ TEST(Fp8Sim, TransformerEngineLaunchesTheCastsFromItsModules) {
   EXPECT_GT(local_fp8 - local_bf16, 0.0);
   EXPECT_LT(te_fp8 - te_bf16, (local_fp8 - local_bf16) / 4)
       << local_bf16 << " " << local_fp8 << " " << te_bf16 << " " << te_fp8;
+}
+
+// --fp8-param-gather on one DGX H100 (dp 8, the distributed optimizer): the FP8 linear
+// layers' weights are held as their codes, with no bf16 copy and no quantized copy for fprop
+// — 2 bytes an element where they were 4 (the bf16 weight and its two FP8 copies against the
+// codes and dgrad's copy of them) —; the optimizer's all-gather moves their codes, 1 byte an
+// element instead of 2, so less of it is exposed; and the step quantizes no weight, each
+// rank casting only its eighth of them from the fp32 main values.
+TEST(Fp8Sim, ParamGatherHoldsAndGathersTheWeightsInFp8) {
+  auto run = [](bool gather) {
+    Scenario s = fp8_scenario("delayed");
+    s.cluster.world_size = 8;
+    s.training.global_batch_size = 8;
+    s.parallelism.use_distributed_optimizer = true;
+    s.training.fp8.param_gather = gather;
+    return simulated(s);
+  };
+  const auto plain = run(false), gathered = run(true);
+  ASSERT_FALSE(plain.contains("error")) << plain;
+  ASSERT_FALSE(gathered.contains("error")) << gathered;
+  // 2 layers × (qkv 3 + proj 1 + fc1 4 + fc2 4) · 4096² weight elements.
+  const double fp8_elements = 2.0 * 12.0 * 4096.0 * 4096.0;
+  const double saved =
+      static_cast<double>(plain["peak"].get<std::int64_t>() - gathered["peak"].get<std::int64_t>());
+  EXPECT_NEAR(saved, 2.0 * fp8_elements, 0.01 * 2.0 * fp8_elements);
+  EXPECT_LT(gathered["exposed_dp"].get<double>(), 0.95 * plain["exposed_dp"].get<double>())
+      << plain << " " << gathered;
+  EXPECT_LT(gathered["quantize"].get<double>(), plain["quantize"].get<double>());
+  EXPECT_LT(gathered["seconds"].get<double>(), plain["seconds"].get<double>());
 }
 
 }  // namespace
