@@ -14,7 +14,8 @@
 # the first iteration, and no learning). tp is held to 1e-3 on the losses only, as in
 # layout_equivalence_fp8.sh. And the run against the one without FP8 parameters (weights
 # quantized from the fp32 values each step, the scales a step apart): within 1e-3 (measured:
-# 4.4e-6 delayed, 9.9e-5 tensorwise).
+# 4.4e-6 delayed, 9.9e-5 tensorwise). Last, a dp-2 run resumed from its checkpoint gives the
+# uninterrupted run's losses exactly.
 #   tests/train/fp8_param_gather_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -67,4 +68,14 @@ for recipe in delayed tensorwise; do
     if above "$worst" "$loss_tol"; then failed=1; fi
   done
 done
+# A resumed run: the FP8 parameters cast again from the loaded main values with the loaded
+# scales (and amax histories) continue the uninterrupted run exactly (dp 2, delayed).
+resume=("${common[@]}" --fp8-recipe delayed --fp8-param-gather --world-size 2 --lr-decay-iters 6)
+whole=$("${mpi[@]}" -np 2 "$tandem" train "$scenario" "${resume[@]}" --train-iters 6 | losses | tail -3)
+"${mpi[@]}" -np 2 "$tandem" train "$scenario" "${resume[@]}" --train-iters 3 --save "$work/half" \
+  --save-interval 3 >/dev/null
+resumed=$("${mpi[@]}" -np 2 "$tandem" train "$scenario" "${resume[@]}" --train-iters 6 \
+  --load "$work/half" | losses)
+echo "resumed at iteration 3, losses 4-6: $(echo "$resumed" | tr '\n' ' ')(uninterrupted: $(echo "$whole" | tr '\n' ' '))"
+if [ "$(echo "$resumed" | wc -l)" -ne 3 ] || [ "$resumed" != "$whole" ]; then failed=1; fi
 exit "$failed"
