@@ -1,15 +1,20 @@
-// A full training step on one GPU (forward, backward, global grad norm, AdamW) through the
-// cuda binding, for the GPT-2 124M shape and a 1.3B shape (GPT-3 XL: 24 layers, hidden 2048,
-// 16 heads), one process. Counters: tokens/s, model TFLOP/s (6 · params · tokens + the
-// attention-score FLOPs 12 · L · B · T² · h, Narayanan et al.) and MFU against the GPU's
-// dense bf16 tensor-core peak (TANDEM_PEAK_TFLOPS overrides it; H100 SXM 989, A100 312).
-// The model computes in the dtype it allocates (fp32 today), so MFU against the bf16 peak is
-// a conservative figure. The second argument turns Megatron's bias fusions (bias-GeLU,
-// bias-add into the residual) on (1, the default) or off (0). Without a GPU it prints
-// SKIPPED and exits 0.
+// A full training step on one GPU through the cuda binding, one process, as Megatron steps
+// it without pipelining: `microbatches` forwards and backwards into the fp32 gradient buffer
+// (gradient-accumulation fusion), then the global grad norm and AdamW, and under bf16 the
+// copy of the fp32 main weights into the bf16 ones. Shapes: GPT-2 124M (12 layers, hidden
+// 768, sequence 1024) and 1.3B (GPT-3 XL: 24 layers, hidden 2048, 16 heads, sequence 2048).
+// Arguments: micro batch, compute dtype (0 fp32, 1 bf16 with fp32 main weights), attention
+// (0 tandem's unfused attention op, 1 fused flash_attention), microbatches per step.
+// Counters: tokens/s, model TFLOP/s — 6 · parameters · tokens + 12 · layers · tokens ·
+// sequence · hidden for the attention scores (Narayanan et al. 2021, full not causal: the
+// figure tests/gpu/torch_reference_step.py reports too) — MFU against the GPU's dense bf16
+// peak (TANDEM_PEAK_TFLOPS overrides it; H100 SXM 989, A100 312), and the step's forward +
+// backward and optimizer milliseconds apart (the stream drained between them). Without a
+// GPU it prints SKIPPED and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,15 +40,39 @@ double peak_tflops() {
   return 0;
 }
 
-void run_step(benchmark::State& state, const GptDims& dims) {
+struct StepConfig {
+  int micro_batch = 1;
+  bool bf16 = false;
+  bool flash = false;
+  int microbatches = 8;
+};
+
+StepConfig config_of(const benchmark::State& state) {
+  return {.micro_batch = static_cast<int>(state.range(0)),
+          .bf16 = state.range(1) != 0,
+          .flash = state.range(2) != 0,
+          .microbatches = static_cast<int>(state.range(3))};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void run_step(benchmark::State& state, GptDims dims) {
+  const StepConfig c = config_of(state);
+  dims.micro_batch = c.micro_batch;
+  dims.compute = c.bf16 ? DType::bf16 : DType::fp32;
+  dims.options.flash_attn = c.flash;
   CudaDevice device(0);
   Stream& s = device.default_stream();
   SelfCommunicator tp(device, "tp");
   ModelEnv env{device, s, tp};
-  env.bias_gelu_fusion = env.bias_dropout_fusion = state.range(1) != 0;
+  env.compute = dims.compute;
+  env.bias_gelu_fusion = env.bias_dropout_fusion = true;
+  env.gradient_accumulation_fusion = true;  // Megatron's default
   ParameterSet params(1, 0);
   GptChunk chunk(params, dims, ChunkPlan{0, dims.num_layers, true, true}, Recompute::none);
-  params.allocate(device);
+  params.allocate(device, {}, dims.compute);
   params.initialize(device, s, 1234);
   AdamW adam(device, params, {}, make_optimizer_shard(params, 1, 0));
   const std::int64_t rows = std::int64_t{dims.seq} * dims.micro_batch;
@@ -59,44 +88,62 @@ void run_step(benchmark::State& state, const GptDims& dims) {
   device.upload(s, mb.tokens, ids(7919, 0, 50257));
   device.upload(s, mb.positions, ids(1, 0, dims.seq));
   device.upload(s, mb.labels, ids(104729, 1, 50257));
+  const float loss_scale = 1.0f / static_cast<float>(c.microbatches);
+  double fwd_bwd = 0, optimizer = 0;
   float norm = 0;
   for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
     device.fill(s, params.grads(), 0.0f);
-    chunk.forward(env, 0, Tensor{}, mb);
-    chunk.backward(env, 0, Tensor{}, 1.0f);
+    for (int j = 0; j < c.microbatches; ++j) {
+      env.first_backward = j == 0;
+      chunk.forward(env, j, Tensor{}, mb);
+      chunk.backward(env, j, Tensor{}, loss_scale);
+    }
+    s.synchronize();
+    fwd_bwd += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
     Tensor ss = adam.grad_sum_squares(s);
     adam.step(s, 1e-4f, 1.0f);
+    params.refresh_compute(device, s);  // bf16: main → model weights (fp32: nothing)
     device.download(s, ss, std::span<float>(&norm, 1));  // waits for the step
+    optimizer += seconds_since(t0);
   }
   benchmark::DoNotOptimize(norm);
   const double n_params = static_cast<double>(params.numel());
-  const double tokens = static_cast<double>(rows);
-  const double attention = 12.0 * dims.num_layers * dims.micro_batch *
-                           static_cast<double>(dims.seq) * dims.seq * dims.hidden;
+  const double tokens = static_cast<double>(rows) * c.microbatches;
+  const double attention = 12.0 * dims.num_layers * tokens * dims.seq * dims.hidden;
   const double flops = 6.0 * n_params * tokens + attention;
-  state.counters["tokens/s"] =
-      benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["TFLOP/s"] =
-      benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  using benchmark::Counter;
+  state.counters["tokens/s"] = Counter(tokens, Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = Counter(flops * 1e-12, Counter::kIsIterationInvariantRate);
   const double peak = peak_tflops();
   if (peak > 0)
-    state.counters["MFU"] =
-        benchmark::Counter(flops * 1e-12 / peak, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["MFU"] = Counter(flops * 1e-12 / peak, Counter::kIsIterationInvariantRate);
+  state.counters["fwd_bwd_ms"] = Counter(fwd_bwd * 1e3, Counter::kAvgIterations);
+  state.counters["optimizer_ms"] = Counter(optimizer * 1e3, Counter::kAvgIterations);
   state.counters["params_M"] = n_params * 1e-6;
   state.counters["peak_TFLOPs"] = peak;
 }
 
+// {micro batch, bf16, fused attention, microbatches}: today's fp32 path, then bf16 with the
+// unfused and the fused attention op — the configurations tests/gpu/run.sh holds against
+// the PyTorch reference.
 void BM_Gpt2_124M(benchmark::State& state) {
   run_step(state, {.num_layers = 12,
                    .hidden = 768,
                    .heads = 12,
                    .ffn = 3072,
                    .seq = 1024,
-                   .micro_batch = static_cast<int>(state.range(0)),
                    .padded_vocab = 50304,
                    .max_positions = 1024});
 }
-BENCHMARK(BM_Gpt2_124M)->Args({4, 1})->Args({4, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gpt2_124M)
+    ->ArgNames({"mbs", "bf16", "flash", "microbatches"})
+    ->Args({4, 0, 0, 8})
+    ->Args({4, 1, 0, 8})
+    ->Args({4, 1, 1, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Gpt_1_3B(benchmark::State& state) {
   run_step(state, {.num_layers = 24,
@@ -104,11 +151,15 @@ void BM_Gpt_1_3B(benchmark::State& state) {
                    .heads = 16,
                    .ffn = 8192,
                    .seq = 2048,
-                   .micro_batch = static_cast<int>(state.range(0)),
                    .padded_vocab = 50304,
                    .max_positions = 2048});
 }
-BENCHMARK(BM_Gpt_1_3B)->Args({1, 1})->Args({1, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gpt_1_3B)
+    ->ArgNames({"mbs", "bf16", "flash", "microbatches"})
+    ->Args({1, 1, 0, 8})
+    ->Args({1, 1, 1, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tandem

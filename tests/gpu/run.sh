@@ -8,7 +8,10 @@
 #   3. NCCL collectives over all local GPUs under mpirun, on seeded data (test_nccl), and the
 #      nccl-tests-style table of bench_nccl (#wrong must be 0);
 #   4. compute-sanitizer memcheck on a one-iteration GPU training run;
-#   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes.
+#   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes
+#      (fp32; bf16 with the unfused and the fused attention op; 8 microbatches a step), and
+#      beside it, on the same GPU, the PyTorch reference step (torch_reference_step.py, eager
+#      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s.
 # Without a GPU it says SKIPPED, with the reason, and exits 0.
 #   tests/gpu/run.sh [--prebuilt] [BUILD_DIR]
 # --prebuilt: BUILD_DIR already holds the six programs (built elsewhere with
@@ -83,6 +86,21 @@ command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sani
 "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 1 "$tandem" train scenarios/brown-small.json \
   "${tiny[@]}" --train-iters 1 --device cuda
 
-echo "== 5. GPU training-step benchmark (GPT-2 124M, 1.3B)"
-"$build/tests/bench/bench_cuda_step" --benchmark_counters_tabular=true
+echo "== 5. GPU training-step benchmark (GPT-2 124M, 1.3B), and the PyTorch reference"
+results="${TANDEM_GPU_RESULTS:-$(mktemp -d)}"
+mkdir -p "$results"
+"$build/tests/bench/bench_cuda_step" --benchmark_counters_tabular=true \
+  --benchmark_out="$results/bench_cuda_step.json" --benchmark_out_format=json
+if [ "${TORCH_REFERENCE:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then
+  : >"$results/torch_reference.jsonl"
+  for run in "--model 124m --micro-batch 4" "--model 1.3b --micro-batch 1"; do
+    for mode in "" --compile; do
+      # shellcheck disable=SC2086
+      python3 tests/gpu/torch_reference_step.py $run $mode | tee -a "$results/torch_reference.jsonl"
+    done
+  done
+  python3 tests/gpu/step_ratios.py "$results/bench_cuda_step.json" "$results/torch_reference.jsonl"
+else
+  echo "PyTorch reference left out (TORCH_REFERENCE=0, or no torch in python3)"
+fi
 echo "== tests/gpu/run.sh: all GPU checks passed"
