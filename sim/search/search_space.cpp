@@ -108,8 +108,8 @@ std::string rule_class(const Violation& v) {
 
 // Sets the training precision from a search value (see precision_values()): bf16 turns FP8
 // off; an FP8 value sets bf16 (Megatron's FP8 runs alongside it) and the recipe, keeping the
-// base's other FP8 settings (amax history, margin, bf16 first/last layers) or Megatron's
-// defaults when the base runs without FP8.
+// base's other FP8 settings (amax history, margin, bf16 first/last layers, FP8 parameters
+// under the per-tensor recipes) or Megatron's defaults when the base runs without FP8.
 void set_precision(Scenario& s, const std::string& value) {
   const auto& known = precision_values();
   const auto it = known.find(value);
@@ -131,6 +131,9 @@ void set_precision(Scenario& s, const std::string& value) {
   // block recipes keep the base's format, else hybrid (E4M3 forward, E5M2 gradients).
   t.fp8.format = it->second == "mxfp8" ? "e4m3" : (was_fp8 ? t.fp8.format : "hybrid");
   t.fp8.recipe = it->second;
+  // FP8 parameters (the base's fp8_param_gather) are per-tensor scaled: the block recipes
+  // gather their weights in bf16.
+  if (t.fp8.recipe != "delayed" && t.fp8.recipe != "tensorwise") t.fp8.param_gather = false;
 }
 
 // Sets `field` of `s` to `value` (flag text).

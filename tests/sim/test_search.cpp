@@ -254,6 +254,34 @@ TEST(SearchSpace, ComparesPrecisionsWhenVariedAndPrunesWhatTheGpuLacks) {
   EXPECT_THROW(vary(space, "precision=fp4"), ConfigError);
 }
 
+// A base with FP8 parameters (--fp8-param-gather, delayed) keeps them for the per-tensor
+// recipes; the block recipes, whose weights the step gathers in bf16, drop them instead of
+// being refused.
+TEST(SearchSpace, BlockRecipesDropTheBasesFp8Parameters) {
+  Scenario s = small_model();
+  s.training.fp16 = false;
+  s.training.bf16 = true;
+  s.training.fp8.format = "hybrid";
+  s.training.fp8.param_gather = true;
+  s.parallelism.use_distributed_optimizer = true;
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=1");
+  fix(space, "distopt=true");
+  vary(space, "precision=fp8,fp8-tensorwise,fp8-blockwise");
+  const GpuSpec gpu = load_topology("dgx-h100").gpu;
+  const Enumeration e =
+      enumerate(s, 16, space, [gpu](const Scenario& c) { check_fp8_gpu(c, gpu); });
+  std::map<std::string, bool> gather;
+  for (const auto& c : e.valid)
+    gather[precision_of(c.scenario)] = c.scenario.training.fp8.param_gather;
+  EXPECT_EQ(gather,
+            (std::map<std::string, bool>{
+                {"fp8-delayed", true}, {"fp8-tensorwise", true}, {"fp8-blockwise", false}}));
+  for (const auto& [rule, n] : e.pruned)  // the fp8 candidate is the baseline again
+    EXPECT_EQ(rule.rfind("duplicate", 0), 0u) << rule;
+}
+
 // An FP8 candidate's GEMMs are priced at the GPU's FP8 tensor rate (1979 TFLOP/s on an H100,
 // twice bf16's 989): a GEMM-bound layout (one GPU, hidden 4096, two 4096-token sequences a
 // microbatch) is bounded lower with FP8 than without. (A small model at tp 8 is bound by the
