@@ -38,6 +38,12 @@ struct Fp8ParamsFixture {
     params.initialize(device, device.default_stream(), 7);
   }
 
+  // a as the layer's qkv (linear 0), b as its fc1 (linear 2), cast on one dp rank.
+  void cast_all(Fp8LayerState& state) {
+    Fp8ParamCast cast(params, {{w0, &state, 0}, {w1, &state, 2}});
+    SelfCommunicator dp(device, "dp");
+    cast.cast(device, device.default_stream(), make_optimizer_shard(params, 1, 0), dp);
+  }
   std::vector<float> main_of(int i) {
     const Parameter& p = params[i];
     std::vector<float> out(static_cast<std::size_t>(p.local_shape.numel()));
@@ -115,9 +121,7 @@ void expect_close_to_main(Fp8ParamsFixture& f, int i) {
 TEST(Fp8Params, TensorwiseCastScalesEachWeightByItsAmax) {
   Fp8ParamsFixture f("tensorwise");
   Fp8LayerState state(f.config);
-  Fp8ParamCast cast(f.params, {{f.w0, &state, 0}, {f.w1, &state, 2}});
-  SelfCommunicator dp(f.device, "dp");
-  cast.cast(f.device, f.device.default_stream(), make_optimizer_shard(f.params, 1, 0), dp);
+  f.cast_all(state);
   for (int i : {f.w0, f.w1}) {
     EXPECT_FLOAT_EQ(f.scale_inv_of(i), amax_of(f.main_of(i)) / 448.0f);
     expect_close_to_main(f, i);
@@ -129,9 +133,7 @@ TEST(Fp8Params, TensorwiseCastScalesEachWeightByItsAmax) {
 TEST(Fp8Params, DelayedCastUsesTheLayersScaleAndRecordsTheAmax) {
   Fp8ParamsFixture f("delayed");
   Fp8LayerState state(f.config);
-  Fp8ParamCast cast(f.params, {{f.w0, &state, 0}, {f.w1, &state, 2}});
-  SelfCommunicator dp(f.device, "dp");
-  cast.cast(f.device, f.device.default_stream(), make_optimizer_shard(f.params, 1, 0), dp);
+  f.cast_all(state);
   // The first scale is 1 (TE's initial one): scale_inv 1, the amaxes recorded in the weight
   // slots (3 · linear + 1) for the next update.
   EXPECT_FLOAT_EQ(f.scale_inv_of(f.w0), 1.0f);
