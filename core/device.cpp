@@ -37,6 +37,7 @@ const std::vector<std::string>& device_op_names() {
                                                  "copy_columns",
                                                  "copy_rows",
                                                  "sum_squares",
+                                                 "check_finite_and_unscale",
                                                  "adam",
                                                  "rms_norm",
                                                  "rms_norm_backward",

@@ -618,6 +618,10 @@ class Device {
   virtual void fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& args) = 0;
   // out(0) += Σ x², accumulated in double and stored as fp32 (for the global grad norm).
   virtual void sum_squares(Stream& s, const Tensor& x, Tensor& out) = 0;
+  // Loss scaling (fp16): x *= inv_scale, and found(0) = 1 where any element of x is an inf or
+  // a NaN, else left as it is (PyTorch's _amp_foreach_non_finite_check_and_unscale_, which
+  // Megatron's fp16 optimizer runs over the main gradients). x fp32, found (1) fp32.
+  virtual void check_finite_and_unscale(Stream& s, Tensor& x, float inv_scale, Tensor& found) = 0;
   virtual void adam(Stream& s, const AdamArgs& args) = 0;
 
  private:

@@ -219,6 +219,16 @@ struct TrainingConfig {
   std::int64_t save_interval = 0;  // 0: no periodic checkpoints
   bool bf16 = false;
   bool fp16 = false;
+  // Megatron's loss scaling (megatron/core/optimizer/grad_scaler.py): with fp16 a dynamic
+  // scale — initial_loss_scale, halved (not below min_loss_scale) once `hysteresis` steps
+  // have had non-finite gradients, doubled after loss_scale_window steps without — unless
+  // loss_scale fixes it (with fp16 or bf16, as Megatron's ConstantGradScaler). A step whose
+  // unscaled gradients hold an inf or a NaN anywhere is skipped (train/grad_scaler.hpp).
+  std::optional<double> loss_scale;          // constant; absent: dynamic under fp16
+  double initial_loss_scale = 4294967296.0;  // 2^32, Megatron's default
+  double min_loss_scale = 1.0;
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
   // Megatron's: gradients accumulated and data-parallel reduced in fp32. Off, fp16 runs
   // reduce 16-bit gradients; bf16 runs reduce in fp32 (Megatron forces it on) unless
   // grad_reduce_in_bf16.

@@ -618,6 +618,9 @@ void check_optimizer(const Scenario& s, Violations& out) {
     out.push_back({"ddp_num_buckets", std::to_string(*p.ddp_num_buckets),
                    "give ddp_bucket_size or ddp_num_buckets, not both (as Megatron)"});
   if (t.min_lr > t.lr) out.push_back({"min_lr", cat(t.min_lr), cat("must be ≤ lr = ", t.lr)});
+  if (t.min_loss_scale > t.initial_loss_scale)
+    out.push_back({"min_loss_scale", cat(t.min_loss_scale),
+                   cat("must be ≤ initial_loss_scale = ", t.initial_loss_scale)});
   const I64 decay = t.lr_decay_iters.value_or(t.train_iters);
   if (t.lr_warmup_iters > decay)
     out.push_back({"lr_warmup_iters", cat(t.lr_warmup_iters),

@@ -45,7 +45,7 @@ std::string op_class(const std::string& key) {
   const std::string op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
   if (op == "gemm" || op == "fp8_gemm") return "gemm";
   if (op == "attention" || op == "attention_backward" || is_fused_attention(op)) return "attention";
-  if (op == "adam" || op == "sum_squares") return "optimizer";
+  if (op == "adam" || op == "sum_squares" || op == "check_finite_and_unscale") return "optimizer";
   if (op == "upload" || op == "download") return "transfer";
   // Megatron's token dispatcher (the dropping of tokens over capacity, the permutation to
   // and from expert order, and the regrouping of chunks per expert): memory-bound kernels,

@@ -688,6 +688,15 @@ void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
           .bytes = static_cast<double>(x.bytes().value)});
 }
 
+// Reads and writes the fp32 gradients once.
+void SimDevice::check_finite_and_unscale(Stream& s, Tensor& x, float, Tensor&) {
+  run(s, {.op = "check_finite_and_unscale",
+          .dtype = x.dtype,
+          .m = x.numel(),
+          .flops = 2.0 * static_cast<double>(x.numel()),
+          .bytes = 2.0 * static_cast<double>(x.bytes().value)});
+}
+
 void SimDevice::adam(Stream& s, const AdamArgs& a) {
   // Reads param, grad, both moments; writes param and moments (fp32 each).
   const double n = static_cast<double>(a.param.numel());

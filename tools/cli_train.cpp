@@ -235,7 +235,7 @@ void run_training(TrainOptions& o) {
                 o.save);
     };
     double interval_seconds = 0;
-    std::int64_t interval_iters = 0;
+    std::int64_t interval_iters = 0, interval_skipped = 0;
     TrainingDone done{.train_iters = t.train_iters};
     const auto loop_start = std::chrono::steady_clock::now();
     while (trainer.iteration() < t.train_iters) {
@@ -246,6 +246,7 @@ void run_training(TrainOptions& o) {
       interval_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++interval_iters;
+      if (r.skipped) ++interval_skipped;
       const std::int64_t it = trainer.iteration();
       if (it % t.log_interval == 0) {
         const double per_iter = interval_seconds / static_cast<double>(interval_iters);
@@ -253,11 +254,13 @@ void run_training(TrainOptions& o) {
         log->line(
             format_iteration_log({it, t.train_iters, trainer.consumed_samples(), per_iter * 1e3,
                                   flops_per_iteration / (per_iter * launched * 1e12),
-                                  r.learning_rate, r.global_batch_size, r.lm_loss, 1.0, r.grad_norm,
-                                  0, std::isfinite(r.lm_loss) ? 0 : 1, r.mtp_losses},
+                                  r.learning_rate, r.global_batch_size, r.lm_loss, r.loss_scale,
+                                  r.skipped ? std::nullopt : std::optional<double>(r.grad_norm),
+                                  interval_skipped, std::isfinite(r.lm_loss) ? 0 : 1, r.mtp_losses},
                                  std::time(nullptr)));
         interval_seconds = 0;
         interval_iters = 0;
+        interval_skipped = 0;
       }
       if (t.eval_interval > 0 && it % t.eval_interval == 0 && data[1]) {
         const double v = trainer.evaluate();

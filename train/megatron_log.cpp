@@ -36,13 +36,13 @@ std::string format_iteration_log(const IterationLog& l, std::time_t now) {
     std::snprintf(mtp, sizeof mtp, " mtp_%zu loss: %.6E |", k + 1, l.mtp_losses[k]);
     line += mtp;
   }
-  char tail[256];
-  std::snprintf(tail, sizeof tail,
-                " loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
-                "number of nan iterations: %3lld |",
-                l.loss_scale, l.grad_norm, static_cast<long long>(l.skipped_iterations),
-                static_cast<long long>(l.nan_iterations));
-  return line + tail;
+  char scale[64], norm[64] = "", tail[160];
+  std::snprintf(scale, sizeof scale, " loss scale: %.1f |", l.loss_scale);
+  if (l.grad_norm) std::snprintf(norm, sizeof norm, " grad norm: %.3f |", *l.grad_norm);
+  std::snprintf(
+      tail, sizeof tail, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+      static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations));
+  return line + scale + norm + tail;
 }
 
 std::string format_training_done(const TrainingDone& d, std::time_t now) {

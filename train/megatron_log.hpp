@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@ struct IterationLog {
   std::int64_t global_batch_size = 0;
   double lm_loss = 0;
   double loss_scale = 1.0;
-  double grad_norm = 0;
-  std::int64_t skipped_iterations = 0;
+  // None when the logged step was skipped (loss scaling found an inf or a NaN): Megatron
+  // then leaves the field out.
+  std::optional<double> grad_norm = 0.0;
+  std::int64_t skipped_iterations = 0;  // over the log interval
   std::int64_t nan_iterations = 0;
   // Multi-token prediction: "mtp_k loss" after the lm loss, one per depth (Megatron's
   // MTPLossLoggingHelper); empty without MTP.

@@ -264,6 +264,11 @@ void OpTracingDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {
 void OpTracingDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
   traced(s, buffer_key("fp8_compute_scale", a.scale), [&] { inner_.fp8_compute_scale(s, a); });
 }
+void OpTracingDevice::check_finite_and_unscale(Stream& s, Tensor& x, float inv_scale,
+                                               Tensor& found) {
+  traced(s, buffer_key("check_finite_and_unscale", x),
+         [&] { inner_.check_finite_and_unscale(s, x, inv_scale, found); });
+}
 void OpTracingDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
   traced(s, buffer_key("sum_squares", x), [&] { inner_.sum_squares(s, x, out); });
 }

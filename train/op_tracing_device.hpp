@@ -109,6 +109,7 @@ class OpTracingDevice : public Device {
   void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override;
   void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override;
   void fp8_amax(Stream& s, const Tensor& x, Tensor& amax) override;
+  void check_finite_and_unscale(Stream& s, Tensor& x, float inv_scale, Tensor& found) override;
   void fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) override;
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override;
   void adam(Stream& s, const AdamArgs& a) override;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -338,6 +339,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   // scatter-gather of pipeline tensors off.
   program_->set_scatter_gather(scenario.parallelism.scatter_gather_tensors_in_pipeline &&
                                !dims_.sequence_parallel);
+  scaler_ = GradScaler::of(t);
   lr_schedule_ = {t.lr, t.min_lr, t.lr_warmup_iters, t.lr_decay_iters.value_or(t.train_iters),
                   t.lr_decay_style};
   schedule_kind_ = *parse_schedule_kind(effective_pipeline_schedule(scenario));
@@ -486,6 +488,33 @@ double Trainer::global_grad_norm() {
   return std::sqrt(static_cast<double>(host));
 }
 
+void Trainer::reduce_over_gradient_holders(Tensor& t, ReduceOp op) {
+  // The grad norm's groups: dp's slices (distributed optimizer), the experts' over expert-dp
+  // and ep, then tp and pp. A max over a group whose members agree changes nothing.
+  const bool distributed = scenario_.parallelism.use_distributed_optimizer;
+  if (distributed) need(groups_.dp, "dp").all_reduce(stream_, t, op)->wait();
+  if (scenario_.model.num_experts) {
+    if (distributed) groups_.expert_dp->all_reduce(stream_, t, op)->wait();
+    groups_.ep->all_reduce(stream_, t, op)->wait();
+  }
+  need(groups_.model_parallel, "model-parallel").all_reduce(stream_, t, op)->wait();
+}
+
+bool Trainer::unscale_and_find_non_finite(float inv_scale) {
+  Tensor found = device_.allocate(Shape{1}, DType::fp32);
+  device_.fill(stream_, found, 0.0f);
+  // This rank's main gradients: its slice of every bucket (all of them without the
+  // distributed optimizer), padding included (zeros).
+  for (const auto& [begin, end] : optimizer_->shard().bucket_slices) {
+    Tensor g = params_.grads().view(Shape{end - begin}, begin);
+    device_.check_finite_and_unscale(stream_, g, inv_scale, found);
+  }
+  reduce_over_gradient_holders(found, ReduceOp::max);
+  float host = 0;
+  device_.download(stream_, found, std::span<float>(&host, 1));
+  return host > 0;
+}
+
 // Megatron's MTPLossLoggingHelper reduces every depth's loss in one all-reduce (AVG over
 // the data-parallel × cp group).
 std::vector<double> Trainer::average_over_dp(const std::vector<double>& values) {
@@ -548,8 +577,11 @@ StepResult Trainer::train_step() {
   }
   device_.fill(stream_, params_.grads(), 0.0f);
   buckets_->begin_step(static_cast<int>(m) - 1);
-  program_->begin_step(make_batch(train_, consumed_samples_, m), 1.0f / static_cast<float>(m * dp),
-                       false);
+  // The loss gradient is 1/(m · dp) of each microbatch's mean (the sum over dp is the mean),
+  // times the loss scale under fp16.
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  program_->begin_step(make_batch(train_, consumed_samples_, m),
+                       static_cast<float>(loss_scale / static_cast<double>(m * dp)), false);
   const ScheduleSpec spec{
       .kind = schedule_kind_,
       .pp = ctx_.sizes.pp,
@@ -567,6 +599,25 @@ StepResult Trainer::train_step() {
   // it never queues behind the next step's parameter all-gathers.
   const double loss = average_over_dp(program_->mean_loss());
   const std::vector<double> mtp_losses = average_over_dp(program_->mean_mtp_losses());
+  if (scaler_) {
+    // Megatron's MixedPrecisionOptimizer.prepare_grads: unscale, look for an inf or a NaN,
+    // move the scale; a step that found one ends here, the parameters, the optimizer and the
+    // learning-rate schedule as they were.
+    const bool found = unscale_and_find_non_finite(static_cast<float>(1.0 / loss_scale));
+    scaler_->update(found);
+    if (found) {
+      consumed_samples_ += global;
+      ++iteration_;
+      return {.lm_loss = loss,
+              .mtp_losses = mtp_losses,
+              .grad_norm = std::numeric_limits<double>::quiet_NaN(),
+              .learning_rate = learning_rate(lr_schedule_, optimizer_->steps()),
+              .global_batch_size = global,
+              .num_microbatches = m,
+              .loss_scale = loss_scale,
+              .skipped = true};
+    }
+  }
   const double norm = global_grad_norm();
   // Megatron steps the optimizer at the rate of the scheduler's current step, then
   // advances the scheduler; the log shows the advanced rate.
@@ -584,7 +635,13 @@ StepResult Trainer::train_step() {
   }
   consumed_samples_ += global;
   ++iteration_;
-  return {loss, mtp_losses, norm, learning_rate(lr_schedule_, optimizer_->steps()), global, m};
+  return {.lm_loss = loss,
+          .mtp_losses = mtp_losses,
+          .grad_norm = norm,
+          .learning_rate = learning_rate(lr_schedule_, optimizer_->steps()),
+          .global_batch_size = global,
+          .num_microbatches = m,
+          .loss_scale = loss_scale};
 }
 
 double Trainer::evaluate() {
@@ -644,6 +701,13 @@ CheckpointState Trainer::checkpoint_state() {
         st.tensors.push_back(grab(name + "scale", f->scales()));
         st.tensors.push_back(grab(name + "amax", f->step_amaxes()));
       }
+  // The loss scaler's state (Megatron's optimizer state dict keeps its grad_scaler's).
+  if (scaler_) {
+    const GradScalerState& g = scaler_->state();
+    st.tensors.push_back({"grad_scaler",
+                          {static_cast<float>(g.scale), static_cast<float>(g.growth_tracker),
+                           static_cast<float>(g.hysteresis_tracker)}});
+  }
   // The expert biases are state, not parameters (Megatron's persistent buffer): every MoE
   // layer's, in layer order.
   if (scenario_.model.moe_router_enable_expert_bias) {
@@ -710,6 +774,22 @@ void Trainer::restore(const CheckpointState& st) {
     }
   // FP8 parameters: cast from the loaded main values with the loaded scales.
   buckets_->gather_fp8_params();
+  // The loss scaler continues where it stopped; a checkpoint without its state (written
+  // without fp16) leaves it at its start, as a run switching to fp16 here would be.
+  if (scaler_) {
+    const auto found =
+        std::find_if(st.tensors.begin(), st.tensors.end(),
+                     [](const CheckpointTensor& t) { return t.name == "grad_scaler"; });
+    if (found != st.tensors.end()) {
+      if (found->values.size() != 3)
+        throw ConfigError("load", "grad_scaler",
+                          "holds " + std::to_string(found->values.size()) +
+                              " values, the loss scaler 3 (scale, growth and hysteresis counts)");
+      scaler_->restore({.scale = found->values[0],
+                        .growth_tracker = static_cast<std::int64_t>(found->values[1]),
+                        .hysteresis_tracker = static_cast<std::int64_t>(found->values[2])});
+    }
+  }
   if (scenario_.model.moe_router_enable_expert_bias) {
     const auto found =
         std::find_if(st.tensors.begin(), st.tensors.end(),

@@ -22,6 +22,7 @@
 #include "train/checkpoint.hpp"
 #include "train/gpt_stage_program.hpp"
 #include "train/grad_buckets.hpp"
+#include "train/grad_scaler.hpp"
 
 namespace tandem {
 
@@ -66,10 +67,15 @@ struct StepResult {
   double lm_loss = 0;  // mean per-token loss (meaningful on the last stage)
   // Multi-token prediction: each depth's mean loss, as Megatron logs "mtp_k loss" (last stage).
   std::vector<double> mtp_losses;
-  double grad_norm = 0;
+  double grad_norm = 0;      // none when skipped
   double learning_rate = 0;  // as Megatron logs it: the rate after this step's scheduler step
   std::int64_t global_batch_size = 0;
   std::int64_t num_microbatches = 0;
+  // Loss scaling (fp16, or a constant loss_scale): the scale this step's loss gradient was
+  // multiplied by (1 without), and whether its gradients held an inf or a NaN, so that the
+  // optimizer did not step (Megatron's skipped iteration).
+  double loss_scale = 1.0;
+  bool skipped = false;
 };
 
 class Trainer {
@@ -113,6 +119,13 @@ class Trainer {
   // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
   void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
   double global_grad_norm();
+  // Loss scaling: this rank's main gradients multiplied by `inv_scale`; whether any
+  // gradient of the step, on any rank, was an inf or a NaN (Megatron's
+  // _unscale_main_grads_and_check_for_nan, reduced over the ranks the grad norm is).
+  bool unscale_and_find_non_finite(float inv_scale);
+  // Max-reduces `t` ((1) fp32, this rank's share) over every rank whose gradients differ
+  // from this one's: the grad norm's groups.
+  void reduce_over_gradient_holders(Tensor& t, ReduceOp op);
   double average_over_dp(double value);
   std::vector<double> average_over_dp(const std::vector<double>& values);
 
@@ -127,6 +140,7 @@ class Trainer {
   ParameterSet params_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<GptStageProgram> program_;
+  std::optional<GradScaler> scaler_;  // fp16, or a constant loss_scale
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<Fp8ParamCast> fp8_cast_;  // --fp8-param-gather: the FP8 weights' cast
   std::unique_ptr<GradBuckets> buckets_;    // dp reduction (and the distributed optimizer's gather)

@@ -413,6 +413,13 @@ std::optional<OpCase> buffer_case(Device& device, const OpShape& s, const OpCase
                     dev.copy_rows(st, {.from = x[0], .to = x[1], .blocks = *order});
                   }};
   }
+  if (s.op == "check_finite_and_unscale") {
+    t.floats({m}, DType::fp32, -1, 1);
+    t.floats({1}, DType::fp32, 0, 0);
+    return OpCase{device, t.take(), [](Device& dev, Stream& st, T& x) {
+                    dev.check_finite_and_unscale(st, x[0], 0.5f, x[1]);
+                  }};
+  }
   if (s.op == "sum_squares") {
     t.floats({m}, d, -1, 1);
     t.floats({1}, DType::fp32, 0, 0);

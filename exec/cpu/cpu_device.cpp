@@ -459,6 +459,11 @@ void CpuDevice::sum_squares(Stream&, const Tensor& x, Tensor& out) {
       static_cast<float>(static_cast<double>(f32(out)[0]) + k::sum_squares(f32(x), x.numel()));
 }
 
+void CpuDevice::check_finite_and_unscale(Stream&, Tensor& x, float inv_scale, Tensor& found) {
+  if (found.numel() != 1) throw std::invalid_argument("check_finite_and_unscale: found holds one");
+  if (!k::unscale_all_finite(f32(x), x.numel(), inv_scale)) f32(found)[0] = 1.0f;
+}
+
 void CpuDevice::adam(Stream&, const AdamArgs& a) {
   same_numel("adam", a.param, a.grad);
   k::adamw(f32(a.param), f32(a.grad), f32(a.exp_avg), f32(a.exp_avg_sq), a.param.numel(),

@@ -609,6 +609,12 @@ void CudaDevice::sum_squares(Stream& s, const Tensor& x, Tensor& out) {
                   static_cast<double*>(partial.data()));
 }
 
+void CudaDevice::check_finite_and_unscale(Stream& s, Tensor& x, float inv_scale, Tensor& found) {
+  if (found.numel() != 1) throw std::invalid_argument("check_finite_and_unscale: found holds one");
+  kc::check_finite_and_unscale({cuda_stream_of(s), blas_}, f32(x), x.numel(), inv_scale,
+                               f32(found));
+}
+
 void CudaDevice::adam(Stream& s, const AdamArgs& a) {
   same_numel("adam", a.param, a.grad);
   same_numel("adam", a.param, a.exp_avg);

@@ -34,4 +34,10 @@ double sum_squares(const float* x, std::int64_t n) {
   return total;
 }
 
+bool unscale_all_finite(float* x, std::int64_t n, float inv_scale) {
+  bool finite = true;
+  for (std::int64_t i = 0; i < n; ++i) finite &= math::unscale_is_finite(x[i], inv_scale);
+  return finite;
+}
+
 }  // namespace tandem::kernels::cpu

@@ -20,4 +20,7 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, s
 // (and over ranks, by all-reduce); clip by scale(grad, n, max_norm / norm).
 double sum_squares(const float* x, std::int64_t n);
 
+// Loss scaling: x[i] *= inv_scale over n elements; whether all of them were finite.
+bool unscale_all_finite(float* x, std::int64_t n, float inv_scale);
+
 }  // namespace tandem::kernels::cpu

@@ -35,7 +35,22 @@ __global__ void sum_squares_total(const double* block_sums, float* out) {
   out[0] = static_cast<float>(total);
 }
 
+// found[0] = 1 where an element was an inf or a NaN: every writer writes the same 1.
+__global__ void unscale_kernel(float* x, std::int64_t n, float inv_scale, float* found) {
+  TANDEM_GRID_STRIDE(i, n) {
+    float g = x[i];
+    if (!math::unscale_is_finite(g, inv_scale)) *found = 1.0f;
+    x[i] = g;
+  }
+}
+
 }  // namespace
+
+void check_finite_and_unscale(Context c, float* x, std::int64_t n, float inv_scale, float* found) {
+  if (n == 0) return;
+  unscale_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(x, n, inv_scale, found);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void sum_squares(Context c, ConstFloats x, std::int64_t n, float* out, double* scratch) {
   sum_squares_blocks<<<kSumSquaresBlocks, kThreads, 0, c.stream>>>(x, n, scratch);

@@ -124,6 +124,8 @@ void cross_entropy_backward(Context c, cpu::CrossEntropyShape s, ConstFloats log
 inline constexpr int kSumSquaresBlocks = 256;
 // out(0) += Σ x², in double over a fixed split (the same result every run).
 void sum_squares(Context c, ConstFloats x, std::int64_t n, float* out, double* scratch);
+// x (fp32, n) *= inv_scale; *found = 1 where an element was an inf or a NaN.
+void check_finite_and_unscale(Context c, float* x, std::int64_t n, float inv_scale, float* found);
 void adamw(Context c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
            std::int64_t n, const math::AdamStep& step);
 

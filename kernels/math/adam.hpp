@@ -60,4 +60,16 @@ TANDEM_HOST_DEVICE inline void adamw_update(float& p, float g, float& m, float& 
   p = p * s.decay - s.step_size * m / denom;
 }
 
+// Loss scaling's unscale of one gradient element: g · inv_scale, and whether g was an inf or
+// a NaN (found by its exponent bits, all ones: no fast-math assumption can fold it away).
+TANDEM_HOST_DEVICE inline bool unscale_is_finite(float& g, float inv_scale) {
+  std::uint32_t bits = 0;
+  static_assert(sizeof bits == sizeof g);
+  const unsigned char* from = reinterpret_cast<const unsigned char*>(&g);
+  unsigned char* to = reinterpret_cast<unsigned char*>(&bits);
+  for (unsigned i = 0; i < sizeof bits; ++i) to[i] = from[i];
+  g *= inv_scale;
+  return (bits & 0x7f800000u) != 0x7f800000u;
+}
+
 }  // namespace tandem::kernels::math

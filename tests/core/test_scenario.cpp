@@ -248,8 +248,8 @@ TEST(Scenario, RegistryIsConsistent) {
   // moe_router_topk_scaling_factor, expert_tensor_parallel_size, the two interleaving fields,
   // the microbatch group size, lr_decay_iters, ddp_bucket_size and ddp_num_buckets, the
   // first and last pipeline stages' layer counts, the pipeline layout string, MLA's
-  // q_lora_rank and rope_type, and mtp_num_layers and mtp_loss_scaling_factor.
-  EXPECT_EQ(emitted + 24, scenario_fields().size());
+  // q_lora_rank and rope_type, mtp_num_layers and mtp_loss_scaling_factor, and loss_scale.
+  EXPECT_EQ(emitted + 25, scenario_fields().size());
 }
 
 // --- JSON -----------------------------------------------------------------------------
@@ -744,6 +744,31 @@ TEST(ScenarioValidate, MinLrAtMostLr) {
   Scenario s = default_scenario();
   s.training.min_lr = 1e-3;
   EXPECT_TRUE(Names(invalid(s), "min_lr", "0.001", "lr = 0.00015"));
+}
+
+// Megatron's loss-scale flags: each scale positive, the floor not above the start, the
+// window and the hysteresis at least one step.
+TEST(ScenarioValidate, LossScalerSettings) {
+  Scenario s = default_scenario();
+  apply_overrides(s, {{"--loss-scale", "4096"},
+                      {"--initial-loss-scale", "65536"},
+                      {"--min-loss-scale", "2"},
+                      {"--loss-scale-window", "500"},
+                      {"--hysteresis", "3"}});
+  EXPECT_EQ(s.training.loss_scale, 4096.0);
+  EXPECT_EQ(s.training.initial_loss_scale, 65536.0);
+  EXPECT_EQ(s.training.min_loss_scale, 2.0);
+  EXPECT_EQ(s.training.loss_scale_window, 500);
+  EXPECT_EQ(s.training.hysteresis, 3);
+  EXPECT_NO_THROW(validate(s));
+  s.training.min_loss_scale = 131072;
+  EXPECT_TRUE(Names(invalid(s), "min_loss_scale", "131072", "initial_loss_scale = 65536"));
+  s.training.min_loss_scale = 1;
+  s.training.hysteresis = 0;
+  EXPECT_TRUE(Names(invalid(s), "hysteresis", "0", ""));
+  s.training.hysteresis = 2;
+  s.training.loss_scale = 0.0;
+  EXPECT_TRUE(Names(invalid(s), "loss_scale", "0", ""));
 }
 
 TEST(ScenarioValidate, WarmupWithinDecay) {

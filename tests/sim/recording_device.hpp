@@ -227,6 +227,10 @@ class RecordingDevice : public Device {
     note("fp8_compute_scale", a.scale, a.scale_inv);
     inner_.fp8_compute_scale(s, a);
   }
+  void check_finite_and_unscale(Stream& s, Tensor& x, float inv_scale, Tensor& found) override {
+    note("check_finite_and_unscale", x, found);
+    inner_.check_finite_and_unscale(s, x, inv_scale, found);
+  }
   void sum_squares(Stream& s, const Tensor& x, Tensor& out) override {
     note("sum_squares", x);
     inner_.sum_squares(s, x, out);

@@ -85,8 +85,9 @@ TEST(Calibration, MissingFileAndMissingRows) {
 TEST(Calibration, OpNamesAreTheDeviceMethods) {
   const auto& ops = device_op_names();
   // 23 of GPT, 3 of Megatron's bias fusions, 2 of its hidden dropout, 7 of Llama-style
-  // layers, 1 of context parallelism, 7 of mixtures of experts, copy_rows and 5 of FP8.
-  EXPECT_EQ(ops.size(), 49U);
+  // layers, 1 of context parallelism, 7 of mixtures of experts, copy_rows, 5 of FP8 and
+  // fp16's loss-scale check.
+  EXPECT_EQ(ops.size(), 50U);
   EXPECT_EQ(ops.front(), "gemm");
   EXPECT_EQ(ops.back(), "download");
   EXPECT_EQ(parse_dtype("bf16"), DType::bf16);

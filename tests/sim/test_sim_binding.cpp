@@ -239,6 +239,34 @@ nlohmann::json ops_and_time(const Scenario& s) {
   });
 }
 
+// fp16's loss scaler (Megatron's MixedPrecisionOptimizer): after the gradients are reduced,
+// one unscale-and-check pass over this rank's main gradients per bucket (4 bytes read and
+// written an element), and the found-inf flag max-reduced; bf16 runs have no scaler and
+// neither, unless a constant loss_scale asks for one.
+TEST(SimBinding, Fp16UnscalesAndChecksTheGradientsOnce) {
+  Scenario s = small_gpt();
+  s.cluster.world_size = 2;
+  s.parallelism.use_distributed_optimizer = true;
+  s.training.fp16 = true;
+  validate(s);
+  const auto fp16 = ops_and_time(s);
+  std::int64_t bytes = 0, sum_squares = 0;
+  for (const auto& op : fp16.at("ops")) {
+    if (op.at("op") == "check_finite_and_unscale") bytes += op.at("bytes").get<std::int64_t>();
+    if (op.at("op") == "sum_squares") sum_squares += op.at("bytes").get<std::int64_t>();
+  }
+  EXPECT_EQ(count_ops(fp16, "check_finite_and_unscale"), 1);  // one bucket, this rank's half
+  // The norm reads this rank's parameters' gradients once (4 bytes an element); the check
+  // reads and writes them and the slice's padding.
+  EXPECT_GE(bytes, 2 * sum_squares);
+  EXPECT_LT(bytes, 2 * sum_squares + 8 * 64 * 64) << bytes << " " << sum_squares;
+  s.training.fp16 = false;
+  s.training.bf16 = true;
+  EXPECT_EQ(count_ops(ops_and_time(s), "check_finite_and_unscale"), 0);
+  s.training.loss_scale = 1024;
+  EXPECT_EQ(count_ops(ops_and_time(s), "check_finite_and_unscale"), 1);
+}
+
 // Without gradient_accumulation_fusion every weight-gradient GEMM after a chunk's first
 // backward of the step writes a fresh fp16 gradient that one more kernel adds: 4 linear
 // weights a layer and the output layer, in 3 of the 4 microbatches; each add reads two

@@ -42,6 +42,24 @@ TEST(MegatronLog, IterationLine) {
             "nan iterations:   0 |");
 }
 
+// fp16's loss scaler: the scale in Megatron's one-decimal format, and on a skipped step no
+// grad norm (Megatron's grad_norm is None then), the interval's skipped steps counted.
+TEST(MegatronLog, SkippedStepHasNoGradNorm) {
+  IterationLog l{.iteration = 3,
+                 .train_iters = 10,
+                 .global_batch_size = 8,
+                 .lm_loss = 7.0,
+                 .loss_scale = 2147483648.0,
+                 .grad_norm = std::nullopt,
+                 .skipped_iterations = 2};
+  const std::string line = format_iteration_log(l, at_2026_11_22_04_05_06());
+  EXPECT_NE(line.find("| lm loss: 7.000000E+00 | loss scale: 2147483648.0 | number of skipped "
+                      "iterations:   2 | number of nan iterations:   0 |"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("grad norm"), std::string::npos);
+}
+
 TEST(MegatronLog, ValidationBlock) {
   const std::string block = format_validation_log(100, 2.0);
   const std::string line =

@@ -2,6 +2,9 @@
 // uninterrupted run's losses exactly; an incompatible checkpoint is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
@@ -32,9 +35,20 @@ Scenario tiny_scenario() {
   return s;
 }
 
+// The cpu binding computes in fp32 only; for the fp16 tests its 16-bit tensors are held as
+// fp32 (an fp16 run's arithmetic without fp16's rounding or range: loss scaling's overflows
+// then come from scales near fp32's own limit). Runs in fp32 never ask for 16 bits.
+class Fp32CpuDevice : public CpuDevice {
+ public:
+  Tensor allocate(const Shape& shape, DType dtype) override {
+    const bool sixteen = dtype == DType::bf16 || dtype == DType::fp16;
+    return CpuDevice::allocate(shape, sixteen ? DType::fp32 : dtype);
+  }
+};
+
 struct OneRank {
   Scenario scenario;
-  CpuDevice device;
+  Fp32CpuDevice device;
   SelfCommunicator tp{device, "tp"}, pp{device, "pp"}, dp{device, "dp"}, mp{device, "tp-pp"};
   data::SplitDatasets data;
   std::unique_ptr<Trainer> trainer;
@@ -93,6 +107,66 @@ void expect_resume_reproduces(const Scenario& s, const std::string& dir_name) {
   for (std::size_t i = 0; i < straight.size(); ++i)
     EXPECT_EQ(resumed[i], straight[i]) << "iteration " << i + 1;
   EXPECT_LT(straight.back(), straight.front());
+}
+
+// fp16's dynamic loss scaler on a real step. A NaN put into one weight makes every gradient
+// non-finite: those steps are skipped — the main values, the learning rate and the optimizer
+// as they were — with hysteresis 2 the scale holds once, then halves at each further one,
+// not below min_loss_scale. With the weight mended, steps run again and after 2 clean ones
+// (the window) the scale doubles. The checkpoint keeps the scaler's state.
+TEST(Trainer, Fp16LossScalerSkipsNonFiniteStepsAndMovesTheScale) {
+  Scenario s = tiny_scenario();
+  s.training.fp16 = true;
+  s.training.initial_loss_scale = 1024;
+  s.training.min_loss_scale = 256;
+  s.training.loss_scale_window = 2;
+  validate(s);
+  OneRank r(s);
+  ParameterSet& p = r.trainer->parameters();
+  Stream& st = r.device.default_stream();
+  auto main_values = [&] {  // the optimizer's fp32 values, which a step that runs moves
+    std::vector<float> v(static_cast<std::size_t>(p.numel()));
+    r.device.download(st, p.main_values(0, p.numel()), v);
+    return v;
+  };
+  auto load = [&](const std::vector<float>& v) {
+    Tensor full = r.device.allocate(Shape{p.numel()}, DType::fp32);
+    r.device.upload(st, full, Device::ProduceFloats([&](std::span<float> out) {
+                      std::copy(v.begin(), v.end(), out.begin());
+                    }));
+    p.load_values(r.device, st, full);
+  };
+  const StepResult first = r.trainer->train_step();
+  ASSERT_FALSE(first.skipped);
+  EXPECT_EQ(first.loss_scale, 1024);
+  const std::vector<float> good = main_values();
+  std::vector<float> poisoned = good;
+  poisoned[static_cast<std::size_t>(p[0].value_offset)] = std::nanf("");
+  load(poisoned);
+  const double lr = first.learning_rate;
+  for (const double expected : {1024.0, 1024.0, 512.0, 256.0}) {  // the scale each step used
+    const StepResult step = r.trainer->train_step();
+    EXPECT_TRUE(step.skipped);
+    EXPECT_EQ(step.loss_scale, expected);
+    EXPECT_EQ(step.learning_rate, lr);  // the schedule did not step
+    const std::vector<float> now = main_values();
+    EXPECT_EQ(std::memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)), 0)
+        << "a skipped step moved the parameters";
+  }
+  load(good);
+  const StepResult clean = r.trainer->train_step();
+  EXPECT_FALSE(clean.skipped);
+  EXPECT_EQ(clean.loss_scale, 256);  // the floor
+  EXPECT_GT(clean.learning_rate, lr);
+  EXPECT_NE(main_values(), good);
+  EXPECT_EQ(r.trainer->train_step().loss_scale, 256);
+  EXPECT_EQ(r.trainer->train_step().loss_scale, 512);  // the window of 2 completed
+  const CheckpointState state = r.trainer->checkpoint_state();
+  const auto saved =
+      std::find_if(state.tensors.begin(), state.tensors.end(),
+                   [](const CheckpointTensor& t) { return t.name == "grad_scaler"; });
+  ASSERT_NE(saved, state.tensors.end());
+  EXPECT_EQ(saved->values, (std::vector<float>{512.0f, 1.0f, 2.0f}));
 }
 
 TEST(Trainer, ResumeReproducesTheUninterruptedRun) {
