@@ -185,8 +185,6 @@ void run_calibrate(CalibrateOptions& o) {
   if (o.device == "cpu" && (s.training.bf16 || s.training.fp16))
     throw ConfigError(s.training.bf16 ? "bf16" : "fp16", "true",
                       "the cpu binding computes in fp32: calibrate an fp32 scenario");
-  if (o.device == "cuda" && s.training.fp16)  // as tandem train refuses it, before any work
-    throw ConfigError("fp16", "true", "the cuda binding computes in bf16 or fp32: use --bf16");
   const bool traced = !o.from_trace.empty();
   if (!traced) check_device_flag(o.device);  // a trace needs no device here
   check_writable(o.output);

@@ -59,13 +59,13 @@ void check_trainable(const Scenario& s, int launched, const std::string& device)
                  "this run has " + std::to_string(launched) + " process(es): pass --world-size " +
                      std::to_string(launched) + " or launch with mpirun -np " +
                      std::to_string(s.cluster.world_size)});
-  // Mixed precision: bf16 activations and parameter copies over fp32 main parameters
-  // on the cuda binding; the cpu kernels compute fp32 only (FP8 runs aside: below).
+  // Mixed precision: bf16 or fp16 activations and parameter copies over fp32 main
+  // parameters on the cuda binding (fp16 with its loss scaler); the cpu kernels compute fp32
+  // only (FP8 runs aside: below).
   if (device != "cuda" && (s.training.bf16 || s.training.fp16) && !s.training.fp8.enabled())
     v.push_back({s.training.bf16 ? "bf16" : "fp16", "true",
-                 "the cpu binding trains in fp32 (bf16 needs --device cuda)"});
-  if (device == "cuda" && s.training.fp16)
-    v.push_back({"fp16", "true", "the cuda binding computes in bf16 or fp32: use --bf16"});
+                 std::string("the cpu binding trains in fp32 (") +
+                     (s.training.bf16 ? "bf16" : "fp16") + " needs --device cuda)"});
   if (!v.empty()) throw ConfigError(v);
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cublas_library.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/math/bf16.hpp"
+#include "kernels/math/fp16.hpp"
 
 namespace tandem {
 
@@ -61,11 +62,28 @@ void* address(const Tensor& t) {
 }
 
 kc::Floats floats(const Tensor& t, const char* op) {
-  if (t.dtype != DType::fp32 && t.dtype != DType::bf16)
-    throw std::invalid_argument(std::string("cuda ") + op + ": tensor " + t.shape.to_string() +
-                                " holds " + std::string(dtype_name(t.dtype)) +
-                                ", needs fp32 or bf16");
-  return {address(t), t.dtype == DType::bf16 ? kc::Precision::bf16 : kc::Precision::fp32};
+  switch (t.dtype) {
+    case DType::fp32:
+      return {address(t), kc::Precision::fp32};
+    case DType::bf16:
+      return {address(t), kc::Precision::bf16};
+    case DType::fp16:
+      return {address(t), kc::Precision::fp16};
+    default:
+      throw std::invalid_argument(std::string("cuda ") + op + ": tensor " + t.shape.to_string() +
+                                  " holds " + std::string(dtype_name(t.dtype)) +
+                                  ", needs fp32, bf16 or fp16");
+  }
+}
+
+// A 16-bit buffer's host bits from floats, and back (bf16 or fp16 rounding).
+std::uint16_t sixteen_bits(kc::Precision p, float v) {
+  return p == kc::Precision::bf16 ? kernels::math::bf16_from_float(v)
+                                  : kernels::math::fp16_from_float(v);
+}
+float from_sixteen_bits(kc::Precision p, std::uint16_t b) {
+  return p == kc::Precision::bf16 ? kernels::math::float_from_bf16(b)
+                                  : kernels::math::float_from_fp16(b);
 }
 
 float* f32(const Tensor& t) {
@@ -153,9 +171,9 @@ void CudaDevice::upload(Stream& s, Tensor& t, const ProduceFloats& produce) {
   std::vector<float> host(static_cast<std::size_t>(t.numel()));
   produce(std::span<float>(host));
   const cudaStream_t stream = cuda_stream_of(s);
-  if (dst.precision == kc::Precision::bf16) {
+  if (dst.precision != kc::Precision::fp32) {
     std::vector<std::uint16_t> bits(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) bits[i] = kernels::math::bf16_from_float(host[i]);
+    for (std::size_t i = 0; i < host.size(); ++i) bits[i] = sixteen_bits(dst.precision, host[i]);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.data, bits.data(), bits.size() * sizeof(std::uint16_t),
                                       cudaMemcpyHostToDevice, stream));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));  // `bits` dies with this frame
@@ -182,12 +200,13 @@ void CudaDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
                                 " floats for a tensor of " + std::to_string(t.numel()));
   const kc::Floats src = floats(t, "download");
   const cudaStream_t stream = cuda_stream_of(s);
-  if (src.precision == kc::Precision::bf16) {
+  if (src.precision != kc::Precision::fp32) {
     std::vector<std::uint16_t> bits(host.size());
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(bits.data(), src.data, bits.size() * sizeof(std::uint16_t),
                                       cudaMemcpyDeviceToHost, stream));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = kernels::math::float_from_bf16(bits[i]);
+    for (std::size_t i = 0; i < host.size(); ++i)
+      host[i] = from_sixteen_bits(src.precision, bits[i]);
     return;
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(host.data(), src.data, host.size() * sizeof(float),

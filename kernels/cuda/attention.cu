@@ -82,7 +82,7 @@ void dropout(Context c, ConstFloats src, Floats dst, cpu::AttentionShape s,
 }
 
 std::int64_t bytes_of(Precision p) {
-  return p == Precision::bf16 ? 2 : 4;
+  return p == Precision::fp32 ? 4 : 2;
 }
 
 // The buffer `elements` elements into f.

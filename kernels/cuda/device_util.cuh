@@ -1,5 +1,5 @@
 // Device-side helpers every .cu file of kernels/cuda shares: loading and storing a Floats
-// element in its precision (through kernels/math/bf16.hpp, the rounding the CPU tests
+// element in its precision (through kernels/math/bf16.hpp and fp16.hpp, the rounding the CPU tests
 // check), warp and block reductions in a fixed order (deterministic), and grid sizing.
 #pragma once
 
@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/ops.hpp"
 #include "kernels/math/bf16.hpp"
+#include "kernels/math/fp16.hpp"
 
 namespace tandem::kernels::cuda {
 
@@ -15,12 +16,16 @@ inline constexpr int kThreads = 256;  // threads per block of elementwise kernel
 __device__ inline float load(ConstFloats p, std::int64_t i) {
   if (p.precision == Precision::bf16)
     return math::float_from_bf16(static_cast<const std::uint16_t*>(p.data)[i]);
+  if (p.precision == Precision::fp16)
+    return math::float_from_fp16(static_cast<const std::uint16_t*>(p.data)[i]);
   return static_cast<const float*>(p.data)[i];
 }
 
 __device__ inline void store(Floats p, std::int64_t i, float v) {
   if (p.precision == Precision::bf16)
     static_cast<std::uint16_t*>(p.data)[i] = math::bf16_from_float(v);
+  else if (p.precision == Precision::fp16)
+    static_cast<std::uint16_t*>(p.data)[i] = math::fp16_from_float(v);
   else
     static_cast<float*>(p.data)[i] = v;
 }

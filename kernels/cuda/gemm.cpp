@@ -3,8 +3,8 @@
 // cuBLAS is column-major, and a row-major (R, C) matrix is the column-major (C, R) one, so
 // C = op(A)·op(B) row-major is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ column-major: the operands
 // swap and so do M and N, while each operand keeps its transpose flag.
-// Precision: A, B bf16 → bf16 tensor cores with fp32 accumulation (C bf16, or fp32 for the
-// weight gradients that accumulate into fp32 main grads with β = 1); A, B fp32 →
+// Precision: A, B bf16 (or fp16) → 16-bit tensor cores with fp32 accumulation (C 16-bit, or fp32
+// for the weight gradients that accumulate into fp32 main grads with β = 1); A, B fp32 →
 // CUBLAS_COMPUTE_32F with the handle in CUBLAS_DEFAULT_MATH: true fp32, no TF32.
 #include <stdexcept>
 #include <string>
@@ -17,7 +17,7 @@ namespace tandem::kernels::cuda {
 namespace {
 
 cudaDataType_t data_type(Precision p) {
-  return p == Precision::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  return p == Precision::bf16 ? CUDA_R_16BF : p == Precision::fp16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 // Row-major leading dimensions (0 = packed) of the stored A, B and C.
@@ -39,7 +39,7 @@ int as_int(std::int64_t v, const char* what) {
 
 void check_precisions(ConstFloats a, ConstFloats b, Floats out) {
   if (a.precision != b.precision)
-    throw std::invalid_argument("cuda gemm: A and B must share a precision (fp32 or bf16)");
+    throw std::invalid_argument("cuda gemm: A and B must share a precision (fp32, bf16 or fp16)");
   if (a.precision == Precision::fp32 && out.precision != Precision::fp32)
     throw std::invalid_argument("cuda gemm: fp32 A and B need an fp32 C");
 }

@@ -33,9 +33,9 @@
 
 namespace tandem::kernels::cuda {
 
-enum class Precision : std::uint8_t { fp32, bf16 };
+enum class Precision : std::uint8_t { fp32, bf16, fp16 };
 
-// A device buffer of float values stored as fp32 or bf16 (the raw 16-bit pattern).
+// A device buffer of float values stored as fp32, bf16 or fp16 (the raw 16-bit pattern).
 struct Floats {
   void* data = nullptr;
   Precision precision = Precision::fp32;

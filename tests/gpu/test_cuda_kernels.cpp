@@ -674,7 +674,7 @@ TEST_P(CudaOps, MoePermuteUnpermuteForwardBackward) {
   EXPECT_TRUE(d().close(grad_gates, 1e-5));  // dot products in double of the same inputs
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::fp32, DType::bf16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::fp32, DType::bf16, DType::fp16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 class CudaBinding : public ::testing::Test {

@@ -1,6 +1,7 @@
 // The host/device math added for the cuda binding, checked on the host (the CUDA kernels
-// call these very functions): bf16 rounding (nearest, ties to even, NaN and infinities
-// kept), the vocab-shard index, the cross-entropy logit gradient and the layer-norm rstd.
+// call these very functions): bf16 and fp16 rounding (nearest, ties to even, NaN and
+// infinities kept; fp16's subnormals and overflow), the vocab-shard index, the cross-entropy logit
+// gradient and the layer-norm rstd.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/math/bf16.hpp"
+#include "kernels/math/fp16.hpp"
 #include "kernels/math/layer_norm.hpp"
 #include "kernels/math/softmax.hpp"
 #include "kernels/math/vocab.hpp"
@@ -23,6 +25,49 @@ TEST(Bf16, RepresentableValuesRoundTripExactly) {
   }
   EXPECT_EQ(bf16_from_float(1.0f), 0x3f80);
   EXPECT_EQ(bf16_from_float(-2.0f), 0xc000);
+}
+
+// IEEE half, worked by hand: 1 = 0x3c00, the largest finite 65504 = 0x7bff, the smallest
+// subnormal 2^-24 = 0x0001, the smallest normal 2^-14 = 0x0400, 1/3 ≈ 0x3555.
+TEST(Fp16, EncodesTheKnownPatterns) {
+  EXPECT_EQ(fp16_from_float(1.0f), 0x3c00);
+  EXPECT_EQ(fp16_from_float(-2.0f), 0xc000);
+  EXPECT_EQ(fp16_from_float(65504.0f), 0x7bff);
+  EXPECT_EQ(fp16_from_float(0x1p-24f), 0x0001);
+  EXPECT_EQ(fp16_from_float(0x1p-14f), 0x0400);
+  EXPECT_EQ(fp16_from_float(-0.0f), 0x8000);
+  EXPECT_EQ(fp16_from_float(-INFINITY), 0xfc00);
+  EXPECT_EQ(fp16_from_float(NAN) & 0x7e00, 0x7e00);
+  EXPECT_EQ(fp16_from_float(1.0f / 3.0f), 0x3555);
+  EXPECT_EQ(float_from_fp16(0x3555), 0.333251953125f);
+  EXPECT_EQ(float_from_fp16(0x0001), 0x1p-24f);
+  EXPECT_EQ(float_from_fp16(0x03ff), 1023 * 0x1p-24f);  // the largest subnormal
+  EXPECT_TRUE(std::isnan(float_from_fp16(0x7e00)));
+  EXPECT_EQ(float_from_fp16(0xfc00), -INFINITY);
+}
+
+TEST(Fp16, RoundsToNearestTiesToEvenAndOverflowsToInfinity) {
+  EXPECT_EQ(round_to_fp16(1.0f + 0x1p-11f), 1.0f);                // tie: to even (1)
+  EXPECT_EQ(round_to_fp16(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);  // tie: to even, up
+  EXPECT_EQ(round_to_fp16(1.0f + 0x1p-11f + 0x1p-20f), 1.0f + 0x1p-10f);
+  EXPECT_EQ(round_to_fp16(65519.0f), 65504.0f);  // below the halfway point to 65536
+  EXPECT_EQ(round_to_fp16(65520.0f), INFINITY);  // the halfway point: to even, inf
+  EXPECT_EQ(round_to_fp16(1e6f), INFINITY);
+  EXPECT_EQ(round_to_fp16(0x1p-25f), 0.0f);                 // half the smallest subnormal: to 0
+  EXPECT_EQ(round_to_fp16(0x1.8p-25f), 0x1p-24f);           // above half: up
+  EXPECT_EQ(round_to_fp16(3 * 0x1p-25f), 2 * 0x1p-24f);     // 1.5 steps: tie to even (2)
+  EXPECT_EQ(round_to_fp16(0x1p-14f - 0x1p-26f), 0x1p-14f);  // rounds up into the normals
+  // Every pattern but the NaNs decodes and encodes back to itself.
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const auto b = static_cast<std::uint16_t>(h);
+    if ((b & 0x7c00) == 0x7c00 && (b & 0x3ff)) continue;
+    ASSERT_EQ(fp16_from_float(float_from_fp16(b)), b) << std::hex << h;
+  }
+  // Relative error at most 2^-11 over the normal range.
+  double worst = 0;
+  for (float x = 0x1p-14f; x < 65504.0f; x *= 1.001f)
+    worst = std::max(worst, std::fabs(static_cast<double>(round_to_fp16(x)) - x) / x);
+  EXPECT_LE(worst, std::ldexp(1.0, -11));
 }
 
 TEST(Bf16, RoundsToNearestTiesToEven) {

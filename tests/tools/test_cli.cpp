@@ -209,6 +209,20 @@ TEST(Cli, NumbersOutOfRangeNameTheOptionValueAndRule) {
   }
 }
 
+// The cpu binding computes in fp32: a 16-bit run is refused before any work, naming the
+// flag and the binding that runs it (fp16 with its loss scaler, or bf16, on cuda).
+TEST(Cli, SixteenBitTrainingOnTheCpuBindingIsRefused) {
+  for (const std::string flag : {"fp16", "bf16"}) {
+    const auto r =
+        run("train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 "
+            "--seq-length 16 --vocab-size 128 --train-iters 1 --" +
+            flag);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(flag + " = true"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(flag + " needs --device cuda"), std::string::npos) << r.output;
+  }
+}
+
 // --tp-comm-overlap in FP8: the ring steps quantize each rank's rows before they move, which
 // the one delayed scale allows; a current (tensorwise) scale would need the gathered tensor,
 // and the overlapped backward's FP8 gradient codes need FP8 weight gradients.
