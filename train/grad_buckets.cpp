@@ -204,6 +204,14 @@ void GradBuckets::start_param_gather(bool chained) {
     for (auto& b : buckets_) launch_gather(b);
 }
 
+void GradBuckets::wait_gathers() {
+  for (auto& b : buckets_)
+    if (b.gather) {
+      b.gather->wait();
+      b.gather.reset();
+    }
+}
+
 void GradBuckets::gather_fp8_params() {
   if (!params_.has_fp8()) return;
   if (fp8_ == nullptr)
@@ -212,11 +220,7 @@ void GradBuckets::gather_fp8_params() {
   fp8_->cast(device_, stream_, shard_, dp_);
   for (auto& b : buckets_)
     if (b.fp8) launch_gather(b);
-  for (auto& b : buckets_)
-    if (b.gather) {
-      b.gather->wait();
-      b.gather.reset();
-    }
+  wait_gathers();
 }
 
 bool GradBuckets::param_gather_pending() const {
@@ -249,11 +253,7 @@ void GradBuckets::on_params_needed(const std::vector<int>& parameters) {
 void GradBuckets::finish_param_gather() {
   for (auto& b : buckets_)
     if (b.gather_pending) launch_gather(b);
-  for (auto& b : buckets_)
-    if (b.gather) {
-      b.gather->wait();
-      b.gather.reset();
-    }
+  wait_gathers();
 }
 
 Tensor GradBuckets::gather_main_values() {
@@ -265,11 +265,7 @@ Tensor GradBuckets::gather_main_values() {
   const bool all = params_.holds_all_main();
   for (auto& b : buckets_)
     if (!all || b.fp8) launch_gather(b, full);
-  for (auto& b : buckets_)
-    if (b.gather) {
-      b.gather->wait();
-      b.gather.reset();
-    }
+  wait_gathers();
   return full;
 }
 

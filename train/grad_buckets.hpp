@@ -133,6 +133,7 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   // Gathers into `full` (numel() fp32 values) from this rank's slice of the bucket.
   void launch_gather(Bucket& b, const Tensor& full);
   bool converts(const Bucket& b) const;  // reduced in reduce_dtype_ (16-bit, group > 1)
+  void wait_gathers();                   // every launched parameter all-gather
 
   ParameterSet& params_;
   Fp8ParamCast* fp8_ = nullptr;
