@@ -600,12 +600,20 @@ double SimCommunicator::closed_form_v_seconds(const std::vector<std::vector<doub
   return c.latency + (uniform > 0 ? (c.seconds - c.latency) * load / uniform : 0.0);
 }
 
+// A send this small completes without its receiver: Open MPI's shared-memory eager limit is
+// 4 KiB (btl_vader_eager_limit), and NCCL's low-latency protocol writes small messages into
+// buffers the receiver set up when it connected. Megatron's exchange of p2p shapes (three
+// integers) relies on it: a rank's shape batch may send to a peer that posts the matching
+// receive only after the sender's next batch has matched one of its own.
+constexpr double kEagerSendBytes = 4096;
+
 std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2POp> ops) {
   struct Op {
     std::string key;
     int expected;
     std::vector<Flow> flows;
     double bytes;
+    bool send;
   };
   std::vector<Op> batch;
   for (const auto& op : ops) {
@@ -624,7 +632,7 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
       flows =
           p2p_flows_.emplace(std::make_pair(src, dst), world_.with_images({{src, dst, 1.0}})).first;
     batch.push_back({std::move(key), world_.count_present({src, dst}), flows->second,
-                     static_cast<double>(op.tensor.bytes().value)});
+                     static_cast<double>(op.tensor.bytes().value), send});
   }
   if (world_.record_ops()) {
     double bytes = 0;
@@ -634,14 +642,18 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
   }
   return issue(s, [this, batch = std::move(batch)](WorkState& w) {
     // Arrive at every pair first (a batch sends and receives at once, as NCCL's grouped
-    // calls do), start the pairs whose peer is already there, then wait for the rest.
+    // calls do), start the pairs whose peer is already there, then wait for the rest. A
+    // small send starts at once, its receiver there or not (kEagerSendBytes); its receiver
+    // only waits for it, unless the sender is not simulated (symmetric mode).
     std::vector<std::shared_ptr<Rendezvous>> rvs;
     std::vector<simgrid::s4u::CommPtr> mine;
     std::vector<std::shared_ptr<Rendezvous>> launched;
     for (const auto& op : batch) {
       auto rv = world_.rendezvous(op.key, op.expected);
       rvs.push_back(rv);
-      if (++rv->arrived < rv->expected) continue;
+      const bool last = ++rv->arrived == rv->expected;
+      const bool eager = op.bytes <= kEagerSendBytes && rv->expected > 1;
+      if (eager ? !op.send : !last) continue;
       rv->started = sim_now();
       for (const auto& f : op.flows) {
         const auto bytes = static_cast<std::uint64_t>(f.fraction * op.bytes + 0.5);
