@@ -688,8 +688,10 @@ void SimDevice::sum_squares(Stream& s, const Tensor& x, Tensor&) {
           .bytes = static_cast<double>(x.bytes().value)});
 }
 
-// Reads and writes the fp32 gradients once.
+// Reads and writes the fp32 gradients once (nothing where the optimizer does it:
+// SimDeviceOptions::loss_scale_check_in_optimizer).
 void SimDevice::check_finite_and_unscale(Stream& s, Tensor& x, float, Tensor&) {
+  if (options_.loss_scale_check_in_optimizer) return;
   run(s, {.op = "check_finite_and_unscale",
           .dtype = x.dtype,
           .m = x.numel(),

@@ -277,12 +277,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     RankRun& rr = *run;
     rr.ctx = contexts[static_cast<std::size_t>(rank)];
     rr.device = std::make_unique<SimDevice>(
-        o.pricer, SimDeviceOptions{
-                      .compute_dtype = compute_dtype(s),
-                      .record_ops = o.record_ops,
-                      .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
-                      .routing = o.routing,
-                      .fp8_transposed_copy = compute_capability(topology.gpu).value_or(0) < 100});
+        o.pricer,
+        SimDeviceOptions{.compute_dtype = compute_dtype(s),
+                         .record_ops = o.record_ops,
+                         .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
+                         .routing = o.routing,
+                         .fp8_transposed_copy = compute_capability(topology.gpu).value_or(0) < 100,
+                         .loss_scale_check_in_optimizer = s.training.deepspeed});
     rr.trace_ops = o.trace_ops;
     if (!o.trace_path.empty())
       rr.device->set_op_observer(

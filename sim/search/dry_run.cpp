@@ -229,7 +229,8 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
   SimDevice device(
       pricer,
       SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                       .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training))});
+                       .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
+                       .loss_scale_check_in_optimizer = s.training.deepspeed});
   StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;
