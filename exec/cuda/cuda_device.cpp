@@ -703,11 +703,19 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
   if (!direct) kc::convert(c, c32, out, a.c.numel());
 }
 
+namespace {
+// Bit t set: formats[first + t] is E5M2, for up to 64 tensors (the kernels' format mask).
+std::uint64_t e5m2_mask(std::span<const Fp8Format> formats, std::size_t first = 0) {
+  std::uint64_t mask = 0;
+  for (std::size_t t = 0; first + t < formats.size() && t < 64; ++t)
+    if (formats[first + t] == Fp8Format::e5m2) mask |= std::uint64_t{1} << t;
+  return mask;
+}
+}  // namespace
+
 void CudaDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
   const auto shape = check_fp8_update_scale("fp8_update_scale", a);
-  std::uint64_t e5m2 = 0;
-  for (std::size_t t = 0; t < a.formats.size() && t < 64; ++t)
-    if (a.formats[t] == Fp8Format::e5m2) e5m2 |= std::uint64_t{1} << t;
+  const std::uint64_t e5m2 = e5m2_mask(a.formats);
   kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history), shape.length, shape.tensors,
                        f32(a.scale), f32(a.amax), e5m2, a.use_max, a.margin);
 }
@@ -725,10 +733,7 @@ void CudaDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
   // 64 tensors a launch (the formats travel as a bit mask).
   for (std::int64_t first = 0; first < n; first += 64) {
     const std::int64_t count = std::min<std::int64_t>(64, n - first);
-    std::uint64_t e5m2 = 0;
-    for (std::int64_t t = 0; t < count; ++t)
-      if (a.formats[static_cast<std::size_t>(first + t)] == Fp8Format::e5m2)
-        e5m2 |= std::uint64_t{1} << t;
+    const std::uint64_t e5m2 = e5m2_mask(a.formats, static_cast<std::size_t>(first));
     kc::fp8_compute_scale({cuda_stream_of(s), blas_}, a.amax ? f32(*a.amax) + first : nullptr,
                           f32(a.scale) + first, f32(a.scale_inv) + first, count, e5m2);
   }
