@@ -1,5 +1,6 @@
 #include "model/fp8_linear.hpp"
 
+#include <array>
 #include <vector>
 
 #include "core/error.hpp"
@@ -121,6 +122,36 @@ Fp8Tensor Fp8Linear::quantize_input(ModelEnv& env, const Tensor& x) {
   return quantize(env, x, x.shape[0], x.shape[1], Fp8LayerState::input, false);
 }
 
+bool Fp8Linear::gathers_codes(std::int64_t cols) const {
+  const Fp8Config& c = state_->config();
+  // Whole int32 words of codes per row, so that each rank's rows are a run of words.
+  return (c.recipe == "delayed" || c.recipe == "tensorwise") && c.wgrad && cols % 4 == 0;
+}
+
+Fp8Tensor Fp8Linear::quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role) {
+  const std::int64_t rows = t.shape[0], cols = t.shape[1];
+  if (state_->delayed() || env.tp.size() == 1) return quantize(env, t, rows, cols, role, false);
+  Device& d = env.device;
+  Tensor amax = d.allocate(Shape{1}, DType::fp32);
+  Tensor scale = d.allocate(Shape{1}, DType::fp32);
+  d.fill(env.stream, amax, 0.0f);
+  d.fp8_amax(env.stream, t, amax);
+  env.tp.all_reduce(env.stream, amax, ReduceOp::max)->wait();
+  Fp8Tensor q = allocate_fp8(d, rows, cols, Fp8Layout{.format = state_->format(role)});
+  const std::array<Fp8Format, 1> formats{state_->format(role)};
+  d.fp8_compute_scale(
+      env.stream, {.amax = &amax, .scale = scale, .scale_inv = q.scale_inv, .formats = formats});
+  d.fp8_quantize(env.stream, {.input = t, .output = q, .scale = &scale});
+  return q;
+}
+
+Tensor Fp8Linear::forward_quantized(ModelEnv& env, const Fp8Tensor& xq, const Parameter& w) {
+  quantize_weight(env, w);
+  Tensor y = allocate_like(env, Shape{xq.rows, w.local_shape[0]});
+  env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});
+  return y;
+}
+
 const Fp8Tensor& Fp8Linear::forward_weight(ModelEnv& env, const Parameter& w) {
   quantize_weight(env, w);
   return weight_rowwise_;
@@ -132,7 +163,7 @@ Fp8Grad Fp8Linear::quantize_grad(ModelEnv& env, const Tensor& dy) {
 }
 
 Tensor Fp8Linear::input_grad(ModelEnv& env, const Fp8Grad& g, const Parameter& w) {
-  Tensor dx = allocate_like(env, Shape{g.dy->shape[0], w.local_shape[1]});
+  Tensor dx = allocate_like(env, Shape{g.rowwise.rows, w.local_shape[1]});
   env.device.fp8_gemm(env.stream, {.a = g.rowwise, .b = weight_columnwise_, .c = dx});
   return dx;
 }

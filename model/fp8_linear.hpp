@@ -118,6 +118,18 @@ class Fp8Linear {
   // quantize each rank's rows before they move: x (rows, in) as forward quantizes it, and the
   // step's weight copies for fprop and dgrad (quantized at the step's first forward).
   Fp8Tensor quantize_input(ModelEnv& env, const Tensor& x);
+  // Whether a sequence-parallel all-gather of this layer's input or output gradient moves
+  // FP8 codes, 1 byte an element, as Transformer Engine's does under per-tensor scaling
+  // with FP8 weight gradients (TE 1.x layernorm_linear.py / linear.py and
+  // grad_output_preprocess; TE 2.x the same through its quantized gather): the shard is
+  // quantized before it moves. Elsewhere the compute dtype is gathered and then quantized.
+  bool gathers_codes(std::int64_t cols) const;
+  // A shard of rows quantized for `role` so that the gathered codes are those of the whole
+  // tensor: delayed scaling's one scale, or (tensorwise) the current scale of the amax
+  // all-reduced (max) over tp, TE's amax reduction group for sequence-parallel tensors.
+  Fp8Tensor quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role);
+  // y (rows, out) = x · wᵀ from x already quantized (a gathered input).
+  Tensor forward_quantized(ModelEnv& env, const Fp8Tensor& xq, const Parameter& w);
   const Fp8Tensor& forward_weight(ModelEnv& env, const Parameter& w);
   const Fp8Tensor& dgrad_weight() const { return weight_columnwise_; }
   // w.grad += dyᵀ · x (x: rows, in), in FP8 unless fp8_wgrad is off; from `saved_input`

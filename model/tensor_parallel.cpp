@@ -128,6 +128,18 @@ Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w) {
   return dx;
 }
 
+namespace {
+
+// Every tp rank's rows of FP8 codes, in rank order, into `total`; the scale is the shard's
+// (quantize_shard gives every rank the same one).
+std::unique_ptr<Work> gather_fp8_rows(ModelEnv& env, const Fp8Tensor& shard, Fp8Tensor& total) {
+  total = allocate_fp8(env.device, shard.rows * env.tp.size(), shard.cols, shard.layout);
+  total.scale_inv = shard.scale_inv;
+  return env.tp.all_gather(env.stream, shard.codes, total.codes);
+}
+
+}  // namespace
+
 Tensor gather_from_sequence_parallel_region(ModelEnv& env, const Tensor& x) {
   Tensor total = allocate_like(env, with_rows(x, x.shape[0] * env.tp.size()));
   env.tp.all_gather(env.stream, x, total)->wait();
@@ -144,10 +156,22 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
                                const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input);
   if (env.tp_comm_overlap) {
-    // FP8 (delayed scaling): the shard quantized, its codes passed round the ring.
-    Tensor y = fp8 ? ring_exchange_gather_fp8_gemm(env, fp8->quantize_input(env, x),
-                                                   fp8->forward_weight(env, w), true)
-                   : ring_exchange_gather_gemm(env, x, w.compute, true);
+    // FP8 (per-tensor scaling): the shard quantized, its codes passed round the ring.
+    Tensor y =
+        fp8 ? ring_exchange_gather_fp8_gemm(env, fp8->quantize_shard(env, x, Fp8LayerState::input),
+                                            fp8->forward_weight(env, w), true)
+            : ring_exchange_gather_gemm(env, x, w.compute, true);
+    if (b) env.device.bias_add(env.stream, y, b->compute);
+    return y;
+  }
+  if (fp8 != nullptr && fp8->gathers_codes(x.shape[1])) {
+    // Transformer Engine's: the shard quantized (its layer norm writes FP8), the codes
+    // gathered; the shard's codes are what backward gathers again for the weight gradient.
+    Fp8Tensor shard = fp8->quantize_shard(env, x, Fp8LayerState::input);
+    Fp8Tensor total;
+    gather_fp8_rows(env, shard, total)->wait();
+    if (fp8_input != nullptr) *fp8_input = shard;
+    Tensor y = fp8->forward_quantized(env, total, w);
     if (b) env.device.bias_add(env.stream, y, b->compute);
     return y;
   }
@@ -169,6 +193,18 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   // Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input is re-gathered
   // while the input gradient is computed, and the input gradient is reduce-scattered while
   // the weight gradient is computed.
+  if (fp8 != nullptr && fp8_input != nullptr && fp8->gathers_codes(fp8_input->cols)) {
+    // Forward's FP8 shard, gathered again as codes (Transformer Engine's ln_out).
+    Fp8Tensor total_codes;
+    auto gather = gather_fp8_rows(env, *fp8_input, total_codes);
+    Tensor dx_partial = linear.input_grad(w);
+    gather->wait();
+    Tensor dx = allocate_like(env, with_rows(dx_partial, dx_partial.shape[0] / env.tp.size()));
+    auto scatter = env.tp.reduce_scatter(env.stream, dx_partial, dx, ReduceOp::sum);
+    linear.weight_grad(Tensor{}, w, b, &total_codes);
+    scatter->wait();
+    return dx;
+  }
   Tensor total = allocate_like(env, with_rows(x, x.shape[0] * env.tp.size()));
   auto gather = env.tp.all_gather(env.stream, x, total);
   Tensor dx_partial = linear.input_grad(w);  // (rows, in), this rank's partial sum
@@ -205,7 +241,7 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
   if (env.sequence_parallel && env.tp_comm_overlap && fp8 != nullptr) {
     // The shard's gradient quantized and its codes passed round the ring; the gathered
     // codes serve the weight gradient (per-tensor scaling: wgrad reads dgrad's codes).
-    Fp8Grad grad = fp8->quantize_grad(env, dy);
+    Fp8Grad grad{.dy = &dy, .rowwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad)};
     Fp8Grad gathered = grad;
     Tensor dx = ring_exchange_gather_fp8_gemm(env, grad.rowwise, fp8->dgrad_weight(), false,
                                               &gathered.rowwise);
@@ -223,6 +259,23 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
     Tensor total;  // the gathered output gradient, for the weight gradient
     Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
     linear_weight_grad(env, x, total, w, nullptr);
+    if (b)
+      weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
+    return dx;
+  }
+  if (env.sequence_parallel && fp8 != nullptr && fp8->gathers_codes(dy.shape[1])) {
+    // Transformer Engine's grad_output_preprocess: the shard's gradient quantized and its
+    // codes gathered; dgrad and (per-tensor scaling) wgrad read the gathered codes.
+    Fp8Grad grad{.dy = &dy, .rowwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad)};
+    Fp8Grad gathered = grad;
+    gather_fp8_rows(env, grad.rowwise, gathered.rowwise)->wait();
+    Tensor dx = fp8->input_grad(env, gathered, w);
+    const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
+    weight_grad_work(env, [f = fp8, gathered, d = dy, x, saved, &w](ModelEnv& e) {
+      Fp8Grad here = gathered;
+      here.dy = &d;
+      f->weight_grad(e, here, x, saved.codes.storage ? &saved : nullptr, w);
+    });
     if (b)
       weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
     return dx;

@@ -233,17 +233,17 @@ void check_step_supports(const Scenario& s) {
   if (s.model.num_experts) check_experts_step(s, v);
   check_fp8_step(s.training.fp8, v);
   if (s.model.mla.enabled()) check_mla_step(s, v);
-  // The FP8 ring steps quantize each rank's rows before they move: the one delayed scale
-  // gives the codes of the whole gathered tensor; a current (tensorwise) scale or the block
+  // The FP8 ring steps quantize each rank's rows before they move, with one scale over tp
+  // (delayed scaling's, or the current scale of the amax reduced over tp); the block
   // recipes' columnwise copies would need the gathered tensor first.
   if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled() &&
-      s.training.fp8.recipe != "delayed")
+      s.training.fp8.recipe != "delayed" && s.training.fp8.recipe != "tensorwise")
     v.push_back({"tp_comm_overlap", "true",
-                 "with FP8 the training step overlaps tensor-parallel communication under the "
-                 "delayed recipe only (each rank's rows are quantized with the one delayed scale "
-                 "before they move; fp8_recipe is " +
+                 "with FP8 the training step overlaps tensor-parallel communication under "
+                 "per-tensor scaling only (each rank's rows are quantized with one scale shared "
+                 "over tp before they move; fp8_recipe is " +
                      s.training.fp8.recipe +
-                     "); use fp8_recipe delayed or leave tp_comm_overlap out"});
+                     "); use fp8_recipe delayed or tensorwise, or leave tp_comm_overlap out"});
   if (s.parallelism.tp_comm_overlap && s.training.fp8.enabled() && !s.training.fp8.wgrad)
     v.push_back({"tp_comm_overlap", "true",
                  "with FP8 the overlapped backward gathers the output gradient as FP8 codes, "

@@ -229,5 +229,49 @@ TEST(Fp8Sim, ParamGatherHoldsAndGathersTheWeightsInFp8) {
   EXPECT_LT(gathered["seconds"].get<double>(), plain["seconds"].get<double>());
 }
 
+// Sequence parallelism at tp 2 without --tp-comm-overlap: under per-tensor scaling each
+// FP8 linear's all-gather moves codes, as Transformer Engine's does (its layer norm writes
+// FP8 and the shard's codes are gathered; backward gathers them again for the weight
+// gradient and gathers the row-parallel layers' output gradients as codes). Per layer and
+// microbatch six all-gathers of (sequence × hidden) elements (qkv's and fc1's inputs forward
+// and again backward, proj's and fc2's output gradients) at 1 byte instead of 2; three more
+// of the same size stay bf16 (the output layer's input, forward and backward, and the
+// embedding's gradient). Two layers: (6·2·1 + 3·2) / (6·2·2 + 3·2) = 18 / 30 of the bf16
+// run's bytes. The block recipes gather bf16.
+TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
+  auto gathered = [](const std::string& recipe, bool fp8) {
+    return testing::in_child([&] {
+      Scenario s = fp8_scenario(recipe);
+      if (!fp8) s.training.fp8.format = "";
+      s.cluster.world_size = 2;
+      s.parallelism.tensor_model_parallel_size = 2;
+      s.parallelism.sequence_parallel = true;
+      s.training.train_iters = 1;
+      const Topology t = load_topology("dgx-h100");
+      auto cost = std::make_shared<CostModel>(t.gpu);
+      SimulateOptions o;
+      o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+      o.record_ops = true;
+      const SimReport r = simulate(s, t, o);
+      double bytes = 0;
+      for (const std::string& c : r.ranks.front().collectives)
+        if (c.rfind("all_gather tp ", 0) == 0) bytes += std::stod(c.substr(14));
+      return nlohmann::json{{"bytes", bytes}};
+    });
+  };
+  const auto bf16 = gathered("delayed", false);
+  ASSERT_FALSE(bf16.contains("error")) << bf16;
+  const double base = bf16["bytes"].get<double>();
+  ASSERT_GT(base, 0.0);
+  for (const std::string recipe : {"delayed", "tensorwise"}) {
+    const auto r = gathered(recipe, true);
+    ASSERT_FALSE(r.contains("error")) << r;
+    EXPECT_NEAR(r["bytes"].get<double>() / base, 18.0 / 30.0, 1e-9) << recipe;
+  }
+  const auto block = gathered("blockwise", true);
+  ASSERT_FALSE(block.contains("error")) << block;
+  EXPECT_DOUBLE_EQ(block["bytes"].get<double>(), base);
+}
+
 }  // namespace
 }  // namespace tandem::sim

@@ -226,20 +226,22 @@ TEST(Cli, SixteenBitTrainingOnTheCpuBindingIsRefused) {
 // --tp-comm-overlap in FP8: the ring steps quantize each rank's rows before they move, which
 // the one delayed scale allows; a current (tensorwise) scale would need the gathered tensor,
 // and the overlapped backward's FP8 gradient codes need FP8 weight gradients.
-TEST(Cli, Fp8TensorParallelOverlapRunsUnderDelayedScalingOnly) {
+TEST(Cli, Fp8TensorParallelOverlapRunsUnderPerTensorScalingOnly) {
   const std::string layout =
       "simulate --topology dgx-h100 --world-size 2 --tensor-model-parallel-size 2 "
       "--sequence-parallel true --tp-comm-overlap true --bf16 true --fp8-format hybrid ";
-  const auto delayed = run(layout + "--fp8-recipe delayed");
-  EXPECT_EQ(delayed.exit_code, 0) << delayed.output;
-  EXPECT_NE(delayed.output.find("iteration time"), std::string::npos) << delayed.output;
-  const auto tensorwise = run(layout + "--fp8-recipe tensorwise");
-  EXPECT_EQ(tensorwise.exit_code, 2) << tensorwise.output;
-  EXPECT_NE(tensorwise.output.find("tp_comm_overlap = true: with FP8 the training step overlaps "
-                                   "tensor-parallel communication under the delayed recipe only"),
+  for (const char* recipe : {"delayed", "tensorwise"}) {
+    const auto r = run(layout + "--fp8-recipe " + recipe);
+    EXPECT_EQ(r.exit_code, 0) << recipe << r.output;
+    EXPECT_NE(r.output.find("iteration time"), std::string::npos) << r.output;
+  }
+  const auto blockwise = run(layout + "--fp8-recipe blockwise");
+  EXPECT_EQ(blockwise.exit_code, 2) << blockwise.output;
+  EXPECT_NE(blockwise.output.find("tp_comm_overlap = true: with FP8 the training step overlaps "
+                                  "tensor-parallel communication under per-tensor scaling only"),
             std::string::npos)
-      << tensorwise.output;
-  EXPECT_NE(tensorwise.output.find("fp8_recipe is tensorwise"), std::string::npos);
+      << blockwise.output;
+  EXPECT_NE(blockwise.output.find("fp8_recipe is blockwise"), std::string::npos);
   const auto no_wgrad = run(layout + "--fp8-recipe delayed --fp8-wgrad false");
   EXPECT_EQ(no_wgrad.exit_code, 2) << no_wgrad.output;
   EXPECT_NE(no_wgrad.output.find("not with fp8_wgrad false"), std::string::npos) << no_wgrad.output;

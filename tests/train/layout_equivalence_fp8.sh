@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Layout equivalence in FP8: the GPT of layout_equivalence.sh trained 5 iterations with
-# Megatron's --fp8-format hybrid and the delayed recipe against the single-process run, under
-# pp 2, dp 2, tp 2 with sequence parallelism, and tp 2 × pp 2 × dp 2 with the distributed
-# optimizer, each a real mpirun job. Every layout quantizes with the same scales (each
-# step's amaxes reduced over tp and dp, model/fp8_linear.hpp), so pp and dp give the
-# single-process losses within 1e-5 relative and its parameters within 1e-3 (measured when
-# written: 5e-7 and 1e-4 for pp 2, 2e-7 and 2e-7 for dp 2). Under tp the input gradients'
+# Megatron's --fp8-format hybrid against the single-process run of the same recipe, each
+# layout a real mpirun job. Delayed scaling: pp 2, dp 2, tp 2 with sequence parallelism, and
+# tp 2 × pp 2 × dp 2 with the distributed optimizer; tensorwise (current) scaling: tp 2 with
+# sequence parallelism, where each rank quantizes its rows with the amax reduced over tp and
+# the all-gathers move codes. Every layout quantizes with the same scales (each step's amaxes
+# reduced over tp and dp, model/fp8_linear.hpp), so pp and dp give the single-process losses
+# within 1e-5 relative and its parameters within 1e-3 (measured when written: 5e-7 and 1e-4
+# for pp 2, 2e-7 and 2e-7 for dp 2). Under tp the input gradients'
 # partial sums are all-reduced in another order than one process adds them, and an E5M2
 # gradient that sits on a rounding boundary (two mantissa bits; the first step's scale is 1,
 # as Transformer Engine starts) can round to the other code, or to 0 in one run and to its
 # least code in the other, which Adam turns into a whole ±lr step of that element: for tp
-# rows the losses are held within 1e-3 relative (measured: 1.2e-4) and the parameters only
-# printed (measured: 8.6e-3 at most, lr 3e-3). With --tp-comm-overlap (FP8 ring steps) too.
+# rows the losses are held within 1e-3 relative (measured: 1.2e-4 delayed, 3.4e-4
+# tensorwise) and the parameters only printed (measured: 8.6e-3 at most, lr 3e-3). With
+# --tp-comm-overlap (FP8 ring steps) too.
 #   tests/train/layout_equivalence_fp8.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -21,13 +24,12 @@ trap 'rm -rf "$work"' EXIT
 common=(--mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
   --vocab-size 512 --train-iters 5 --lr-warmup-iters 1 --log-interval 1 --eval-interval 100
   --global-batch-size 8 --micro-batch-size 2 --threads 1
-  --bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+  --bf16 --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 losses() { grep -o "lm loss: [0-9.E+-]*" | awk '{print $3}'; }
-reference=$("$tandem" train "$scenario" "${common[@]}" --world-size 1 --save "$work/reference" | losses)
-[ "$(echo "$reference" | wc -l)" -eq 5 ] || { echo "single-process run printed no 5 losses"; exit 1; }
-# RANKS|LOSS_TOL|PARAM_TOL (- : printed only)|FLAGS
-layouts=(
+# RANKS|LOSS_TOL|PARAM_TOL (- : printed only)|FLAGS, per recipe (read through namerefs below)
+# shellcheck disable=SC2034
+delayed_layouts=(
   "2|1e-5|1e-3|--pipeline-model-parallel-size 2"
   "2|1e-5|1e-3|--tensor-model-parallel-size 1"
   "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel"
@@ -35,37 +37,54 @@ layouts=(
   "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "8|1e-3|-|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
 )
-# --tp-comm-overlap's FP8 ring steps quantize each rank's rows with the one delayed scale
+# shellcheck disable=SC2034
+tensorwise_layouts=(
+  "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel"
+  "2|1e-3|-|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
+)
+# --tp-comm-overlap's FP8 ring steps quantize each rank's rows with the scale shared over tp
 # before they move, so at tp 2 (where the ring's two-term sums are the collective's) they
-# give the losses of the same layout without the overlap to 1e-6: rows (2, 4) against (2, 3).
-declare -A run_losses
+# give the losses of the same layout without the overlap to 1e-6: per recipe, the pairs of
+# rows below.
+# shellcheck disable=SC2034
+delayed_pairs=("2 4" "3 5")
+# shellcheck disable=SC2034
+tensorwise_pairs=("0 1")
 failed=0
-printf "%-130s %-18s %s\n" "layout" "max rel loss diff" "max abs param diff"
-for k in "${!layouts[@]}"; do
-  IFS='|' read -r n loss_tol param_tol flags <<<"${layouts[$k]}"
-  # shellcheck disable=SC2086
-  got=$("${mpi[@]}" -np "$n" "$tandem" train "$scenario" "${common[@]}" --world-size "$n" \
-    $flags --save "$work/layout$k" | losses)
-  worst=$(paste <(echo "$reference") <(echo "$got") | awk '
+max_rel_diff() {
+  paste <(echo "$1") <(echo "$2") | awk '
     NF != 2 { print "missing"; exit }
     { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d }
-    END { if (NR != 5) print "missing"; else printf "%.2e\n", m }')
-  params_ok=1
-  diff_out=$("$tandem" checkpoint diff "$work/reference" "$work/layout$k" \
-    --tolerance "$([ "$param_tol" = - ] && echo 1 || echo "$param_tol")" 2>&1) || params_ok=0
-  params=$(echo "$diff_out" | sed -n 's/^max abs difference: \([^ ]*\).*/\1/p')
-  run_losses[$k]="$got"
-  printf "%-130s %-18s %s\n" "world $n $flags" "$worst" "${params:-missing}"
-  if [ "$params_ok" -eq 0 ]; then echo "$diff_out"; failed=1; fi
-  if [ "$worst" = missing ] || awk -v w="$worst" -v t="$loss_tol" 'BEGIN { exit !(w > t) }'; then failed=1; fi
-done
-for pair in "2 4" "3 5"; do
-  read -r plain overlapped <<<"$pair"
-  same=$(paste <(echo "${run_losses[$plain]}") <(echo "${run_losses[$overlapped]}") | awk '
-    NF != 2 { print "missing"; exit }
-    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d }
-    END { if (NR != 5) print "missing"; else printf "%.2e\n", m }')
-  echo "tp-comm-overlap against the same layout without it (rows $plain, $overlapped): $same"
-  if [ "$same" = missing ] || awk -v w="$same" 'BEGIN { exit !(w > 1e-6) }'; then failed=1; fi
+    END { if (NR != 5) print "missing"; else printf "%.2e\n", m }'
+}
+for recipe in delayed tensorwise; do
+  reference=$("$tandem" train "$scenario" "${common[@]}" --fp8-recipe "$recipe" --world-size 1 \
+    --save "$work/$recipe-reference" | losses)
+  [ "$(echo "$reference" | wc -l)" -eq 5 ] || { echo "$recipe: single-process run printed no 5 losses"; exit 1; }
+  declare -n layouts="${recipe}_layouts" pairs="${recipe}_pairs"
+  declare -A run_losses=()
+  printf "%-140s %-18s %s\n" "$recipe: layout" "max rel loss diff" "max abs param diff"
+  for k in "${!layouts[@]}"; do
+    IFS='|' read -r n loss_tol param_tol flags <<<"${layouts[$k]}"
+    # shellcheck disable=SC2086
+    got=$("${mpi[@]}" -np "$n" "$tandem" train "$scenario" "${common[@]}" --fp8-recipe "$recipe" \
+      --world-size "$n" $flags --save "$work/$recipe-layout$k" | losses)
+    worst=$(max_rel_diff "$reference" "$got")
+    params_ok=1
+    diff_out=$("$tandem" checkpoint diff "$work/$recipe-reference" "$work/$recipe-layout$k" \
+      --tolerance "$([ "$param_tol" = - ] && echo 1 || echo "$param_tol")" 2>&1) || params_ok=0
+    params=$(echo "$diff_out" | sed -n 's/^max abs difference: \([^ ]*\).*/\1/p')
+    run_losses[$k]="$got"
+    printf "%-140s %-18s %s\n" "$recipe: world $n $flags" "$worst" "${params:-missing}"
+    if [ "$params_ok" -eq 0 ]; then echo "$diff_out"; failed=1; fi
+    if [ "$worst" = missing ] || awk -v w="$worst" -v t="$loss_tol" 'BEGIN { exit !(w > t) }'; then failed=1; fi
+  done
+  for pair in "${pairs[@]}"; do
+    read -r plain overlapped <<<"$pair"
+    same=$(max_rel_diff "${run_losses[$plain]}" "${run_losses[$overlapped]}")
+    echo "$recipe: tp-comm-overlap against the same layout without it (rows $plain, $overlapped): $same"
+    if [ "$same" = missing ] || awk -v w="$same" 'BEGIN { exit !(w > 1e-6) }'; then failed=1; fi
+  done
+  unset -n layouts pairs
 done
 exit "$failed"
