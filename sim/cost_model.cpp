@@ -180,7 +180,8 @@ double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std:
   const GemmTiling tiling = gemm_tiling(gpu_, m, n, batch);
   // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
   const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
-                            gpu_.gemm_tile_m * gpu_.gemm_tile_n * static_cast<double>(k);
+                            gpu_.gemm_tile_m * gpu_.gemm_tile_n *
+                            (static_cast<double>(k) + gpu_.gemm_tile_fixed_k);
   const double fraction = gemm_fraction(dtype, m, n, k, operands);
   double compute = done_flops / (operand_peak(dtype, operands) * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
@@ -239,7 +240,8 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
       for (std::int64_t split = 1; split <= max_split; ++split) {
         const double slice = static_cast<double>(ceil_div(k, split));
         const double waves = std::ceil(static_cast<double>(tiles * split) / sms);
-        const double tile_compute = 2.0 * static_cast<double>(tm * tn) * slice / per_sm_flops;
+        const double tile_compute =
+            2.0 * static_cast<double>(tm * tn) * (slice + gpu_.gemm_tile_fixed_k) / per_sm_flops;
         const double tile_operands = static_cast<double>(tm + tn) * slice * size / per_sm_l2;
         const double compute = waves * std::max(tile_compute, tile_operands);
         // Split K writes s fp32 partial C's and a second kernel sums them.

@@ -36,6 +36,12 @@
 //    preset's sustained_clock_fraction: its GEMM and attention figures come from short
 //    microbenchmarks at a boosted clock, a whole training step runs at the power limit.
 //    HBM-bound kernels keep memory_peak_fraction (the memory clock is not the SM's).
+//    2f. A fixed cost per tile. Each output tile (each split's, under split-K) costs
+//    gemm_tile_fixed_k more steps of K besides its own (the operand pipeline's fill and the
+//    epilogue that converts and writes C), so a GEMM of small K runs further below
+//    gemm_peak_fraction than one of large K: H100, 256 steps (fitted with the fraction on 39
+//    measured cuBLAS GEMMs, topology/gemm_reference.csv): K = 2048 at 0.89 of the fraction,
+//    K = 12288 at 0.98.
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax

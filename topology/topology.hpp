@@ -74,6 +74,10 @@ struct GpuSpec {
   double memory_peak_fraction = 1.0;
   int gemm_tile_m = 1;  // output tile of one thread block, rows
   int gemm_tile_n = 1;  // output tile of one thread block, columns
+  // What each output tile costs besides its K loop (filling the operand pipeline, the
+  // epilogue that converts and writes C), as that many more steps of K: a GEMM of small K
+  // runs further below gemm_peak_fraction than one of large K. 0: none.
+  double gemm_tile_fixed_k = 0;
   // L2 → SM bandwidth, all SMs together (read). With it, a GEMM whose tiles do not fill
   // one wave may run on smaller tiles or split K, each tile then limited by the operand
   // traffic its size implies (sim/cost_model.hpp rule 2b). 0: one tile shape only.

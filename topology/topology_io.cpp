@@ -193,6 +193,7 @@ const std::vector<std::string>& gpu_keys() {
                                                 "fused_attention_backward_fraction",
                                                 "memory_peak_fraction",
                                                 "gemm_tile",
+                                                "gemm_tile_fixed_k",
                                                 "pcie_gbs",
                                                 "pcie_latency_us",
                                                 "l2_bandwidth_gbs",
@@ -309,6 +310,8 @@ GpuSpec read_gpu(const json& body, Violations& out) {
                ? Seconds(s.number(key, Range::non_negative) * kMicro)
                : Seconds(0);
   };
+  if (s.body().contains("gemm_tile_fixed_k"))
+    g.gemm_tile_fixed_k = s.number("gemm_tile_fixed_k", Range::non_negative);
   g.l2_bandwidth = BytesPerSecond(s.body().contains("l2_bandwidth_gbs")
                                       ? s.number("l2_bandwidth_gbs", Range::non_negative) * kGiga
                                       : 0.0);
@@ -685,6 +688,7 @@ nlohmann::json to_json(const Topology& t) {
     if (value != 0) gpu[key] = tidy(value);
   };
   optional("l2_bandwidth_gbs", g.l2_bandwidth.value / kGiga);
+  optional("gemm_tile_fixed_k", g.gemm_tile_fixed_k);
   optional("gemm_unaligned_peak_fraction", g.gemm_unaligned_peak_fraction);
   optional("gemm_fp8_peak_fraction", g.gemm_fp8_peak_fraction);
   optional("sustained_clock_fraction", g.sustained_clock_fraction);
