@@ -156,11 +156,16 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
                                const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input) {
   if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input);
   if (env.tp_comm_overlap) {
-    // FP8 (per-tensor scaling): the shard quantized, its codes passed round the ring.
-    Tensor y =
-        fp8 ? ring_exchange_gather_fp8_gemm(env, fp8->quantize_shard(env, x, Fp8LayerState::input),
-                                            fp8->forward_weight(env, w), true)
-            : ring_exchange_gather_gemm(env, x, w.compute, true);
+    Tensor y;
+    if (fp8) {
+      // FP8 (per-tensor scaling): the shard quantized, its codes passed round the ring and
+      // kept for backward's gather (Transformer Engine's bulk all-gather of ln_out).
+      Fp8Tensor shard = fp8->quantize_shard(env, x, Fp8LayerState::input);
+      if (fp8_input != nullptr && fp8->gathers_codes(x.shape[1])) *fp8_input = shard;
+      y = ring_exchange_gather_fp8_gemm(env, shard, fp8->forward_weight(env, w), true);
+    } else {
+      y = ring_exchange_gather_gemm(env, x, w.compute, true);
+    }
     if (b) env.device.bias_add(env.stream, y, b->compute);
     return y;
   }

@@ -241,13 +241,14 @@ TEST(Fp8Sim, ParamGatherHoldsAndGathersTheWeightsInFp8) {
 // embedding's gradient). Two layers: (6·2·1 + 3·2) / (6·2·2 + 3·2) = 18 / 30 of the bf16
 // run's bytes. The block recipes gather bf16.
 TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
-  auto gathered = [](const std::string& recipe, bool fp8) {
+  auto gathered = [](const std::string& recipe, bool fp8, bool overlap = false) {
     return testing::in_child([&] {
       Scenario s = fp8_scenario(recipe);
       if (!fp8) s.training.fp8.format = "";
       s.cluster.world_size = 2;
       s.parallelism.tensor_model_parallel_size = 2;
       s.parallelism.sequence_parallel = true;
+      s.parallelism.tp_comm_overlap = overlap;
       s.training.train_iters = 1;
       const Topology t = load_topology("dgx-h100");
       auto cost = std::make_shared<CostModel>(t.gpu);
@@ -273,6 +274,15 @@ TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
   const auto block = gathered("blockwise", true);
   ASSERT_FALSE(block.contains("error")) << block;
   EXPECT_DOUBLE_EQ(block["bytes"].get<double>(), base);
+  // With --tp-comm-overlap the forward gathers and the output gradients' gathers move round
+  // the ring instead; what stays an all-gather is backward's re-gather of qkv's and fc1's
+  // inputs (codes, as TE's bulk overlap gathers its saved FP8 ln_out), the output layer's
+  // re-gather and the embedding's gradient (bf16): (2·2·1 + 2·2) / (2·2·2 + 2·2) = 8 / 12.
+  const auto ring_bf16 = gathered("delayed", false, true);
+  const auto ring_fp8 = gathered("delayed", true, true);
+  ASSERT_FALSE(ring_bf16.contains("error")) << ring_bf16;
+  ASSERT_FALSE(ring_fp8.contains("error")) << ring_fp8;
+  EXPECT_NEAR(ring_fp8["bytes"].get<double>() / ring_bf16["bytes"].get<double>(), 8.0 / 12.0, 1e-9);
 }
 
 }  // namespace
