@@ -371,9 +371,18 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
   const std::int64_t sequence = sequence_++;
   if (present_ < 0) present_ = world_.count_present(members_);
   const int expected = present_;
+  // The SMs the collective's kernels hold while it runs (sim/sm_contention.hpp).
+  SmContention* contention = world_.stats(me_).contention.get();
+  auto blocks_of = [&](const NcclChoice& c) {
+    return contention ? nccl_blocks(c.channels, shape_.nodes > 1, contention->compute_capability(),
+                                    c.algorithm == NcclAlgorithm::nvls)
+                      : 0;
+  };
   if (closed_form_) {
-    const double seconds = nccl_ ? nccl_price(algorithm, bytes).seconds
-                                 : closed_form_seconds(algorithm, bytes, size(), *closed_form_);
+    const NcclChoice choice = nccl_ && size() > 1 ? nccl_price(algorithm, bytes) : NcclChoice{};
+    const double seconds =
+        nccl_ ? choice.seconds : closed_form_seconds(algorithm, bytes, size(), *closed_form_);
+    const int blocks = nccl_ && size() > 1 ? blocks_of(choice) : 0;
     if (expected == 1) {
       auto& stream = dynamic_cast<SimStream&>(s);
       auto state = std::make_shared<WorkState>();
@@ -381,10 +390,11 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       const double start = std::max({stream.ready(), sim_now(), clock_});
       clock_ = start + seconds;
       state->finish(start, clock_, start);
+      if (contention) contention->collective_ran(start, clock_, blocks);
       return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
     }
     const std::string key = id_ + "#" + std::to_string(sequence);
-    return issue(s, [this, key, expected, seconds](WorkState& w) {
+    return issue(s, [this, key, expected, seconds, contention, blocks](WorkState& w) {
       auto rv = world_.rendezvous(key, expected);
       meet(world_, *rv, [&] {
         const double start = sim_now();
@@ -393,25 +403,30 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       });
       if (++rv->left == rv->expected) world_.forget(key);
       w.finish(rv->started, rv->finished, rv->started);
+      if (contention) contention->collective_ran(rv->started, rv->finished, blocks);
     });
   }
   const std::string key = id_ + "#" + std::to_string(sequence);
   const Plan& p = plan(algorithm, root);
   double flow_bytes = bytes, extra_latency = p.extra_latency;
+  int blocks = 0;
   if (nccl_ && size() > 1 && algorithm != "barrier") {
     // Scale the flows so that alone they take the tuner's bandwidth term, then add the
     // tuner's latency less what SimGrid's routes already add.
     const NcclChoice choice = nccl_price(algorithm, bytes);
+    blocks = blocks_of(choice);
     if (p.seconds_per_byte > 0 && choice.algorithm_bandwidth > 0)
       flow_bytes = bytes / choice.algorithm_bandwidth / p.seconds_per_byte;
     extra_latency = std::max(0.0, choice.latency - p.route_latency);
   }
-  return issue(s, [this, key, expected, &p, flow_bytes, extra_latency](WorkState& w) {
-    auto rv = world_.rendezvous(key, expected);
-    meet(world_, *rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
-    if (++rv->left == rv->expected) world_.forget(key);
-    w.finish(rv->started, rv->finished, rv->started);
-  });
+  return issue(
+      s, [this, key, expected, &p, flow_bytes, extra_latency, contention, blocks](WorkState& w) {
+        auto rv = world_.rendezvous(key, expected);
+        meet(world_, *rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
+        if (++rv->left == rv->expected) world_.forget(key);
+        w.finish(rv->started, rv->finished, rv->started);
+        if (contention) contention->collective_ran(rv->started, rv->finished, blocks);
+      });
 }
 
 std::unique_ptr<Work> SimCommunicator::all_reduce(Stream& s, Tensor& buffer, ReduceOp) {

@@ -198,7 +198,9 @@ const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {
              .emplace(op, PricedOp{.seconds = price_(op),
                                    .issue_seconds = issue_seconds(op),
                                    .kernels = std::max(kernels_of_op(op), 1),
-                                   .report_total = &op_seconds_[op_report_key(op)]})
+                                   .report_total = &op_seconds_[op_report_key(op)],
+                                   .sm_bound =
+                                       op_class(op.op) == "gemm" || op_class(op.op) == "attention"})
              .first;
   return it->second;
 }
@@ -213,8 +215,11 @@ void SimDevice::run(Stream& s, OpDesc op) {
   const PricedOp& p = priced(op);
   const double issue = library_issue() ? options_.host.library_launch : p.issue_seconds;
   host_work(issue, "kernel issue");
-  const double seconds = p.seconds;
   auto& stream = dynamic_cast<SimStream&>(s);
+  const bool compute_stream = &stream == default_stream_.get();
+  SmContention* contention = compute_stream ? options_.contention : nullptr;
+  // The SMs collectives held from the GEMMs and attention before it: paid by the next such op.
+  const double seconds = p.seconds + (contention && p.sm_bound ? contention->take_delay() : 0.0);
   const double starved_before = stream.host_starved();
   // An op of several kernels (attention: 5 to 14) does not wait for the host to issue all
   // of them: its first kernel runs once issued while the host issues the rest. Its issue
@@ -225,6 +230,7 @@ void SimDevice::run(Stream& s, OpDesc op) {
           ? stream.enqueue_kernels(seconds, host_ - issue * (p.kernels - 1) / p.kernels,
                                    seconds / p.kernels)
           : stream.enqueue(seconds);
+  if (contention && p.sm_bound) contention->compute_ran(start, start + seconds);
   if (observer_ && &stream == default_stream_.get())
     observer_(op, start, seconds, stream.host_starved() - starved_before);
   *p.report_total += seconds;

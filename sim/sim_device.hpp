@@ -31,6 +31,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/moe_routing.hpp"
 #include "sim/sim_host_turns.hpp"
+#include "sim/sm_contention.hpp"
 
 namespace tandem::sim {
 
@@ -124,6 +125,9 @@ struct SimDeviceOptions {
   // overflow off the gradient norm and unscales inside its Adam kernel, so the loss-scale
   // check of Megatron's optimizer (check_finite_and_unscale) costs no kernel of its own.
   bool loss_scale_check_in_optimizer = false;
+  // The SMs this rank's collectives hold (sim/sm_contention.hpp): the compute stream's GEMMs
+  // and attention are recorded there and its ops pay what they owe. Null: collectives are free.
+  SmContention* contention = nullptr;
 };
 
 class SimDevice : public Device {
@@ -288,6 +292,7 @@ class SimDevice : public Device {
     double issue_seconds = 0;        // the host's kernel issue cost
     int kernels = 1;                 // kernels_of_op: issued one after another
     double* report_total = nullptr;  // its op_seconds_ entry (std::map nodes stay put)
+    bool sm_bound = false;           // a GEMM or attention: slowed by SMs NCCL holds
   };
   struct OpHash {
     std::size_t operator()(const OpDesc& op) const;

@@ -276,6 +276,9 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     auto run = std::make_unique<RankRun>();
     RankRun& rr = *run;
     rr.ctx = contexts[static_cast<std::size_t>(rank)];
+    if (o.nccl_holds_sms && topology.nccl.enabled && topology.gpu.sm_count > 1)
+      world.stats(rank).contention = std::make_shared<SmContention>(
+          topology.gpu.sm_count, compute_capability(topology.gpu).value_or(0));
     rr.device = std::make_unique<SimDevice>(
         o.pricer,
         SimDeviceOptions{.compute_dtype = compute_dtype(s),
@@ -283,7 +286,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
                          .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
                          .routing = o.routing,
                          .fp8_transposed_copy = compute_capability(topology.gpu).value_or(0) < 100,
-                         .loss_scale_check_in_optimizer = s.training.deepspeed});
+                         .loss_scale_check_in_optimizer = s.training.deepspeed,
+                         .contention = world.stats(rank).contention.get()});
     rr.trace_ops = o.trace_ops;
     if (!o.trace_path.empty())
       rr.device->set_op_observer(

@@ -33,6 +33,9 @@ struct SimulateOptions {
   bool record_ops = false;   // keep every rank's priced op sequence (RankReport::ops)
   SimDevice::Pricer pricer;  // prices each Device op (sim/cost_model.hpp)
   MoeRouting routing;        // where MoE routers send tokens (sim/moe_routing.hpp)
+  // NCCL's kernels hold SMs while collectives overlap compute (sim/sm_contention.hpp); with
+  // a topology's NCCL model. Off: collectives take nothing from compute.
+  bool nccl_holds_sms = true;
   // Called with the fraction of forward/backward passes simulated so far.
   std::function<void(double)> progress;
 };

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/parallel_context.hpp"
+#include "sim/sm_contention.hpp"
 
 namespace tandem::sim {
 
@@ -61,6 +62,8 @@ struct RankStats {
   // With record_ops: "<collective> <group kind> <bytes>" per collective, "p2p <group kind>
   // <ops> <bytes>" per batch, in issue order.
   std::vector<std::string> collectives;
+  // The SMs its collectives' kernels take from its compute (sim/sm_contention.hpp); null: free.
+  std::shared_ptr<SmContention> contention;
 };
 
 // Thrown by every wait of every actor once the run is aborted (SimWorld::fail): it unwinds

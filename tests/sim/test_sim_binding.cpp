@@ -52,7 +52,8 @@ SimulateOptions options_for(const Topology& t, SimMode mode) {
 // The schedule and communication tests compare with closed forms of an idle host: the
 // preset's host costs (tested by SimHost below) are zeroed unless `with_host`.
 nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology, SimMode mode,
-                                 int iterations = 1, bool with_host = false) {
+                                 int iterations = 1, bool with_host = false,
+                                 bool nccl_holds_sms = true) {
   return in_child([&] {
     Topology t = load_topology(topology);
     if (!with_host) {
@@ -63,6 +64,7 @@ nlohmann::json simulate_in_child(const Scenario& s, const std::string& topology,
     }
     SimulateOptions o = options_for(t, mode);
     o.iterations = iterations;
+    o.nccl_holds_sms = nccl_holds_sms;
     return to_json(simulate(s, t, o));
   });
 }
@@ -584,9 +586,10 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
   // issuing host, sets the pace (a host-bound backward gains nothing from hiding it).
   s.model.seq_length = 4096;
   validate(s);
-  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  // The schedule's overlap, with collectives that take no SMs from compute.
+  const auto plain = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, false, false);
   s.parallelism.overlap_grad_reduce = true;
-  const auto overlapped = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  const auto overlapped = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, false, false);
   ASSERT_FALSE(plain.contains("error")) << plain.dump();
   ASSERT_FALSE(overlapped.contains("error")) << overlapped.dump();
   const double exposed_plain = plain.at("exposed_seconds").at("dp");
@@ -595,6 +598,13 @@ TEST(SimBinding, OverlappedGradientReductionIsHidden) {
   EXPECT_LT(exposed_overlap, 0.5 * exposed_plain) << exposed_overlap << " vs " << exposed_plain;
   EXPECT_LT(overlapped.at("iteration_seconds").get<double>(),
             plain.at("iteration_seconds").get<double>());
+  // With NCCL's blocks holding SMs (sim/sm_contention.hpp) the reduction stays hidden, and
+  // the backward's GEMMs pay for the SMs it held: more GEMM time than without.
+  const auto held = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  ASSERT_FALSE(held.contains("error")) << held.dump();
+  EXPECT_LT(held.at("exposed_seconds").at("dp").get<double>(), 0.5 * exposed_plain);
+  EXPECT_GT(held.at("ranks")[0].at("op_seconds").at("gemm").get<double>(),
+            overlapped.at("ranks")[0].at("op_seconds").at("gemm").get<double>());
 }
 
 // Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward all-reduces
@@ -605,9 +615,10 @@ TEST(SimBinding, AsyncTensorParallelAllReduceHidesBehindTheWeightGradient) {
   s.cluster.world_size = 2;
   s.parallelism.tensor_model_parallel_size = 2;
   validate(s);
-  const auto async = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  // With collectives that take no SMs from compute the two run the same ops for as long.
+  const auto async = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, false, false);
   s.training.async_tensor_model_parallel_allreduce = false;
-  const auto serial = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  const auto serial = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric, 1, false, false);
   ASSERT_FALSE(async.contains("error")) << async.dump();
   ASSERT_FALSE(serial.contains("error")) << serial.dump();
   const double exposed_async = async.at("exposed_seconds").at("tp");
@@ -616,6 +627,18 @@ TEST(SimBinding, AsyncTensorParallelAllReduceHidesBehindTheWeightGradient) {
   EXPECT_GT(serial.at("iteration_seconds").get<double>(),
             async.at("iteration_seconds").get<double>());
   EXPECT_EQ(serial.at("ranks")[0].at("op_seconds"), async.at("ranks")[0].at("op_seconds"));
+  // With NCCL's blocks holding SMs (sim/sm_contention.hpp), the weight-gradient GEMM beside
+  // the all-reduce pays; in series nothing overlaps and nothing is paid.
+  const auto held_serial = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  s.training.async_tensor_model_parallel_allreduce = true;
+  const auto held_async = simulate_in_child(s, "dgx-a100-80g", SimMode::symmetric);
+  ASSERT_FALSE(held_serial.contains("error")) << held_serial.dump();
+  ASSERT_FALSE(held_async.contains("error")) << held_async.dump();
+  auto gemm = [](const nlohmann::json& r) {
+    return r.at("ranks")[0].at("op_seconds").at("gemm").get<double>();
+  };
+  EXPECT_DOUBLE_EQ(gemm(held_serial), gemm(serial));
+  EXPECT_GT(gemm(held_async), gemm(async));
 }
 
 }  // namespace
