@@ -243,13 +243,21 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, 
 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
-  if (env.sequence_parallel && env.tp_comm_overlap && fp8 != nullptr) {
-    // The shard's gradient quantized and its codes passed round the ring; the gathered
-    // codes serve the weight gradient (per-tensor scaling: wgrad reads dgrad's codes).
+  const bool overlap = env.sequence_parallel && env.tp_comm_overlap;
+  if (env.sequence_parallel && fp8 != nullptr && (overlap || fp8->gathers_codes(dy.shape[1]))) {
+    // The shard's gradient quantized and its codes gathered (Transformer Engine's
+    // grad_output_preprocess), with --tp-comm-overlap round the ring while dgrad's blocks
+    // run; dgrad and (per-tensor scaling) wgrad read the gathered codes.
     Fp8Grad grad{.dy = &dy, .rowwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad)};
     Fp8Grad gathered = grad;
-    Tensor dx = ring_exchange_gather_fp8_gemm(env, grad.rowwise, fp8->dgrad_weight(), false,
-                                              &gathered.rowwise);
+    Tensor dx;
+    if (overlap) {
+      dx = ring_exchange_gather_fp8_gemm(env, grad.rowwise, fp8->dgrad_weight(), false,
+                                         &gathered.rowwise);
+    } else {
+      gather_fp8_rows(env, grad.rowwise, gathered.rowwise)->wait();
+      dx = fp8->input_grad(env, gathered, w);
+    }
     const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
     weight_grad_work(env, [f = fp8, gathered, d = dy, x, saved, &w](ModelEnv& e) {
       Fp8Grad here = gathered;
@@ -260,27 +268,10 @@ Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, P
       weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
     return dx;
   }
-  if (env.sequence_parallel && env.tp_comm_overlap) {
+  if (overlap) {
     Tensor total;  // the gathered output gradient, for the weight gradient
     Tensor dx = ring_exchange_gather_gemm(env, dy, w.compute, false, &total);
     linear_weight_grad(env, x, total, w, nullptr);
-    if (b)
-      weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
-    return dx;
-  }
-  if (env.sequence_parallel && fp8 != nullptr && fp8->gathers_codes(dy.shape[1])) {
-    // Transformer Engine's grad_output_preprocess: the shard's gradient quantized and its
-    // codes gathered; dgrad and (per-tensor scaling) wgrad read the gathered codes.
-    Fp8Grad grad{.dy = &dy, .rowwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad)};
-    Fp8Grad gathered = grad;
-    gather_fp8_rows(env, grad.rowwise, gathered.rowwise)->wait();
-    Tensor dx = fp8->input_grad(env, gathered, w);
-    const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
-    weight_grad_work(env, [f = fp8, gathered, d = dy, x, saved, &w](ModelEnv& e) {
-      Fp8Grad here = gathered;
-      here.dy = &d;
-      f->weight_grad(e, here, x, saved.codes.storage ? &saved : nullptr, w);
-    });
     if (b)
       weight_grad_work(env, [dy, b](ModelEnv& e) { e.device.bias_grad(e.stream, dy, b->grad); });
     return dx;
