@@ -59,7 +59,7 @@ struct RankRun {
   std::vector<double> iteration_ends;
   // The device's books when the last iteration began, to report that iteration alone.
   std::map<std::string, double> ops_before, host_before, regions_before;
-  double host_bound_before = 0;
+  double host_bound_before = 0, contention_before = 0;
   // Exposed communication and peer waits before the first iteration (building the model:
   // the FP8 parameters' first cast and gather), which no iteration's share includes.
   std::map<std::string, double> exposed_before_steps, peer_wait_before_steps;
@@ -176,6 +176,7 @@ IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double ite
     if (op.ends_with(":unfused-softmax")) b.unfused_softmax_attention_seconds += secs;
   }
   b.optimizer_seconds = b.compute_seconds.count("optimizer") ? b.compute_seconds["optimizer"] : 0;
+  b.sm_contention_seconds = worst->sm_contention_seconds;
   b.host_bound_seconds = worst->host_bound_seconds;
   b.exposed_seconds = worst->exposed_seconds;
   for (const auto& [kind, secs] : worst->peer_wait_seconds)
@@ -353,6 +354,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
               rr.host_before = rr.device->host_seconds();
               rr.regions_before = rr.device->region_seconds();
               rr.host_bound_before = rr.device->host_bound();
+              if (const auto& c = world.stats(rank).contention)
+                rr.contention_before = c->total_delay();
               rr.device->host_work(rr.device->host().iteration, "iteration");
               rr.trainer->train_step();
               // Megatron times iterations over its log interval: the next step's forward
@@ -480,6 +483,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
       rank.ops = run->device->issued_ops();
       rank.collectives = world.stats(run->ctx.rank).collectives;
     }
+    if (const auto& c = world.stats(run->ctx.rank).contention)
+      rank.sm_contention_seconds = c->total_delay() - run->contention_before;
     r.max_peak_memory_bytes = std::max(r.max_peak_memory_bytes, rank.peak_memory_bytes);
     r.ranks.push_back(std::move(rank));
   }
@@ -521,7 +526,8 @@ nlohmann::json to_json(const SimReport& r) {
                      {"pass_seconds", k.pass_seconds},
                      {"region_seconds", k.region_seconds},
                      {"exposed_seconds", k.exposed_seconds},
-                     {"peer_wait_seconds", k.peer_wait_seconds}});
+                     {"peer_wait_seconds", k.peer_wait_seconds},
+                     {"sm_contention_seconds", k.sm_contention_seconds}});
   }
   return {{"scenario", r.scenario},
           {"topology", r.topology},
@@ -551,6 +557,7 @@ nlohmann::json to_json(const SimReport& r) {
             {"compute_seconds", r.breakdown.compute_seconds},
             {"optimizer_seconds", r.breakdown.optimizer_seconds},
             {"unfused_softmax_attention_seconds", r.breakdown.unfused_softmax_attention_seconds},
+            {"sm_contention_seconds", r.breakdown.sm_contention_seconds},
             {"host_bound_seconds", r.breakdown.host_bound_seconds},
             {"exposed_seconds", r.breakdown.exposed_seconds},
             {"pipeline_bubble_seconds", r.breakdown.pipeline_bubble_seconds},
@@ -612,6 +619,10 @@ std::string format_report(const SimReport& r) {
   if (b.unfused_softmax_attention_seconds > 0)
     put("      of which attention with Megatron's unfused softmax %.4f s",
         b.unfused_softmax_attention_seconds);
+  if (b.sm_contention_seconds > 0)
+    put("      of which lost to the SMs NCCL's kernels held %.4f s  (GEMMs and attention beside "
+        "collectives)",
+        b.sm_contention_seconds);
   put("    host-bound             %10.4f s  %5.1f %%  (stream starved for the host's issue)",
       b.host_bound_seconds, 100 * b.host_bound_seconds / it);
   for (const auto& [kind, secs] : b.exposed_seconds)

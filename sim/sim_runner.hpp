@@ -60,8 +60,11 @@ struct RankReport {
   std::map<std::string, double> region_seconds;
   std::map<std::string, double> exposed_seconds;    // group kind → per iteration
   std::map<std::string, double> peer_wait_seconds;  // group kind → per iteration
-  std::vector<IssuedOp> ops;                        // with record_ops
-  std::vector<std::string> collectives;             // with record_ops (RankStats)
+  // The last iteration's GEMM and attention time owed to the SMs NCCL's kernels held
+  // (sim/sm_contention.hpp): part of their compute seconds, not on top of them.
+  double sm_contention_seconds = 0;
+  std::vector<IssuedOp> ops;             // with record_ops
+  std::vector<std::string> collectives;  // with record_ops (RankStats)
 };
 
 // Why an iteration takes what it takes, on the rank whose compute stream is busiest
@@ -76,6 +79,8 @@ struct IterationBreakdown {
   // Of compute_seconds["attention"]: the attention ops whose softmax ran as PyTorch's
   // unfused fp32 ops (cost_model.hpp rule 3b); their extra kernels' issue is host time.
   double unfused_softmax_attention_seconds = 0;
+  // Of compute_seconds["gemm"] and ["attention"]: what the SMs NCCL held cost them.
+  double sm_contention_seconds = 0;
   double host_bound_seconds = 0;
   std::map<std::string, double> exposed_seconds;  // group kind → seconds
   double pipeline_bubble_seconds = 0;             // waiting for pp peers

@@ -53,7 +53,12 @@ TEST(SmContention, EachPairIsCountedOnceWhicheverComesFirst) {
   EXPECT_DOUBLE_EQ(c.take_delay(), 0.0);
 }
 
-double gemm_seconds_of_step(bool async_allreduce, bool holds_sms) {
+struct StepGemms {
+  double gemm = 0;        // the last iteration's GEMM seconds
+  double contention = 0;  // of which owed to the SMs NCCL held (RankReport)
+};
+
+StepGemms gemm_seconds_of_step(bool async_allreduce, bool holds_sms) {
   const auto r = testing::in_child([&] {
     Scenario s;
     s.model.num_layers = 2;
@@ -73,10 +78,11 @@ double gemm_seconds_of_step(bool async_allreduce, bool holds_sms) {
     o.nccl_holds_sms = holds_sms;
     const SimReport rep = simulate(s, t, o);
     return nlohmann::json{{"gemm", rep.ranks.front().iteration_op_seconds.at("gemm")},
+                          {"contention", rep.ranks.front().sm_contention_seconds},
                           {"seconds", rep.iteration_seconds}};
   });
   EXPECT_FALSE(r.contains("error")) << r;
-  return r.value("gemm", 0.0);
+  return {r.value("gemm", 0.0), r.value("contention", -1.0)};
 }
 
 // Megatron's tensor-parallel layers without sequence parallelism all-reduce the input
@@ -84,14 +90,20 @@ double gemm_seconds_of_step(bool async_allreduce, bool holds_sms) {
 // on an A100 (108 SMs) NCCL's 24 blocks leave that GEMM 84, so the step's GEMMs take longer
 // than with collectives that hold nothing; with the all-reduce in series they do not.
 TEST(SmContention, TheOverlappedAllReduceSlowsTheWeightGradientGemm) {
-  const double free = gemm_seconds_of_step(true, false);
-  const double held = gemm_seconds_of_step(true, true);
-  EXPECT_GT(held, free * 1.01) << free << " " << held;
+  const StepGemms free = gemm_seconds_of_step(true, false);
+  const StepGemms held = gemm_seconds_of_step(true, true);
+  EXPECT_GT(held.gemm, free.gemm * 1.01) << free.gemm << " " << held.gemm;
   // At most every GEMM slowed by 24 / 84.
-  EXPECT_LT(held, free * (1 + 24.0 / 84.0));
-  const double series_free = gemm_seconds_of_step(false, false);
-  const double series_held = gemm_seconds_of_step(false, true);
-  EXPECT_NEAR(series_held, series_free, 1e-3 * series_free);
+  EXPECT_LT(held.gemm, free.gemm * (1 + 24.0 / 84.0));
+  // The report says what the SMs cost: the GEMM time added, less what the next iteration
+  // would pay (the last owed span has no GEMM after it in a one-iteration run).
+  EXPECT_DOUBLE_EQ(free.contention, 0.0);
+  EXPECT_GE(held.contention, held.gemm - free.gemm - 1e-12);
+  EXPECT_LT(held.contention, 2 * (held.gemm - free.gemm));
+  const StepGemms series_free = gemm_seconds_of_step(false, false);
+  const StepGemms series_held = gemm_seconds_of_step(false, true);
+  EXPECT_NEAR(series_held.gemm, series_free.gemm, 1e-3 * series_free.gemm);
+  EXPECT_DOUBLE_EQ(series_held.contention, 0.0);
 }
 
 }  // namespace
