@@ -431,6 +431,26 @@ TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
   }
 }
 
+// gemm_tile_fixed_k (cost-model rule 2f): steps of K, optional (0 when absent), never
+// negative, and round-trips through JSON where a preset has it.
+TEST(TopologyValidation, GemmTileFixedKIsNonNegativeAndRoundTrips) {
+  const Topology h100 = load_topology("dgx-h100");
+  EXPECT_DOUBLE_EQ(h100.gpu.gemm_tile_fixed_k, 256.0);
+  EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.gemm_tile_fixed_k, 0.0);  // absent
+  json j = to_json(h100);
+  EXPECT_DOUBLE_EQ(j["gpu"]["gemm_tile_fixed_k"].get<double>(), 256.0);
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {json(-1), "-1", "must be ≥ 0"}, {json("256"), "256", "must be a number, not a JSON string"}};
+  for (const auto& [bad, value, rule] : cases) {
+    j["gpu"]["gemm_tile_fixed_k"] = bad;
+    const auto [v, count] = rejected(j);
+    ASSERT_TRUE(v.count("gpu.gemm_tile_fixed_k")) << bad;
+    EXPECT_EQ(v.at("gpu.gemm_tile_fixed_k").value, value);
+    EXPECT_EQ(v.at("gpu.gemm_tile_fixed_k").rule, rule);
+    EXPECT_EQ(count, 1U);
+  }
+}
+
 TEST(TopologyValidation, SustainedClockFractionIsAFractionAndRoundTrips) {
   const Topology h100 = load_topology("dgx-h100");
   EXPECT_DOUBLE_EQ(h100.gpu.sustained_clock_fraction, 0.77);
