@@ -176,6 +176,11 @@ struct ParallelismConfig {
   // issued an expert-parallel all-to-all, so the all-to-all runs under the other's compute
   // (core/host_turns.hpp). Without pipelining, or interleaved (one warm-up forward more).
   bool overlap_moe_expert_parallel_comm = false;
+  // Megatron-Core's overlap_p2p_comm (on unless --no-overlap-p2p-communication; it counts on
+  // the interleaved schedule only): the pipeline's sends and receives are posted after each
+  // forward and backward and waited for before the next of its direction, not batched and
+  // waited for at once (schedules/schedule.hpp).
+  bool overlap_p2p_comm = true;
   // Elements per dp gradient bucket (with overlap_grad_reduce). Unset: Megatron-Core's
   // max(40M, 1M · dp·cp), or this rank's parameters / ddp_num_buckets.
   std::optional<std::int64_t> ddp_bucket_size;

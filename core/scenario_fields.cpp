@@ -478,6 +478,11 @@ std::vector<FieldDef> parallelism_fields() {
                   "combined 1F1B: each microbatch's forward with the previous one's backward, "
                   "the expert-parallel all-to-alls of one under the other's compute "
                   "(Megatron-Core's; pp 1 or interleaved)"}),
+      make_field(p, &P::overlap_p2p_comm,
+                 {"overlap_p2p_comm",
+                  "interleaved schedule: post each chunk's pipeline sends and receives and wait "
+                  "for them before the next chunk of their direction, under its compute "
+                  "(Megatron-Core's default; false: batched calls that block)"}),
       make_field(p, &P::variable_seq_lengths,
                  {"variable_seq_lengths",
                   "send each pipeline tensor's shape before it (shapes may vary per microbatch)"}),

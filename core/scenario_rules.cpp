@@ -445,8 +445,9 @@ void check_moe(const Scenario& s, Violations& out) {
 
 // Megatron accepts the interleaving as layers per virtual stage or as virtual stages per
 // rank (vpp), never both; either way every stage holds vpp chunks of equal depth. (Megatron
-// also asks for pp > 2 unless p2p communication is overlapped, a limit of torch's batched
-// p2p between the same two ranks; we keep only pp > 1, which the schedule itself needs.)
+// also asks for pp > 2 unless p2p communication is overlapped (overlap_p2p_comm), a limit of
+// torch's batched p2p between the same two ranks; we keep only pp > 1, which the schedule
+// itself needs.)
 void check_interleaving(const Scenario& s, Violations& out) {
   const auto& p = s.parallelism;
   const auto& per_vstage = p.num_layers_per_virtual_pipeline_stage;

@@ -260,6 +260,7 @@ py::object schedule(py::handle scenario, std::optional<int> pp, std::optional<in
   const auto parsed = parse_schedule_kind(k);
   if (!parsed) throw ConfigError("kind", k, "must be one of none, gpipe, 1f1b, interleaved, zb-h1");
   spec.kind = *parsed;
+  spec.overlap_p2p_comm = s.parallelism.overlap_p2p_comm && spec.kind == ScheduleKind::interleaved;
   for (auto [name, ms] :
        {std::pair{"forward_ms", forward_ms}, {"backward_ms", backward_ms}, {"p2p_ms", p2p_ms}})
     if (!(ms >= 0) || !std::isfinite(ms))
@@ -277,13 +278,19 @@ py::object schedule(py::handle scenario, std::optional<int> pp, std::optional<in
                         {"chunk", op.chunk}});
         continue;
       }
+      if (op.type == OpType::p2p_wait) {
+        list.push_back({{"type", "wait"}, {"call", p2p_call_name(op.call)}});
+        continue;
+      }
       json transfers = json::array();
       for (const auto& t : op.transfers)
         transfers.push_back({{"direction", p2p_direction_name(t.direction)},
                              {"microbatch", t.microbatch},
                              {"chunk", t.chunk},
                              {"peer", t.peer}});
-      list.push_back({{"type", p2p_call_name(op.call)}, {"transfers", transfers}});
+      list.push_back({{"type", p2p_call_name(op.call)},
+                      {"transfers", transfers},
+                      {"overlapped", op.overlapped}});
     }
     ranks.push_back(list);
   }

@@ -74,7 +74,9 @@ std::string_view p2p_call_name(P2PCall c) {
 }
 
 std::string describe(const ScheduleOp& op, bool with_chunk) {
-  if (op.type == OpType::p2p) return std::string(p2p_call_name(op.call));
+  if (op.type == OpType::p2p)
+    return std::string(p2p_call_name(op.call)) + (op.overlapped ? "~" : "");
+  if (op.type == OpType::p2p_wait) return "wait(" + std::string(p2p_call_name(op.call)) + ")";
   std::string s = op.type == OpType::forward ? "F" : op.type == OpType::backward ? "B" : "W";
   s += std::to_string(op.microbatch);
   if (with_chunk) s += "." + std::to_string(op.chunk);
@@ -130,6 +132,11 @@ void validate_schedule_spec(const ScheduleSpec& spec) {
                  "the combined 1F1B runs without pipelining or interleaved (Megatron-Core's "
                  "two), not on the '" +
                      kind + "' schedule"});
+  if (spec.overlap_p2p_comm && spec.kind != ScheduleKind::interleaved)
+    v.push_back(
+        {"overlap_p2p_comm", "true",
+         "Megatron-Core overlaps p2p communication on the interleaved schedule only; the '" + kind +
+             "' schedule needs false"});
   if (spec.combined_1f1b && spec.delay_wgrad_compute)
     v.push_back({"delay_wgrad_compute", "true",
                  "the combined 1F1B runs whole backwards; leave delay_wgrad_compute out"});

@@ -50,7 +50,8 @@ enum class P2PDirection {
 std::string_view p2p_direction_name(P2PDirection d);
 
 // Megatron-Core's p2p_communication entry points; each posts its sends and receives
-// as one batch and waits for all of them.
+// as one batch and waits for all of them, or, overlapped (overlap_p2p_comm), posts them
+// and leaves the wait to a later p2p_wait op.
 enum class P2PCall {
   recv_forward,
   send_forward,
@@ -77,20 +78,23 @@ struct Transfer {
 
 // A backward whose (microbatch, chunk) has a weight op later in the same list is split: it
 // computes the input gradient only (B) and the weight op the weight gradients (W). Without
-// a weight op a backward computes both.
-enum class OpType { forward, backward, p2p, weight };
+// a weight op a backward computes both. A p2p_wait waits for the last overlapped p2p call
+// of its `call` (Megatron's fwd_wait_handles / bwd_wait_handles) before what follows it.
+enum class OpType { forward, backward, p2p, weight, p2p_wait };
 
 struct ScheduleOp {
   OpType type = OpType::forward;
   int microbatch = 0;                    // forward / backward / weight
   int chunk = 0;                         // forward / backward / weight: virtual pipeline chunk
-  P2PCall call = P2PCall::recv_forward;  // p2p only
+  P2PCall call = P2PCall::recv_forward;  // p2p and p2p_wait
   std::vector<Transfer> transfers;  // p2p only; never empty (calls with nothing to do are dropped)
   // A forward that runs together with the backward right after it (Megatron-Core's combined
   // 1F1B: the two take turns on the host, core/host_turns.hpp).
   bool combined = false;
+  // p2p only: posted and not waited for here; a later p2p_wait of the same call waits.
+  bool overlapped = false;
 
-  bool is_compute() const { return type != OpType::p2p; }
+  bool is_compute() const { return type != OpType::p2p && type != OpType::p2p_wait; }
   bool operator==(const ScheduleOp&) const = default;
 };
 
@@ -109,6 +113,12 @@ struct ScheduleSpec {
   // F0, then each forward combined with the previous microbatch's backward (F1+B0, F2+B1,
   // …), then the last backward; two microbatches' activations are held at once.
   bool combined_1f1b = false;
+  // Megatron-Core's overlap_p2p_comm (its default with interleaving; interleaved only, and
+  // not with the combined 1F1B, which keeps the batched path here): each forward posts its
+  // send_forward_recv_forward and each backward its send_backward_recv_backward, and the
+  // next forward (backward) waits for them first, so a forward's transfers run under the
+  // backward after it and a backward's under the next forward. The cool-down's calls block.
+  bool overlap_p2p_comm = false;
 };
 
 struct Schedule {
@@ -140,7 +150,8 @@ int num_warmup_microbatches(const ScheduleSpec& spec, int pp_rank);
 // Whether `ops` splits the backward of (microbatch, chunk): a weight op of it is in the list.
 bool has_weight_op(const std::vector<ScheduleOp>& ops, int microbatch, int chunk);
 
-// "F3", "B0.1", "W2", "send_forward_recv_backward" — for printing.
+// "F3", "B0.1", "W2", "send_forward_recv_backward", "send_forward_recv_forward~" (posted,
+// overlapped), "wait(send_forward_recv_forward)" — for printing.
 std::string describe(const ScheduleOp& op, bool with_chunk);
 
 }  // namespace tandem

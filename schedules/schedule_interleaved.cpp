@@ -1,10 +1,10 @@
-// Megatron-Core's interleaved 1F1B (forward_backward_pipelining_with_interleaving, the
-// path without overlap_p2p_comm), as an op list. Each stage holds vpp model chunks; the
-// k-th "virtual microbatch" of a rank is entry k of the schedule table (forward) or the
-// same entry with the chunk mirrored (backward). Tensors travel around the pp ring: the
-// last stage's chunk c feeds the first stage's chunk c + 1. Received tensors queue per
-// chunk and are consumed in microbatch order, which is how the transfers below get their
-// (microbatch, chunk) identities.
+// Megatron-Core's interleaved 1F1B (forward_backward_pipelining_with_interleaving, both
+// paths: batched p2p calls that block, or overlap_p2p_comm's posted calls, waited for
+// before the next compute of their direction), as an op list. Each stage holds vpp model chunks;
+// the k-th "virtual microbatch" of a rank is entry k of the schedule table (forward) or the same
+// entry with the chunk mirrored (backward). Tensors travel around the pp ring: the last stage's
+// chunk c feeds the first stage's chunk c + 1. Received tensors queue per chunk and are consumed in
+// microbatch order, which is how the transfers below get their (microbatch, chunk) identities.
 #include <vector>
 
 #include "schedules/schedule.hpp"
@@ -21,6 +21,7 @@ class InterleavedBuilder {
         total_(spec.num_microbatches * spec.vpp),
         forward_only_(spec.forward_only),
         combined_(spec.combined_1f1b && !spec.forward_only),
+        overlap_(spec.overlap_p2p_comm && !spec.combined_1f1b),
         warmup_(num_warmup_microbatches(spec, rank)),
         table_(interleaved_schedule_table(
             spec.num_microbatches, spec.vpp,
@@ -78,6 +79,7 @@ class InterleavedBuilder {
 
   void warmup();
   void steady();
+  void overlapped_steady_step(int k, int fwd, int bwd);
   void cooldown();
   void forward(int k) {
     ops_.push_back({OpType::forward, microbatch_of(k), chunk_of(k, true), {}, {}});
@@ -88,10 +90,28 @@ class InterleavedBuilder {
   void p2p(P2PCall call, std::vector<Transfer> t) {
     if (!t.empty()) ops_.push_back({OpType::p2p, 0, 0, call, std::move(t)});
   }
+  // overlap_p2p_comm: post a call (fwd_wait_handles / bwd_wait_handles) …
+  void post(P2PCall call, std::vector<Transfer> t, bool& pending) {
+    if (t.empty()) return;
+    ScheduleOp op{OpType::p2p, 0, 0, call, std::move(t)};
+    op.overlapped = true;
+    ops_.push_back(std::move(op));
+    pending = true;
+  }
+  // … and wait for it before the next compute of its direction.
+  void wait(P2PCall call, bool& pending) {
+    if (!pending) return;
+    ops_.push_back({OpType::p2p_wait, 0, 0, call, {}});
+    pending = false;
+  }
+  void wait_forward() { wait(P2PCall::send_forward_recv_forward, forward_pending_); }
+  void wait_backward() { wait(P2PCall::send_backward_recv_backward, backward_pending_); }
 
   int pp_, vpp_, rank_, total_;
   bool forward_only_;
   bool combined_;
+  bool overlap_;
+  bool forward_pending_ = false, backward_pending_ = false;  // posted, not yet waited for
   int warmup_;
   std::vector<MicrobatchChunk> table_;
   std::vector<int> received_inputs_;  // per chunk: activations received so far
@@ -122,12 +142,19 @@ void InterleavedBuilder::warmup() {
   if (!first_stage()) p2p(P2PCall::recv_forward, {recv_activation(0)});
   const bool all_warmup = warmup_ == total_;
   for (int k = 0; k < warmup_; ++k) {
+    wait_forward();
     forward(k);
     auto [recv_prev, next_chunk] = recv_from_previous_stage(k, true);
     if (k == total_ - 1) recv_prev = false;
     std::vector<Transfer> t;
     if (sends_activation(k)) t.push_back(send_activation(k));
     if (recv_prev) t.push_back(recv_activation(next_chunk));
+    if (overlap_) {
+      post(P2PCall::send_forward_recv_forward, std::move(t), forward_pending_);
+      if (k == warmup_ - 1 && !all_warmup && !forward_only_ && !last_stage())
+        post(P2PCall::send_backward_recv_backward, {recv_gradient(vpp_ - 1)}, backward_pending_);
+      continue;
+    }
     if (k == warmup_ - 1 && !all_warmup && !forward_only_) {
       // Last warmup step also posts the first gradient receive for the last chunk.
       if (!last_stage()) t.push_back(recv_gradient(vpp_ - 1));
@@ -142,6 +169,10 @@ void InterleavedBuilder::steady() {
   const int remaining = total_ - warmup_;
   for (int k = 0; k < remaining; ++k) {
     const int fwd = k + warmup_, bwd = k;
+    if (overlap_) {
+      overlapped_steady_step(k, fwd, bwd);
+      continue;
+    }
     forward(fwd);
     ops_.back().combined = combined_;  // combined 1F1B: with the backward after it
     backward(bwd);
@@ -157,8 +188,28 @@ void InterleavedBuilder::steady() {
   }
 }
 
+void InterleavedBuilder::overlapped_steady_step(int k, int fwd, int bwd) {
+  const int remaining = total_ - warmup_;
+  wait_forward();
+  forward(fwd);
+  auto [recv_prev, next_fwd_chunk] = recv_from_previous_stage(fwd, true);
+  if (k == remaining - 1) recv_prev = false;
+  std::vector<Transfer> f;
+  if (sends_activation(fwd)) f.push_back(send_activation(fwd));
+  if (recv_prev) f.push_back(recv_activation(next_fwd_chunk));
+  post(P2PCall::send_forward_recv_forward, std::move(f), forward_pending_);
+  wait_backward();
+  backward(bwd);
+  auto [recv_next, next_bwd_chunk] = recv_from_previous_stage(bwd, false);
+  std::vector<Transfer> b;
+  if (sends_gradient(bwd)) b.push_back(send_gradient(bwd));
+  if (recv_next) b.push_back(recv_gradient(next_bwd_chunk));
+  post(P2PCall::send_backward_recv_backward, std::move(b), backward_pending_);
+}
+
 void InterleavedBuilder::cooldown() {
   const int remaining = total_ - warmup_;
+  wait_backward();
   if (warmup_ == total_ && !last_stage()) p2p(P2PCall::recv_backward, {recv_gradient(vpp_ - 1)});
   for (int k = remaining; k < total_; ++k) {
     auto [recv_next, next_chunk] = recv_from_previous_stage(k, false);
@@ -173,9 +224,13 @@ void InterleavedBuilder::cooldown() {
 
 std::vector<ScheduleOp> InterleavedBuilder::build() {
   warmup();
-  if (forward_only_) return std::move(ops_);
+  if (forward_only_) {
+    wait_forward();
+    return std::move(ops_);
+  }
   steady();
   cooldown();
+  wait_forward();  // the last forward's send, which nothing before waited for
   return std::move(ops_);
 }
 

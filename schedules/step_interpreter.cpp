@@ -1,6 +1,7 @@
 #include "schedules/step_interpreter.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -110,10 +111,11 @@ std::vector<std::optional<Shape>> exchange_shapes(const ScheduleOp& op, const In
   return shapes;
 }
 
-void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFlight& f) {
-  const auto shapes =
-      ctx.variable_seq_lengths ? exchange_shapes(op, f, ctx) : std::vector<std::optional<Shape>>{};
-  std::size_t next_shape = 0;
+// A posted p2p call: its Work, the sends it must keep alive (sent slices may be views of
+// tensors nothing else holds) and where each received tensor goes once it has arrived.
+struct PostedP2P {
+  P2PCall call;
+  std::unique_ptr<Work> work;
   std::vector<P2POp> batch;
   struct Arrival {
     std::map<Key, Tensor>* into;
@@ -122,17 +124,24 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
     Shape full;
   };
   std::vector<Arrival> arrivals;
+};
+
+PostedP2P post_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFlight& f) {
+  const auto shapes =
+      ctx.variable_seq_lengths ? exchange_shapes(op, f, ctx) : std::vector<std::optional<Shape>>{};
+  std::size_t next_shape = 0;
+  PostedP2P posted{op.call, nullptr, {}, {}};
   for (const auto& t : op.transfers) {
     const Key key{t.microbatch, t.chunk};
     switch (t.direction) {
       case P2PDirection::send_next:
-        batch.push_back(
+        posted.batch.push_back(
             {P2POp::Kind::send, program.to_wire(take(f.outputs, key, "output to send")), t.peer});
         break;
       case P2PDirection::send_prev:
-        batch.push_back({P2POp::Kind::send,
-                         program.to_wire(take(f.input_grads, key, "input gradient to send")),
-                         t.peer});
+        posted.batch.push_back({P2POp::Kind::send,
+                                program.to_wire(take(f.input_grads, key, "input gradient to send")),
+                                t.peer});
         break;
       case P2PDirection::recv_prev:
       case P2PDirection::recv_next: {
@@ -142,30 +151,49 @@ void run_p2p(const ScheduleOp& op, StageProgram& program, StepContext& ctx, InFl
           shape =
               program.received_shape(t.microbatch, t.chunk, t.direction == P2PDirection::recv_prev);
         Tensor buf = ctx.device.allocate(program.wire_shape(*shape), program.activation_dtype());
-        batch.push_back({P2POp::Kind::recv, buf, t.peer});
-        arrivals.push_back({t.direction == P2PDirection::recv_prev ? &f.inputs : &f.output_grads,
-                            key, buf, *shape});
+        posted.batch.push_back({P2POp::Kind::recv, buf, t.peer});
+        posted.arrivals.push_back(
+            {t.direction == P2PDirection::recv_prev ? &f.inputs : &f.output_grads, key, buf,
+             *shape});
         break;
       }
     }
   }
-  ctx.pp.batch_p2p(ctx.stream, batch)->wait();
-  batch.clear();  // sent slices may be views of tensors nothing else holds
-  for (auto& a : arrivals) (*a.into)[a.key] = program.from_wire(a.buffer, a.full);
+  posted.work = ctx.pp.batch_p2p(ctx.stream, posted.batch);
+  return posted;
+}
+
+void complete_p2p(PostedP2P& posted, StageProgram& program) {
+  posted.work->wait();
+  posted.batch.clear();
+  for (auto& a : posted.arrivals) (*a.into)[a.key] = program.from_wire(a.buffer, a.full);
 }
 
 }  // namespace
 
 void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, StepContext& ctx) {
   InFlight f;
+  std::vector<PostedP2P> posted;  // overlapped calls not yet waited for, oldest first
   const Tensor none{};
   std::set<Key> split;  // backwards with a weight op later in the list
   for (const auto& op : ops)
     if (op.type == OpType::weight) split.insert({op.microbatch, op.chunk});
+  // A tensor still on its way (its call posted, not waited for) is a schedule without its
+  // p2p_wait: refuse it rather than run the op without its input.
+  auto arriving = [&](const std::map<Key, Tensor>& into, const Key& key) {
+    for (const auto& p : posted)
+      for (const auto& a : p.arrivals)
+        if (a.into == &into && a.key == key)
+          throw ScheduleError("step interpreter: microbatch " + std::to_string(key.first) +
+                              " chunk " + std::to_string(key.second) + " is still arriving by " +
+                              std::string(p2p_call_name(p.call)) + ", which nothing waited for");
+  };
   auto input_of = [&](const Key& key) {
+    arriving(f.inputs, key);
     return f.inputs.count(key) ? take(f.inputs, key, "input") : none;
   };
   auto grad_of = [&](const Key& key) {
+    arriving(f.output_grads, key);
     return f.output_grads.count(key) ? take(f.output_grads, key, "output gradient") : none;
   };
   auto keep_output = [&](const Key& key, Tensor out) {
@@ -207,11 +235,30 @@ void run_schedule(const std::vector<ScheduleOp>& ops, StageProgram& program, Ste
       case OpType::weight:
         program.backward_weights(op.microbatch, op.chunk);
         break;
-      case OpType::p2p:
-        run_p2p(op, program, ctx, f);
+      case OpType::p2p: {
+        PostedP2P p = post_p2p(op, program, ctx, f);
+        if (op.overlapped) {
+          posted.push_back(std::move(p));
+        } else {
+          complete_p2p(p, program);
+        }
         break;
+      }
+      case OpType::p2p_wait: {
+        auto it = std::find_if(posted.begin(), posted.end(),
+                               [&](const PostedP2P& p) { return p.call == op.call; });
+        if (it == posted.end())
+          throw ScheduleError("step interpreter: " + describe(op, false) +
+                              " but no such call is posted");
+        complete_p2p(*it, program);
+        posted.erase(it);
+        break;
+      }
     }
   }
+  if (!posted.empty())
+    throw ScheduleError("step interpreter: " + std::string(p2p_call_name(posted.front().call)) +
+                        " was posted and never waited for");
   if (!f.inputs.empty() || !f.output_grads.empty())
     throw ScheduleError(
         "step interpreter: received tensors left unconsumed at the end of the step");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -97,6 +98,8 @@ Timeline make_timeline(const Schedule& s, const IdealCosts& costs) {
   for (int r = 0; r < n; ++r) tl.ranks[r].resize(s.ranks[r].size());
   std::vector<int> next(n, 0);  // index of the op each stage is at
   std::vector<Seconds> clock(n, Seconds(0));
+  // Per stage, the op index of the last overlapped post of each call (its p2p_wait's).
+  std::vector<std::map<P2PCall, int>> last_posted(n);
   // Per stage, the (microbatch, chunk) whose backward is split (a W follows).
   std::vector<std::set<std::pair<int, int>>> split(n);
   for (int r = 0; r < n; ++r)
@@ -126,15 +129,33 @@ Timeline make_timeline(const Schedule& s, const IdealCosts& costs) {
         const auto& op = s.ranks[r][i];
         auto& timed = tl.ranks[r][i];
         timed.start = clock[r];
+        // A call's transfers end p2p after both ends posted them.
+        auto transfers_end = [&](int at) -> std::optional<Seconds> {
+          const auto& ps = tl.peers[r][at];
+          if (!std::all_of(ps.begin(), ps.end(), posted)) return std::nullopt;
+          const Seconds from = tl.ranks[r][at].start;
+          Seconds end = from;
+          for (const auto& p : ps)
+            end = std::max(end, std::max(from, tl.ranks[p.rank][p.op].start) + costs.p2p);
+          return end;
+        };
         if (op.is_compute()) {
           timed.end = timed.start + compute_cost(r, op);
+        } else if (op.type == OpType::p2p && op.overlapped) {
+          timed.end = timed.start;  // posted; its wait finds when it ends
+          last_posted[r][op.call] = i;
+        } else if (op.type == OpType::p2p_wait) {
+          const auto it = last_posted[r].find(op.call);
+          if (it == last_posted[r].end())
+            throw ScheduleError(where(s, r, i) + " waits for a call that was never posted");
+          const auto end = transfers_end(it->second);
+          if (!end) break;
+          tl.ranks[r][it->second].end = *end;
+          timed.end = std::max(timed.start, *end);
         } else {
-          const auto& ps = tl.peers[r][i];
-          if (!std::all_of(ps.begin(), ps.end(), posted)) break;
-          Seconds end = timed.start;
-          for (const auto& p : ps)
-            end = std::max(end, std::max(timed.start, tl.ranks[p.rank][p.op].start) + costs.p2p);
-          timed.end = end;
+          const auto end = transfers_end(i);
+          if (!end) break;
+          timed.end = *end;
         }
         clock[r] = timed.end;
         ++next[r];

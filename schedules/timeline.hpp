@@ -2,7 +2,9 @@
 // transfer cost, when does every op of every stage start and end? Stages run their op
 // lists in order; a p2p call posts all its sends and receives at once and returns when
 // every one has met its counterpart on the neighbouring stage (batch_isend_irecv then
-// wait), each transfer taking `p2p_time` from the moment both ends are posted. This is
+// wait), each transfer taking `p2p_time` from the moment both ends are posted; an
+// overlapped call (overlap_p2p_comm) costs its stage nothing where it is posted, and its
+// p2p_wait holds the stage until its transfers are done. This is
 // the bubble arithmetic of the pipeline papers, made executable, and the first consumer
 // of the schedules: a schedule whose sends and receives do not pair up, or that
 // deadlocks, fails here with the ops each stage is stuck on.

@@ -25,7 +25,7 @@ Trace timeline_to_trace(const Timeline& tl) {
                                                        : "weight";
         slice.args = {{"microbatch", op.microbatch}, {"chunk", op.chunk}};
       } else {
-        slice.category = "p2p";
+        slice.category = op.type == OpType::p2p_wait ? "p2p wait" : "p2p";
         slice.tid = trace_thread::pp_comm;
         auto transfers = nlohmann::json::array();
         for (const auto& tr : op.transfers)

@@ -46,6 +46,8 @@ ScheduleSpec spec_from(const ScheduleOptions& o, const Scenario& s) {
   spec.delay_wgrad_compute = s.parallelism.delay_wgrad_compute && spec.kind != ScheduleKind::zb_h1;
   spec.combined_1f1b = s.parallelism.overlap_moe_expert_parallel_comm &&
                        (spec.kind == ScheduleKind::none || spec.kind == ScheduleKind::interleaved);
+  // Megatron turns overlap_p2p_comm off where the schedule is not interleaved.
+  spec.overlap_p2p_comm = s.parallelism.overlap_p2p_comm && spec.kind == ScheduleKind::interleaved;
   return spec;
 }
 
@@ -65,13 +67,15 @@ nlohmann::json op_json(const ScheduleOp& op) {
     return {{"type", describe(op, false).substr(0, 1)},
             {"microbatch", op.microbatch},
             {"chunk", op.chunk}};
+  if (op.type == OpType::p2p_wait) return {{"type", "wait"}, {"call", p2p_call_name(op.call)}};
   auto transfers = nlohmann::json::array();
   for (const auto& t : op.transfers)
     transfers.push_back({{"direction", p2p_direction_name(t.direction)},
                          {"microbatch", t.microbatch},
                          {"chunk", t.chunk},
                          {"peer", t.peer}});
-  return {{"type", p2p_call_name(op.call)}, {"transfers", transfers}};
+  return {
+      {"type", p2p_call_name(op.call)}, {"transfers", transfers}, {"overlapped", op.overlapped}};
 }
 
 nlohmann::json schedule_json(const Timeline& tl) {

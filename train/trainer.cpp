@@ -582,14 +582,7 @@ StepResult Trainer::train_step() {
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   program_->begin_step(make_batch(train_, consumed_samples_, m),
                        static_cast<float>(loss_scale / static_cast<double>(m * dp)), false);
-  const ScheduleSpec spec{
-      .kind = schedule_kind_,
-      .pp = ctx_.sizes.pp,
-      .vpp = virtual_pipeline_size(scenario_),
-      .num_microbatches = static_cast<int>(m),
-      .microbatch_group_size = scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
-      .delay_wgrad_compute = scenario_.parallelism.delay_wgrad_compute,
-      .combined_1f1b = scenario_.parallelism.overlap_moe_expert_parallel_comm};
+  const ScheduleSpec spec = schedule_spec(m, false);
   StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
   buckets_->finish_param_gather();  // a stage whose forward needed none of them
@@ -644,18 +637,27 @@ StepResult Trainer::train_step() {
           .loss_scale = loss_scale};
 }
 
+ScheduleSpec Trainer::schedule_spec(std::int64_t num_microbatches, bool forward_only) const {
+  const auto& p = scenario_.parallelism;
+  return {.kind = schedule_kind_,
+          .pp = ctx_.sizes.pp,
+          .vpp = virtual_pipeline_size(scenario_),
+          .num_microbatches = static_cast<int>(num_microbatches),
+          .microbatch_group_size = p.microbatch_group_size_per_vp_stage.value_or(0),
+          .forward_only = forward_only,
+          .delay_wgrad_compute = p.delay_wgrad_compute && !forward_only,
+          .combined_1f1b = p.overlap_moe_expert_parallel_comm && !forward_only,
+          // Megatron's overlap_p2p_comm counts on the interleaved schedule only.
+          .overlap_p2p_comm = p.overlap_p2p_comm && schedule_kind_ == ScheduleKind::interleaved};
+}
+
 double Trainer::evaluate() {
   if (!valid_) throw std::logic_error("Trainer::evaluate: no validation samples");
   parameters_ready();
   const std::int64_t global = scenario_.training.global_batch_size;
   const int dp = ctx_.sizes.dp;
   const std::int64_t m = global / (scenario_.training.micro_batch_size * dp);
-  const ScheduleSpec spec{schedule_kind_,
-                          ctx_.sizes.pp,
-                          virtual_pipeline_size(scenario_),
-                          static_cast<int>(m),
-                          scenario_.parallelism.microbatch_group_size_per_vp_stage.value_or(0),
-                          true};
+  const ScheduleSpec spec = schedule_spec(m, true);
   const auto ops = make_rank_schedule(spec, ctx_.coords.pp);
   double sum = 0;
   const std::int64_t iters = scenario_.training.eval_iters;

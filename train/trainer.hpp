@@ -147,6 +147,8 @@ class Trainer {
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;
+  // The schedule of a training step (or, forward_only, of an evaluation) of m microbatches.
+  ScheduleSpec schedule_spec(std::int64_t num_microbatches, bool forward_only) const;
   bool exchange_shapes_ = false;  // every p2p's shapes first (StepContext)
   std::int64_t iteration_ = 0;
   // The 16-bit parameters lag the fp32 main values (after an optimizer step without the

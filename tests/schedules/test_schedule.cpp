@@ -5,6 +5,7 @@
 // treats every transfer as a rendezvous), and bounded in-flight activations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -515,6 +516,141 @@ TEST(ScheduleValidation, MessageNamesTheRule) {
     EXPECT_NE(msg.find("num_microbatches = 9"), std::string::npos) << msg;
     EXPECT_NE(msg.find("≥ pipeline_model_parallel_size (4)"), std::string::npos) << msg;
   }
+}
+
+// ---- overlap_p2p_comm ------------------------------------------------------------------
+
+std::vector<ScheduleSpec> overlapped_sweep() {
+  std::vector<ScheduleSpec> specs;
+  for (int pp = 2; pp <= 6; ++pp)
+    for (int vpp = 2; vpp <= 3; ++vpp)
+      for (int m = pp; m <= 3 * pp + 1; ++m)
+        for (int g = pp; g <= std::min(m, pp + 1); ++g) {
+          const int rest = m % g;
+          if (rest != 0 && rest < pp) continue;
+          ScheduleSpec s{ScheduleKind::interleaved, pp, vpp, m, g};
+          s.overlap_p2p_comm = true;
+          specs.push_back(s);
+          s.delay_wgrad_compute = true;
+          specs.push_back(s);
+          s.delay_wgrad_compute = false;
+          s.forward_only = true;
+          specs.push_back(s);
+        }
+  return specs;
+}
+
+std::vector<std::tuple<int, int, int, int>> transfers_of(const std::vector<ScheduleOp>& ops) {
+  std::vector<std::tuple<int, int, int, int>> out;
+  for (const auto& op : ops)
+    for (const auto& t : op.transfers)
+      out.emplace_back(static_cast<int>(t.direction), t.microbatch, t.chunk, t.peer);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(ScheduleProperties, OverlappedP2PRunsTheSameComputeAndTransfersAndWaitsBeforeUse) {
+  for (ScheduleSpec spec : overlapped_sweep()) {
+    ScheduleSpec batched = spec;
+    batched.overlap_p2p_comm = false;
+    for (int r = 0; r < spec.pp; ++r) {
+      const auto ops = make_rank_schedule(spec, r);
+      const auto ref = make_rank_schedule(batched, r);
+      // Megatron-Core's two paths run the same forwards and backwards in the same order and
+      // move the same tensors; only where the calls post and wait differs.
+      ASSERT_EQ(compute_order(ops, true), compute_order(ref, true)) << name_of(spec) << " " << r;
+      ASSERT_EQ(transfers_of(ops), transfers_of(ref)) << name_of(spec) << " rank " << r;
+      // At most one call of each kind in flight; a wait only for a posted call; every
+      // received tensor waited for before the compute that consumes it; nothing left over.
+      std::map<P2PCall, std::vector<Transfer>> in_flight;
+      std::set<std::pair<int, int>> inputs, grads;  // arrived, by (microbatch, chunk)
+      auto arrive = [&](const std::vector<Transfer>& ts) {
+        for (const auto& t : ts) {
+          if (t.direction == P2PDirection::recv_prev) inputs.insert({t.microbatch, t.chunk});
+          if (t.direction == P2PDirection::recv_next) grads.insert({t.microbatch, t.chunk});
+        }
+      };
+      const int last_chunk = spec.vpp - 1;
+      for (const auto& op : ops) {
+        const auto key = std::make_pair(op.microbatch, op.chunk);
+        switch (op.type) {
+          case OpType::p2p:
+            if (!op.overlapped) {
+              arrive(op.transfers);
+              break;
+            }
+            ASSERT_TRUE(op.call == P2PCall::send_forward_recv_forward ||
+                        op.call == P2PCall::send_backward_recv_backward)
+                << name_of(spec);
+            ASSERT_FALSE(in_flight.count(op.call))
+                << name_of(spec) << " rank " << r << ": posted twice without a wait";
+            in_flight[op.call] = op.transfers;
+            break;
+          case OpType::p2p_wait:
+            ASSERT_TRUE(in_flight.count(op.call)) << name_of(spec) << " waits for nothing";
+            arrive(in_flight[op.call]);
+            in_flight.erase(op.call);
+            break;
+          case OpType::forward:
+            if (!(r == 0 && op.chunk == 0)) {
+              ASSERT_TRUE(inputs.count(key)) << name_of(spec) << " rank " << r << ": "
+                                             << describe(op, true) << " before its input arrived";
+            }
+            break;
+          case OpType::backward:
+            if (!(r == spec.pp - 1 && op.chunk == last_chunk)) {
+              ASSERT_TRUE(grads.count(key))
+                  << name_of(spec) << " rank " << r << ": " << describe(op, true)
+                  << " before its output gradient arrived";
+            }
+            break;
+          case OpType::weight:
+            break;
+        }
+      }
+      ASSERT_TRUE(in_flight.empty())
+          << name_of(spec) << " rank " << r << " ends with a call posted";
+    }
+  }
+}
+
+TEST(Schedule, OverlappedSteadyStatePostsAfterEachComputeAndWaitsBeforeTheNext) {
+  // Megatron-Core's loop with overlap_p2p_comm, traced by hand for the last stage of pp 2 ×
+  // vpp 2 × m 4 (warm-up 2: F0.0, F1.0): each forward waits for the forward call, runs, and
+  // posts send_forward_recv_forward; each backward waits for the backward call (none is
+  // posted before B0.1: the last stage receives no gradient for its last chunk), runs, and
+  // posts send_backward_recv_backward.
+  ScheduleSpec spec{ScheduleKind::interleaved, 2, 2, 4};
+  spec.overlap_p2p_comm = true;
+  const auto ops = make_rank_schedule(spec, 1);
+  std::size_t first_backward = 0;
+  while (ops[first_backward].type != OpType::backward) ++first_backward;
+  std::string steady;
+  for (std::size_t i = first_backward - 3; i <= first_backward + 6; ++i)
+    steady += (steady.empty() ? "" : " ") + describe(ops[i], true);
+  EXPECT_EQ(steady,
+            "wait(send_forward_recv_forward) F0.1 send_forward_recv_forward~ B0.1 "
+            "send_backward_recv_backward~ wait(send_forward_recv_forward) F1.1 "
+            "send_forward_recv_forward~ wait(send_backward_recv_backward) B1.1");
+  // The cool-down's calls block; the first stage's last forward sends its output, and the
+  // step waits for that send last.
+  for (int r = 0; r < 2; ++r) {
+    const auto rank_ops = make_rank_schedule(spec, r);
+    std::size_t cooldown = 0;  // after the wait for the last steady backward's call
+    for (std::size_t i = 0; i < rank_ops.size(); ++i)
+      if (describe(rank_ops[i], false) == "wait(send_backward_recv_backward)") cooldown = i;
+    ASSERT_GT(cooldown, 0u) << "rank " << r;
+    for (std::size_t i = cooldown; i < rank_ops.size(); ++i)
+      EXPECT_FALSE(rank_ops[i].overlapped) << "rank " << r << " op " << i;
+  }
+  const auto first = make_rank_schedule(spec, 0);
+  EXPECT_EQ(describe(first.back(), false), "wait(send_forward_recv_forward)");
+}
+
+TEST(ScheduleValidation, OverlappedP2PIsInterleavedOnly) {
+  ScheduleSpec spec{ScheduleKind::one_f_one_b, 4, 1, 8};
+  spec.overlap_p2p_comm = true;
+  EXPECT_EQ(violated_field(spec), "overlap_p2p_comm=true");
 }
 
 }  // namespace

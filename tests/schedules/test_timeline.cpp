@@ -90,6 +90,47 @@ TEST(Timeline, P2PLatencyDelaysTheReceiver) {
   EXPECT_DOUBLE_EQ(tl.ranks[1][1].start.value, 1.5);
 }
 
+TEST(Timeline, OverlappedP2PHidesTransfersUnderComputeWithoutChangingTheIdealBubble) {
+  // With free transfers where a call waits cannot matter: both paths give the papers'
+  // (p − 1) / (v·m + p − 1). With a cost, the overlapped path waits for a forward's
+  // transfers only after the backward behind it, so it is no slower than the batched one,
+  // strictly faster once the pipeline has a steady state, and never faster than free
+  // transfers.
+  for (int p = 2; p <= 6; ++p)
+    for (int v = 2; v <= 3; ++v)
+      for (int m : {p, 2 * p, 4 * p}) {
+        ScheduleSpec batched{ScheduleKind::interleaved, p, v, m};
+        ScheduleSpec overlapped = batched;
+        overlapped.overlap_p2p_comm = true;
+        const IdealCosts free{Seconds(1.0 / v), Seconds(2.0 / v), Seconds(0.0)};
+        const IdealCosts costly{Seconds(1.0 / v), Seconds(2.0 / v), Seconds(0.25 / v)};
+        const auto ideal = make_timeline(make_schedule(overlapped), free);
+        EXPECT_NEAR(ideal.bubble_fraction(0), static_cast<double>(p - 1) / (v * m + p - 1), 1e-9)
+            << "p=" << p << " v=" << v << " m=" << m;
+        const double t_free = make_timeline(make_schedule(batched), free).makespan.value;
+        EXPECT_NEAR(ideal.makespan.value, t_free, 1e-9);
+        const double t_batched = make_timeline(make_schedule(batched), costly).makespan.value;
+        const double t_overlap = make_timeline(make_schedule(overlapped), costly).makespan.value;
+        EXPECT_GE(t_overlap, t_free - 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+        if (m > p)
+          EXPECT_LT(t_overlap, t_batched - 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+        else
+          EXPECT_LE(t_overlap, t_batched + 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+      }
+}
+
+TEST(Timeline, AWaitForACallNeverPostedIsReported) {
+  Schedule s{{ScheduleKind::interleaved, 2, 2, 2}, {}};
+  s.ranks.resize(2);
+  s.ranks[0].push_back({OpType::p2p_wait, 0, 0, P2PCall::send_forward_recv_forward, {}});
+  try {
+    make_timeline(s, {});
+    FAIL() << "accepted";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("never posted"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Timeline, UnpairedSendIsReported) {
   auto s = make_schedule({ScheduleKind::one_f_one_b, 2, 1, 2});
   // Drop stage 1's first receive: stage 0's first send has no partner.

@@ -64,6 +64,28 @@ TEST(Cli, ScheduleJsonGivesMegatronsInterleavedOrder) {
   EXPECT_EQ(j["ranks"].size(), 4u);
   // p2p calls carry Megatron's names.
   EXPECT_EQ(j["ranks"][1][0]["type"], "recv_forward");
+  // Interleaved, Megatron-Core overlaps its p2p calls by default: each forward's
+  // send_forward_recv_forward is posted and a "wait" for it comes before the next forward;
+  // --overlap-p2p-comm false gives the batched calls, none posted.
+  auto count = [](const nlohmann::json& ranks, const std::string& what) {
+    int n = 0;
+    for (const auto& ops : ranks)
+      for (const auto& op : ops)
+        if (what == "wait" ? op["type"] == "wait"
+                           : op.contains("overlapped") && op["overlapped"].get<bool>())
+          ++n;
+    return n;
+  };
+  EXPECT_GT(count(j["ranks"], "wait"), 0);
+  EXPECT_GT(count(j["ranks"], "overlapped"), 0);
+  EXPECT_EQ(j["ranks"][0][1]["type"], "send_forward_recv_forward");
+  EXPECT_TRUE(j["ranks"][0][1]["overlapped"].get<bool>());
+  EXPECT_EQ(j["ranks"][0][2]["type"], "wait");
+  EXPECT_EQ(j["ranks"][0][2]["call"], "send_forward_recv_forward");
+  const auto batched =
+      run_json("schedule --pp 4 --vpp 2 --microbatches 8 --json --overlap-p2p-comm false");
+  EXPECT_EQ(count(batched["ranks"], "wait"), 0);
+  EXPECT_EQ(count(batched["ranks"], "overlapped"), 0);
 }
 
 TEST(Cli, ScheduleTextShowsBubble) {

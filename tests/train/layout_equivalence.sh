@@ -24,7 +24,9 @@
 # 48) the distributed optimizer's padded, aligned buffer (Megatron-Core's) does too. With
 # --tp-comm-overlap the tensor-parallel all-gathers and reduce-scatters run as ring steps under
 # the GEMMs' blocks (also with the distributed optimizer's parameter all-gathers waited for
-# bucket by bucket in forward, --overlap-param-gather).
+# bucket by bucket in forward, --overlap-param-gather). Interleaved over four stages, the
+# pipeline's sends and receives posted and waited for later (overlap_p2p_comm, Megatron's
+# default) or batched and waited for at once, give the single-process losses too.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -175,5 +177,17 @@ unfused_layouts=(
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
 )
 family unfused unfused unfused_layouts
+# Eight layers on four stages, two chunks each: Megatron-Core's interleaved schedule with its
+# p2p calls posted and waited for before the next chunk of their direction (overlap_p2p_comm,
+# its default), also with shapes sent first and over dp (micro batch 1: four microbatches a
+# pipeline, as the schedule needs), and with the batched calls that block.
+deep=(--num-layers 8)
+deep_layouts=(
+  "4|--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"
+  "4|--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --variable-seq-lengths"
+  "4|--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --overlap-p2p-comm false"
+  "8|--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+)
+family deep deep deep_layouts
 [ "$failed" -eq 0 ] && echo "every layout reproduces the single-process losses and parameters"
 exit "$failed"
