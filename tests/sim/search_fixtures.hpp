@@ -7,13 +7,13 @@
 #include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sim_device.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "topology/topology.hpp"
 
 namespace tandem::sim::search {
 
 inline SimDevice::Pricer pricer_for(const Topology& t) {
-  auto cost = std::make_shared<CostModel>(t.gpu);
-  return [cost](const OpDesc& op) { return cost->seconds(op); };
+  return cost_model_pricer(t);
 }
 
 inline Scenario small_model() {

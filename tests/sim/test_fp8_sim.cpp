@@ -10,6 +10,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/fp8_gpu_rules.hpp"
 #include "sim/sim_runner.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -140,10 +141,7 @@ TEST(Fp8Sim, RecipesNeedTheirGpus) {
 nlohmann::json simulated(const Scenario& s) {
   return testing::in_child([&] {
     const Topology t = load_topology("dgx-h100");
-    auto cost = std::make_shared<CostModel>(t.gpu);
-    SimulateOptions o;
-    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
-    const SimReport r = simulate(s, t, o);
+    const SimReport r = simulate(s, t, priced_options(t));
     const auto& ops = r.ranks.front().op_seconds;
     auto seconds = [&](const char* op) { return ops.count(op) ? ops.at(op) : 0.0; };
     const auto& host = r.ranks.front().host_seconds;
@@ -251,9 +249,7 @@ TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
       s.parallelism.tp_comm_overlap = overlap;
       s.training.train_iters = 1;
       const Topology t = load_topology("dgx-h100");
-      auto cost = std::make_shared<CostModel>(t.gpu);
-      SimulateOptions o;
-      o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+      SimulateOptions o = priced_options(t);
       o.record_ops = true;
       const SimReport r = simulate(s, t, o);
       double bytes = 0;

@@ -31,6 +31,7 @@
 #include "sim/sim_runner.hpp"
 #include "sim/simgrid_config.hpp"
 #include "tests/sim/counting_samples.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "tests/sim/recording_device.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
@@ -42,10 +43,8 @@ namespace {
 using testing::in_child;
 
 SimulateOptions options_for(const Topology& t, SimMode mode) {
-  auto cost = std::make_shared<CostModel>(t.gpu);
-  SimulateOptions o;
+  SimulateOptions o = priced_options(t);
   o.mode = mode;
-  o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
   return o;
 }
 

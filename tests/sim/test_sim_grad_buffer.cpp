@@ -11,6 +11,7 @@
 
 #include "sim/cost_model.hpp"
 #include "sim/sim_runner.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -51,10 +52,8 @@ struct DpTraffic {
 DpTraffic simulate_dp(const Scenario& s) {
   const auto j = testing::in_child([&] {
     const Topology t = load_topology("dgx-a100-80g");
-    auto cost = std::make_shared<CostModel>(t.gpu);
-    SimulateOptions o;
+    SimulateOptions o = priced_options(t);
     o.mode = SimMode::full;
-    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
     o.record_ops = true;
     const SimReport r = simulate(s, t, o);
     std::int64_t rs = 0, ar = 0;

@@ -13,6 +13,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/moe_routing.hpp"
 #include "sim/sim_runner.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -79,10 +80,8 @@ Scenario moe_on_one_node() {
 nlohmann::json simulate_routed(const Scenario& s, const std::string& routing) {
   return testing::in_child([&] {
     const Topology t = load_topology(s.cluster.topology);
-    auto cost = std::make_shared<CostModel>(t.gpu);
-    SimulateOptions o;
+    SimulateOptions o = priced_options(t);
     o.mode = SimMode::full;
-    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
     o.routing = parse_moe_routing(routing);
     return to_json(simulate(s, t, o));
   });

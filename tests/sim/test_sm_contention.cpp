@@ -10,6 +10,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/sim_runner.hpp"
 #include "sim/sm_contention.hpp"
+#include "tests/sim/priced_options.hpp"
 #include "tests/tools/in_child.hpp"
 #include "topology/topology_io.hpp"
 
@@ -72,9 +73,7 @@ StepGemms gemm_seconds_of_step(bool async_allreduce, bool holds_sms) {
     s.training.bf16 = true;
     s.cluster.world_size = 8;
     const Topology t = load_topology("dgx-a100-80g");
-    auto cost = std::make_shared<CostModel>(t.gpu);
-    SimulateOptions o;
-    o.pricer = [cost](const OpDesc& op) { return cost->seconds(op); };
+    SimulateOptions o = priced_options(t);
     o.nccl_holds_sms = holds_sms;
     const SimReport rep = simulate(s, t, o);
     return nlohmann::json{{"gemm", rep.ranks.front().iteration_op_seconds.at("gemm")},
