@@ -198,12 +198,17 @@ void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x,
 void check_fp8_step(const Fp8Config& config, std::vector<Violation>& out) {
   if (!config.enabled()) return;
   if (config.param_gather && config.recipe != "delayed" && config.recipe != "tensorwise")
-    out.push_back({"fp8_param_gather", "true",
-                   "FP8 parameters are built for the delayed and tensorwise recipes (one scale "
-                   "a weight), not for fp8_recipe " +
-                       config.recipe +
-                       " (block scales cut by the data-parallel shards); leave "
-                       "fp8_param_gather out or use fp8_recipe delayed or tensorwise"});
+    out.push_back(
+        {"fp8_param_gather", "true",
+         "FP8 parameters are built for the delayed and tensorwise recipes (one scale a weight), "
+         "not for fp8_recipe " +
+             config.recipe +
+             (config.recipe == "mxfp8"
+                  ? " (Megatron gathers MXFP8 parameters in bf16 through the gradient buffer, "
+                    "--reuse-grad-buf-for-mxfp8-param-ag, and quantizes them after the gather)"
+                  : " (Megatron all-reduces every 128 x 128 tile's amax over dp, as the "
+                    "data-parallel shards cut the tiles, then gathers the codes)") +
+             "; leave fp8_param_gather out or use fp8_recipe delayed or tensorwise"});
 }
 
 }  // namespace tandem

@@ -269,6 +269,31 @@ TEST(Cli, Fp8TensorParallelOverlapRunsUnderPerTensorScalingOnly) {
   EXPECT_NE(no_wgrad.output.find("not with fp8_wgrad false"), std::string::npos) << no_wgrad.output;
 }
 
+// FP8 parameters (--fp8-param-gather) are built for the per-tensor recipes; the block recipes
+// are refused before any work, with what Megatron does for each.
+TEST(Cli, Fp8ParamGatherUnderBlockRecipesIsRefusedWithMegatronsWay) {
+  const std::string layout =
+      "simulate --topology dgx-h100 --world-size 2 --use-distributed-optimizer true --bf16 true "
+      "--fp8-format hybrid --fp8-param-gather true ";
+  const auto tensorwise = run(layout + "--fp8-recipe tensorwise");
+  EXPECT_EQ(tensorwise.exit_code, 0) << tensorwise.output;
+  const auto blockwise = run(layout + "--fp8-recipe blockwise");
+  EXPECT_EQ(blockwise.exit_code, 2) << blockwise.output;
+  EXPECT_NE(blockwise.output.find("fp8_param_gather = true: FP8 parameters are built for the "
+                                  "delayed and tensorwise recipes"),
+            std::string::npos)
+      << blockwise.output;
+  EXPECT_NE(blockwise.output.find("128 x 128 tile's amax"), std::string::npos) << blockwise.output;
+  EXPECT_EQ(blockwise.output.find("iteration time"), std::string::npos) << blockwise.output;
+  const auto mxfp8 =
+      run("simulate --topology dgx-b200 --world-size 2 --use-distributed-optimizer "
+          "true --bf16 true --fp8-format e4m3 --fp8-param-gather true "
+          "--fp8-recipe mxfp8");
+  EXPECT_EQ(mxfp8.exit_code, 2) << mxfp8.output;
+  EXPECT_NE(mxfp8.output.find("gathers MXFP8 parameters in bf16"), std::string::npos)
+      << mxfp8.output;
+}
+
 // --- Megatron command lines: pretrain_gpt.py's arguments after --, or a launch script ---
 
 const std::string kMegatronScripts = std::string(TANDEM_SOURCE_DIR) + "/tests/tools/megatron/";
