@@ -3,7 +3,8 @@
 // and a chunk-dependent width) runs 1F1B and interleaved schedules with the step
 // interpreter exchanging shapes before every p2p batch. Its activation_shape throws, so
 // every receive buffer must come from a received shape; each stage checks the shape and
-// the values of every activation and gradient it receives.
+// the values of every activation and gradient it receives, also with the interleaved
+// schedule's calls overlapped (overlap_p2p_comm).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -63,12 +64,13 @@ class RaggedProgram final : public StageProgram {
   int pp_rank_, pp_, vpp_;
 };
 
-void run(ScheduleKind kind, int vpp, int microbatches) {
+void run(ScheduleKind kind, int vpp, int microbatches, bool overlap_p2p_comm = false) {
   auto& pp = testing::world();
   ASSERT_EQ(pp.size(), 2);
   CpuDevice device;
   RaggedProgram program(device, pp.rank(), pp.size(), vpp);
-  const ScheduleSpec spec{kind, pp.size(), vpp, microbatches};
+  ScheduleSpec spec{kind, pp.size(), vpp, microbatches};
+  spec.overlap_p2p_comm = overlap_p2p_comm;
   StepContext ctx{device, device.default_stream(), pp, true};
   run_schedule(make_rank_schedule(spec, pp.rank()), program, ctx);
   EXPECT_EQ(program.forwards_, microbatches * vpp);
@@ -81,6 +83,13 @@ TEST(ShapeExchange, OneFOneBWithShapesThatVaryPerMicrobatch) {
 
 TEST(ShapeExchange, InterleavedWithShapesThatVaryPerMicrobatchAndChunk) {
   run(ScheduleKind::interleaved, 2, 4);
+}
+
+// overlap_p2p_comm: the calls are posted after each pass and waited for before the next of
+// their direction; every tensor still arrives with its shape and values, at its wait.
+TEST(ShapeExchange, InterleavedWithOverlappedCallsDeliversEveryTensorAtItsWait) {
+  run(ScheduleKind::interleaved, 2, 4, true);
+  run(ScheduleKind::interleaved, 3, 6, true);
 }
 
 }  // namespace
