@@ -77,6 +77,11 @@ class InterleavedBuilder {
     return !(first_stage() && chunk_of(virtual_id, false) == 0);
   }
 
+  // After forward (backward) k: send its output (input gradient) on, and receive the next
+  // one's input (output gradient) unless k is `last` of its phase or nothing comes.
+  std::vector<Transfer> forward_transfers(int k, bool last);
+  std::vector<Transfer> backward_transfers(int k, bool last);
+
   void warmup();
   void steady();
   void overlapped_steady_step(int k, int fwd, int bwd);
@@ -138,17 +143,29 @@ InterleavedBuilder::Recv InterleavedBuilder::recv_from_previous_stage(int virtua
   return {recv, forward ? chunk + 1 : chunk - 1};
 }
 
+std::vector<Transfer> InterleavedBuilder::forward_transfers(int k, bool last) {
+  const auto [recv_prev, next_chunk] = recv_from_previous_stage(k, true);
+  std::vector<Transfer> t;
+  if (sends_activation(k)) t.push_back(send_activation(k));
+  if (recv_prev && !last) t.push_back(recv_activation(next_chunk));
+  return t;
+}
+
+std::vector<Transfer> InterleavedBuilder::backward_transfers(int k, bool last) {
+  const auto [recv_next, next_chunk] = recv_from_previous_stage(k, false);
+  std::vector<Transfer> t;
+  if (sends_gradient(k)) t.push_back(send_gradient(k));
+  if (recv_next && !last) t.push_back(recv_gradient(next_chunk));
+  return t;
+}
+
 void InterleavedBuilder::warmup() {
   if (!first_stage()) p2p(P2PCall::recv_forward, {recv_activation(0)});
   const bool all_warmup = warmup_ == total_;
   for (int k = 0; k < warmup_; ++k) {
     wait_forward();
     forward(k);
-    auto [recv_prev, next_chunk] = recv_from_previous_stage(k, true);
-    if (k == total_ - 1) recv_prev = false;
-    std::vector<Transfer> t;
-    if (sends_activation(k)) t.push_back(send_activation(k));
-    if (recv_prev) t.push_back(recv_activation(next_chunk));
+    std::vector<Transfer> t = forward_transfers(k, k == total_ - 1);
     if (overlap_) {
       post(P2PCall::send_forward_recv_forward, std::move(t), forward_pending_);
       if (k == warmup_ - 1 && !all_warmup && !forward_only_ && !last_stage())
@@ -192,19 +209,11 @@ void InterleavedBuilder::overlapped_steady_step(int k, int fwd, int bwd) {
   const int remaining = total_ - warmup_;
   wait_forward();
   forward(fwd);
-  auto [recv_prev, next_fwd_chunk] = recv_from_previous_stage(fwd, true);
-  if (k == remaining - 1) recv_prev = false;
-  std::vector<Transfer> f;
-  if (sends_activation(fwd)) f.push_back(send_activation(fwd));
-  if (recv_prev) f.push_back(recv_activation(next_fwd_chunk));
-  post(P2PCall::send_forward_recv_forward, std::move(f), forward_pending_);
+  post(P2PCall::send_forward_recv_forward, forward_transfers(fwd, k == remaining - 1),
+       forward_pending_);
   wait_backward();
   backward(bwd);
-  auto [recv_next, next_bwd_chunk] = recv_from_previous_stage(bwd, false);
-  std::vector<Transfer> b;
-  if (sends_gradient(bwd)) b.push_back(send_gradient(bwd));
-  if (recv_next) b.push_back(recv_gradient(next_bwd_chunk));
-  post(P2PCall::send_backward_recv_backward, std::move(b), backward_pending_);
+  post(P2PCall::send_backward_recv_backward, backward_transfers(bwd, false), backward_pending_);
 }
 
 void InterleavedBuilder::cooldown() {
@@ -212,13 +221,8 @@ void InterleavedBuilder::cooldown() {
   wait_backward();
   if (warmup_ == total_ && !last_stage()) p2p(P2PCall::recv_backward, {recv_gradient(vpp_ - 1)});
   for (int k = remaining; k < total_; ++k) {
-    auto [recv_next, next_chunk] = recv_from_previous_stage(k, false);
-    if (k == total_ - 1) recv_next = false;
     backward(k);
-    std::vector<Transfer> t;
-    if (sends_gradient(k)) t.push_back(send_gradient(k));
-    if (recv_next) t.push_back(recv_gradient(next_chunk));
-    p2p(P2PCall::send_backward_recv_backward, std::move(t));
+    p2p(P2PCall::send_backward_recv_backward, backward_transfers(k, k == total_ - 1));
   }
 }
 
