@@ -58,6 +58,13 @@ struct ModelConfig {
   // of 2021-22 predate TE); a Megatron command line without a scenario starts from
   // Megatron's default.
   std::string transformer_impl = "local";
+  // Megatron-Core's --attention-backend (AttnBackend): which of Transformer Engine's
+  // DotProductAttention backends runs the core under transformer_engine — "flash" (the
+  // flash-attn package's kernels), "fused" (cuDNN's fused attention), "unfused" (TE's own
+  // softmax and batched GEMMs) or "auto" (TE picks: cuDNN's from compute capability 9.0,
+  // the flash-attn package's on Ampere); "local" needs transformer_impl local. The math is
+  // the same fused op on every binding; the simulator prices the chosen library's kernel.
+  std::string attention_backend = "auto";
   // Megatron-Core's --qk-layernorm: the normalization (LayerNorm or RMSNorm, as the
   // layer's) over each query and key head, one kv_channels-wide weight each for q and k.
   bool qk_layernorm = false;
@@ -132,7 +139,23 @@ inline bool transformer_engine_modules(const ModelConfig& m) {
 // DotProductAttention — which picks its fused backend — when there is no attention dropout
 // (tandem's fused op has none; with dropout the core runs TE's unfused backend).
 inline bool runs_fused_attention(const ModelConfig& m) {
-  return m.use_flash_attn || (transformer_engine_modules(m) && m.attention_dropout == 0);
+  return m.use_flash_attn || (transformer_engine_modules(m) && m.attention_backend != "unfused" &&
+                              m.attention_dropout == 0);
+}
+
+// The library whose kernel runs the fused attention op on a GPU of compute capability
+// `capability` (major · 10 + minor; absent: not a known GPU): the flash-attn package's where
+// Megatron's local layers run use_flash_attn or TE is told "flash", and where TE's "auto"
+// choice meets a GPU before Hopper (TE 1.2 onwards prefers cuDNN's on Hopper and later);
+// cuDNN's otherwise.
+enum class FusedAttentionLibrary { flash_attn, cudnn };
+inline FusedAttentionLibrary fused_attention_library(const ModelConfig& m,
+                                                     std::optional<int> capability) {
+  if (!transformer_engine_modules(m) || m.attention_backend == "flash")
+    return FusedAttentionLibrary::flash_attn;
+  if (m.attention_backend == "fused") return FusedAttentionLibrary::cudnn;
+  return capability && *capability < 90 ? FusedAttentionLibrary::flash_attn
+                                        : FusedAttentionLibrary::cudnn;
 }
 
 struct ParallelismConfig {

@@ -299,6 +299,12 @@ std::vector<FieldDef> model_fields() {
                   "local | transformer_engine (Megatron's default: Transformer Engine's modules, "
                   "fused attention without attention dropout)",
                   choices({"local", "transformer_engine"})}),
+      make_field(m, &M::attention_backend,
+                 {"attention_backend",
+                  "auto | flash | fused | unfused | local: Transformer Engine's attention "
+                  "backend (flash: the flash-attn package; fused: cuDNN; auto: cuDNN from "
+                  "Hopper on, flash-attn before)",
+                  choices({"auto", "flash", "fused", "unfused", "local"})}),
       make_field(
           m, &M::qk_layernorm,
           {"qk_layernorm", "normalize each query and key head over its kv_channels (before RoPE)"}),

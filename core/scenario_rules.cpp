@@ -334,6 +334,16 @@ void check_attention(const Scenario& s, Violations& out) {
   if (m.attention_dropout > 0 && m.use_flash_attn)
     out.push_back({"attention_dropout", cat(m.attention_dropout),
                    "must be 0 with use_flash_attn (tandem's fused attention has no dropout)"});
+  if (m.attention_dropout > 0 && transformer_engine_modules(m) &&
+      (m.attention_backend == "flash" || m.attention_backend == "fused"))
+    out.push_back({"attention_dropout", cat(m.attention_dropout),
+                   cat("must be 0 with attention_backend ", m.attention_backend,
+                       " (tandem's fused attention has no dropout)")});
+  // Megatron's arguments.py: "--attention-backend local is only supported with --spec local".
+  if (m.attention_backend == "local" && transformer_engine_modules(m))
+    out.push_back({"attention_backend", "local",
+                   "needs transformer_impl local (Megatron's own attention); Transformer "
+                   "Engine's backends are auto, flash, fused and unfused"});
   if (m.attention_dropout > 0 && s.parallelism.context_parallel_size > 1)
     out.push_back(
         {"attention_dropout", cat(m.attention_dropout),

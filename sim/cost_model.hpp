@@ -90,6 +90,10 @@ struct OpDesc {
   double flops = 0;        // useful floating-point operations
   double bytes = 0;        // bytes read + written from device memory
   float dropout = 0;       // attention, attention_backward: dropout probability (rule 3c)
+  // The library whose kernel runs the op, where the run chooses among several: fused
+  // attention "flash_attn" (the flash-attn package) or "" (cuDNN's, Transformer Engine's
+  // FusedAttention).
+  std::string library;
 };
 
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem

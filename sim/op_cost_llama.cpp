@@ -122,12 +122,19 @@ bool is_fused_attention(const std::string& op) {
   return op == "flash_attention" || op == "flash_attention_backward";
 }
 
+double fused_attention_fraction(const GpuSpec& gpu, const std::string& library, bool backward) {
+  const double flash_attn =
+      backward ? gpu.flash_attn_backward_fraction : gpu.flash_attn_forward_fraction;
+  const double cudnn =
+      backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
+  if (library != "flash_attn" && cudnn > 0) return cudnn;
+  if (flash_attn > 0) return flash_attn;
+  return backward ? kFlashBackwardFraction : kFlashForwardFraction;
+}
+
 double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op) {
   const bool backward = op.op == "flash_attention_backward";
-  const double preset =
-      backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
-  const double fraction =
-      preset > 0 ? preset : (backward ? kFlashBackwardFraction : kFlashForwardFraction);
+  const double fraction = fused_attention_fraction(gpu, op.library, backward);
   const double compute = op.flops / (gpu.peak(op.dtype).value * gpu.clock_factor() * fraction);
   const double memory = op.bytes / (gpu.memory_bandwidth.value * gpu.memory_peak_fraction);
   return gpu.kernel_launch.value + std::max(compute, memory);

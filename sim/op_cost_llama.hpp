@@ -12,11 +12,13 @@
 //            over the values counts vd: 2·pairs·(hd + vd) and 2·pairs·(3·hd + 2·vd)
 //   bytes    the compulsory traffic only — Q, K, V, O and the log-sum-exp, and in
 //            backward dO, dQ, dK, dV too; no Tq·Tk term, the scores never reach memory
-//   rate     tensor cores at peak(dtype) · the preset's fused_attention_forward_fraction
-//            (backward: fused_attention_backward_fraction), a published kernel benchmark
-//            of the GPU; where the preset has none, kFlashForwardFraction /
-//            kFlashBackwardFraction, what FlashAttention-2 reports on A100 (§4.1 of the
-//            paper: 50–73 % of peak). A calibration table rescales both per dtype.
+//   rate     tensor cores at peak(dtype) · the preset's fraction for the kernel's library
+//            (OpDesc::library): fused_attention_forward_fraction / _backward_ for cuDNN's,
+//            flash_attn_forward_fraction / _backward_ for the flash-attn package's, each a
+//            published kernel benchmark of the GPU; where the preset has none,
+//            kFlashForwardFraction / kFlashBackwardFraction, what FlashAttention-2 reports
+//            on A100 (§4.1 of the paper: 50–73 % of peak). A calibration table rescales
+//            both per dtype.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +47,12 @@ OpDesc rope_desc(DType dtype, const RopeArgs& a);
 // batch = B · query heads, m = Tq, n = Tk, k = head_dim.
 OpDesc flash_attention_desc(DType dtype, const FlashAttentionArgs& a);
 OpDesc flash_attention_backward_desc(DType dtype, const FlashAttentionBackwardArgs& a);
+
+// The share of the tensor peak the fused attention kernel of `library` (OpDesc::library)
+// reaches on `gpu`: cuDNN's ("") the preset's fused_attention fractions, the flash-attn
+// package's ("flash_attn") its flash_attn fractions; a missing figure falls back to the
+// flash-attn package's, then to kFlash*Fraction.
+double fused_attention_fraction(const GpuSpec& gpu, const std::string& library, bool backward);
 
 // Seconds of a fused-attention OpDesc on `gpu` (the rate and traffic above, one launch).
 bool is_fused_attention(const std::string& op);

@@ -181,14 +181,16 @@ std::size_t SimDevice::OpHash::operator()(const OpDesc& op) const {
   for (const std::size_t v : {static_cast<std::size_t>(op.dtype), static_cast<std::size_t>(op.m),
                               static_cast<std::size_t>(op.n), static_cast<std::size_t>(op.k),
                               static_cast<std::size_t>(op.batch), std::hash<double>{}(op.flops),
-                              std::hash<double>{}(op.bytes), std::hash<float>{}(op.dropout)})
+                              std::hash<double>{}(op.bytes), std::hash<float>{}(op.dropout),
+                              std::hash<std::string>{}(op.library)})
     h = h * 1099511628211ULL ^ v;
   return h;
 }
 
 bool SimDevice::OpEqual::operator()(const OpDesc& a, const OpDesc& b) const {
   return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch && a.dtype == b.dtype &&
-         a.flops == b.flops && a.bytes == b.bytes && a.dropout == b.dropout && a.op == b.op;
+         a.flops == b.flops && a.bytes == b.bytes && a.dropout == b.dropout && a.op == b.op &&
+         a.library == b.library;
 }
 
 const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {
@@ -384,10 +386,14 @@ void SimDevice::rope(Stream& s, const RopeArgs& a) {
   run(s, rope_desc(options_.compute_dtype, a));
 }
 void SimDevice::flash_attention(Stream& s, const FlashAttentionArgs& a) {
-  run(s, flash_attention_desc(options_.compute_dtype, a));
+  OpDesc op = flash_attention_desc(options_.compute_dtype, a);
+  op.library = options_.fused_attention_library;
+  run(s, op);
 }
 void SimDevice::flash_attention_backward(Stream& s, const FlashAttentionBackwardArgs& a) {
-  run(s, flash_attention_backward_desc(options_.compute_dtype, a));
+  OpDesc op = flash_attention_backward_desc(options_.compute_dtype, a);
+  op.library = options_.fused_attention_library;
+  run(s, op);
 }
 
 void SimDevice::gelu(Stream& s, const Tensor& input, Tensor&) {

@@ -16,6 +16,7 @@
 #include "core/trace.hpp"
 #include "model/flops.hpp"
 #include "schedules/layout.hpp"
+#include "sim/device_options.hpp"
 #include "sim/fp8_gpu_rules.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/platform.hpp"
@@ -115,12 +116,6 @@ std::string group_id(GroupKind kind, const std::vector<int>& members) {
     id += std::to_string(members[i]);
   }
   return id;
-}
-
-DType compute_dtype(const Scenario& s) {
-  if (s.training.bf16) return DType::bf16;
-  if (s.training.fp16) return DType::fp16;
-  return DType::fp32;
 }
 
 // The forward, backward and weight-gradient (split backward's W) slices of one rank since
@@ -280,15 +275,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     if (o.nccl_holds_sms && topology.nccl.enabled && topology.gpu.sm_count > 1)
       world.stats(rank).contention = std::make_shared<SmContention>(
           topology.gpu.sm_count, compute_capability(topology.gpu).value_or(0));
-    rr.device = std::make_unique<SimDevice>(
-        o.pricer,
-        SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                         .record_ops = o.record_ops,
-                         .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
-                         .routing = o.routing,
-                         .fp8_transposed_copy = compute_capability(topology.gpu).value_or(0) < 100,
-                         .loss_scale_check_in_optimizer = s.training.deepspeed,
-                         .contention = world.stats(rank).contention.get()});
+    SimDeviceOptions options = device_options(s, topology);
+    options.record_ops = o.record_ops;
+    options.routing = o.routing;
+    options.contention = world.stats(rank).contention.get();
+    rr.device = std::make_unique<SimDevice>(o.pricer, std::move(options));
     rr.trace_ops = o.trace_ops;
     if (!o.trace_path.empty())
       rr.device->set_op_observer(

@@ -65,11 +65,15 @@ struct GpuSpec {
   // step at the power limit does not): scales every SM-bound rate (tensor and CUDA-core
   // FLOPs, L2 bandwidth), not HBM. 0: 1, for figures taken from training runs already.
   double sustained_clock_fraction = 0;
-  // The fraction of the tensor peak fused attention (cuDNN's or FlashAttention's kernel)
-  // reaches on long sequences, forward and backward. 0: FlashAttention-2's on A100
-  // (sim/op_cost_llama.hpp).
+  // The fraction of the tensor peak fused attention reaches on long sequences, forward and
+  // backward: cuDNN's kernel (Transformer Engine's FusedAttention; 0: the flash-attn
+  // figures below) and the flash-attn package's (FlashAttention-2, which TE's
+  // FlashAttention backend and Megatron's use_flash_attn run; 0: FlashAttention-2's on A100,
+  // sim/op_cost_llama.hpp).
   double fused_attention_forward_fraction = 0;
   double fused_attention_backward_fraction = 0;
+  double flash_attn_forward_fraction = 0;
+  double flash_attn_backward_fraction = 0;
   // The fraction of memory_bandwidth a streaming kernel reaches (STREAM-like copies).
   double memory_peak_fraction = 1.0;
   int gemm_tile_m = 1;  // output tile of one thread block, rows

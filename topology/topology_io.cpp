@@ -191,6 +191,8 @@ const std::vector<std::string>& gpu_keys() {
                                                 "sustained_clock_fraction",
                                                 "fused_attention_forward_fraction",
                                                 "fused_attention_backward_fraction",
+                                                "flash_attn_forward_fraction",
+                                                "flash_attn_backward_fraction",
                                                 "memory_peak_fraction",
                                                 "gemm_tile",
                                                 "gemm_tile_fixed_k",
@@ -284,8 +286,9 @@ GpuSpec read_gpu(const json& body, Violations& out) {
     g.sustained_clock_fraction = s.number("sustained_clock_fraction", Range::fraction);
   for (auto [key, field] :
        {std::pair{"fused_attention_forward_fraction", &GpuSpec::fused_attention_forward_fraction},
-        std::pair{"fused_attention_backward_fraction",
-                  &GpuSpec::fused_attention_backward_fraction}})
+        std::pair{"fused_attention_backward_fraction", &GpuSpec::fused_attention_backward_fraction},
+        std::pair{"flash_attn_forward_fraction", &GpuSpec::flash_attn_forward_fraction},
+        std::pair{"flash_attn_backward_fraction", &GpuSpec::flash_attn_backward_fraction}})
     if (s.body().contains(key)) g.*field = s.number(key, Range::fraction);
   g.memory_peak_fraction = s.number("memory_peak_fraction", Range::fraction);
   if (const json* tile = s.find("gemm_tile")) {
@@ -694,6 +697,8 @@ nlohmann::json to_json(const Topology& t) {
   optional("sustained_clock_fraction", g.sustained_clock_fraction);
   optional("fused_attention_forward_fraction", g.fused_attention_forward_fraction);
   optional("fused_attention_backward_fraction", g.fused_attention_backward_fraction);
+  optional("flash_attn_forward_fraction", g.flash_attn_forward_fraction);
+  optional("flash_attn_backward_fraction", g.flash_attn_backward_fraction);
   optional("host_kernel_issue_us", g.host_kernel_issue.value / kMicro);
   optional("host_collective_issue_us", g.host_collective_issue.value / kMicro);
   optional("host_microbatch_us", g.host_microbatch.value / kMicro);

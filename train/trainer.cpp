@@ -136,7 +136,8 @@ void check_attention_step(const Scenario& s, std::vector<Violation>& v) {
                  "grouped-query attention (fewer key/value heads than num_attention_heads = " +
                      std::to_string(heads) +
                      ") runs on the fused attention op in the training step: set "
-                     "use_flash_attn (or transformer_impl transformer_engine without attention "
+                     "use_flash_attn (or transformer_impl transformer_engine, attention_backend "
+                     "not unfused, without attention "
                      "dropout), or leave group_query_attention out"});
   else if (groups % tp != 0)
     v.push_back({"num_query_groups", std::to_string(groups),
@@ -152,7 +153,7 @@ void check_mla_step(const Scenario& s, std::vector<Violation>& v) {
                  "runs its attention core on the fused attention op in the training step "
                  "(queries and keys wider than the values, as Transformer Engine's fused "
                  "attention takes them): set use_flash_attn (or transformer_impl "
-                 "transformer_engine without attention dropout)"});
+                 "transformer_engine, attention_backend not unfused, without attention dropout)"});
   if (s.parallelism.context_parallel_size > 1)
     v.push_back({"context_parallel_size", std::to_string(s.parallelism.context_parallel_size),
                  "multi-latent attention over a context-parallel group is not built yet: use 1"});
@@ -221,7 +222,8 @@ void check_step_supports(const Scenario& s) {
     throw ConfigError("context_parallel_size", std::to_string(cp),
                       "context parallelism runs its attention on the fused attention op, as "
                       "Megatron's runs on Transformer Engine's: set use_flash_attn (or "
-                      "transformer_impl transformer_engine without attention dropout), or use 1");
+                      "transformer_impl transformer_engine, attention_backend not unfused, without "
+                      "attention dropout), or use 1");
   const std::string& comm = s.parallelism.cp_comm_type;
   if (cp > 1 && comm != "p2p" && comm != "all_gather")
     throw ConfigError("cp_comm_type", comm,

@@ -14,6 +14,7 @@
 #include "core/pipeline_layout.hpp"
 #include "schedules/layout.hpp"
 #include "sim/collective_cost.hpp"
+#include "sim/device_options.hpp"
 #include "sim/host_issue.hpp"
 #include "sim/nccl_model.hpp"
 #include "sim/profiler_effects.hpp"
@@ -195,12 +196,6 @@ class InstantCommunicator : public Communicator {
   double queue_end_ = 0;  // stream clock at which the communicator's last operation ends
 };
 
-DType compute_dtype(const Scenario& s) {
-  if (s.training.bf16) return DType::bf16;
-  if (s.training.fp16) return DType::fp16;
-  return DType::fp32;
-}
-
 // The rank (tp 0, cp 0, dp 0) of pipeline stage `stage`.
 int rank_of_stage(const Layout& layout, int stage) {
   for (const auto& group : layout.of(GroupKind::pp))
@@ -226,11 +221,7 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
                const SimDevice::Pricer& pricer, std::int64_t memory_budget, StageRuns& runs) {
   const ParallelContext ctx = make_parallel_context(layout, rank_of_stage(layout, stage));
   // The issuing host as the simulator has it (sim_runner): its span bounds host-bound steps.
-  SimDevice device(
-      pricer,
-      SimDeviceOptions{.compute_dtype = compute_dtype(s),
-                       .host = host_costs(topology.gpu, megatron_grad_copy_kernels(s.training)),
-                       .loss_scale_check_in_optimizer = s.training.deepspeed});
+  SimDevice device(pricer, device_options(s, topology));
   StageClock stage_clock{&device};
   StageDryRun notes;
   notes.stage = stage;

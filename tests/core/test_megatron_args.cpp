@@ -109,15 +109,15 @@ TEST(MegatronArgs, ModelledArgumentsBecomeOverrides) {
 }
 
 TEST(MegatronArgs, UnmodelledArgumentsAreAcceptedAndListedOnce) {
-  const auto cl = parse_megatron_args({"--attention-backend", "auto", "--init-method-std", "0.006",
-                                       "--data-path", "a", "0.3", "b", "--no-mmap-bin-files",
-                                       "--attention-backend", "flash"});
+  const auto cl =
+      parse_megatron_args({"--app-tag-run-name", "a", "--init-method-std", "0.006", "--data-path",
+                           "a", "0.3", "b", "--no-mmap-bin-files", "--app-tag-run-name", "b"});
   EXPECT_TRUE(cl.overrides.empty());
   EXPECT_TRUE(not_modelled(cl, "--init-method-std"));
   ASSERT_EQ(cl.not_modelled[2].first, "--data-path");
   EXPECT_EQ(cl.not_modelled[2].second, (std::vector<std::string>{"a", "0.3", "b"}));
   EXPECT_EQ(not_modelled_line(cl),
-            "not modelled: --attention-backend, --init-method-std, --data-path, "
+            "not modelled: --app-tag-run-name, --init-method-std, --data-path, "
             "--no-mmap-bin-files");
 }
 
@@ -361,6 +361,36 @@ TEST(MegatronArgs, TransformerImplIsModelledWithMegatronsDefault) {
   EXPECT_FALSE(runs_fused_attention(local.model));
   local.model.use_flash_attn = true;
   EXPECT_TRUE(runs_fused_attention(local.model));
+}
+
+// --attention-backend is Megatron-Core's AttnBackend: modelled. Under Transformer Engine it
+// picks DotProductAttention's backend: "unfused" runs the unfused op, "flash" the flash-attn
+// package's kernel, "fused" cuDNN's, and "auto" what TE picks, cuDNN's from Hopper (compute
+// capability 90) on and flash-attn's before. Megatron's local layers run flash-attn's kernel
+// with use_flash_attn whatever the backend says.
+TEST(MegatronArgs, AttentionBackendPicksTransformerEnginesKernel) {
+  const auto cl = parse_megatron_args({"--attention-backend", "flash"});
+  EXPECT_TRUE(cl.not_modelled.empty());
+  EXPECT_EQ(value_of(cl, "attention_backend"), "flash");
+  Scenario s = megatron_default_scenario();
+  EXPECT_EQ(s.model.attention_backend, "auto");  // Megatron's default
+  using L = FusedAttentionLibrary;
+  EXPECT_EQ(fused_attention_library(s.model, 90), L::cudnn);
+  EXPECT_EQ(fused_attention_library(s.model, 100), L::cudnn);
+  EXPECT_EQ(fused_attention_library(s.model, 80), L::flash_attn);
+  EXPECT_EQ(fused_attention_library(s.model, std::nullopt), L::cudnn);
+  s.model.attention_backend = "flash";
+  EXPECT_TRUE(runs_fused_attention(s.model));
+  EXPECT_EQ(fused_attention_library(s.model, 90), L::flash_attn);
+  s.model.attention_backend = "fused";
+  EXPECT_EQ(fused_attention_library(s.model, 80), L::cudnn);
+  s.model.attention_backend = "unfused";
+  EXPECT_FALSE(runs_fused_attention(s.model));
+  Scenario local = megatron_default_scenario();
+  local.model.transformer_impl = "local";
+  local.model.use_flash_attn = true;
+  local.model.attention_backend = "fused";  // ignored by the local layers, as in Megatron
+  EXPECT_EQ(fused_attention_library(local.model, 90), L::flash_attn);
 }
 
 }  // namespace

@@ -1044,6 +1044,30 @@ TEST(ScenarioModel, AttentionDropoutIsAProbabilityOfTheUnfusedAttention) {
   EXPECT_TRUE(Names(invalid(cp), "attention_dropout", "0.1", "context_parallel_size"));
 }
 
+// Megatron's arguments.py: "--attention-backend local is only supported with --spec local";
+// and tandem's fused op has no dropout, so the two TE backends that run it refuse one.
+TEST(ScenarioModel, AttentionBackendFollowsMegatronsRules) {
+  Scenario s = default_scenario();
+  EXPECT_EQ(s.model.attention_backend, "auto");
+  apply_overrides(s, {{"--attention-backend", "fused"}});
+  EXPECT_EQ(s.model.attention_backend, "fused");
+  EXPECT_EQ(parse_scenario(to_json(s)), s);
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--attention-backend", "sdpa"}}),
+                    "--attention-backend", "sdpa", "auto | flash | fused | unfused | local"));
+  Scenario te = default_scenario();
+  te.model.transformer_impl = "transformer_engine";
+  te.model.attention_backend = "local";
+  EXPECT_TRUE(Names(invalid(te), "attention_backend", "local", "transformer_impl local"));
+  te.model.attention_backend = "flash";
+  te.model.attention_dropout = 0.1;
+  EXPECT_TRUE(Names(invalid(te), "attention_dropout", "0.1", "attention_backend flash"));
+  te.model.attention_backend = "unfused";  // TE's unfused backend applies dropout
+  EXPECT_NO_THROW(validate(te));
+  Scenario local = default_scenario();
+  local.model.attention_backend = "local";
+  EXPECT_NO_THROW(validate(local));
+}
+
 TEST(ScenarioModel, TransformerImplIsLocalOrTransformerEngine) {
   Scenario s = default_scenario();
   EXPECT_EQ(s.model.transformer_impl, "local");  // tandem's scenarios; Megatron's flags: TE

@@ -5,9 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
+#include "core/scenario.hpp"
 #include "sim/cost_model.hpp"
+#include "sim/device_options.hpp"
 #include "sim/op_cost_llama.hpp"
+#include "sim/sim_device.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::sim {
@@ -114,6 +119,63 @@ TEST(OpCostLlama, FusedAttentionIsPricedOnTensorCoresAndBeatsTheUnfusedOp) {
   // scores and multiplies the masked half too.
   const OpDesc unfused{.op = "attention", .dtype = DType::bf16, .m = 4096, .k = 128, .batch = 32};
   EXPECT_LT(model.model_seconds(f), model.model_seconds(unfused));
+}
+
+// Which library's kernel runs fused attention is the run's choice (attention_backend): on
+// the H100 preset cuDNN's reaches 518 and FlashAttention-2's 319 TFLOP/s forward (FA3 paper,
+// Figure 5: 0.52 and 0.32 of 989), backward 499 and 310 (0.50 and 0.31); a GPU without a
+// cuDNN figure falls back to the flash-attn package's, and one without either to
+// FlashAttention-2's A100 figures.
+TEST(OpCostLlama, FusedAttentionIsPricedAtTheChosenLibrarysRate) {
+  const GpuSpec h100 = load_topology("dgx-h100").gpu;
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", false), 0.52);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", true), 0.50);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", false), 0.32);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", true), 0.31);
+  GpuSpec flash_only = h100;
+  flash_only.fused_attention_forward_fraction = flash_only.fused_attention_backward_fraction = 0;
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(flash_only, "", false), 0.32);
+  GpuSpec neither = flash_only;
+  neither.flash_attn_forward_fraction = neither.flash_attn_backward_fraction = 0;
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(neither, "", false), kFlashForwardFraction);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(neither, "flash_attn", true), kFlashBackwardFraction);
+
+  // A compute-bound op: the time beyond the launch scales as the inverse of the fraction.
+  Layer l;
+  OpDesc cudnn = flash_attention_desc(DType::bf16, {l.qkv, l.qkv, l.out, l.lse});
+  OpDesc flash = cudnn;
+  flash.library = "flash_attn";
+  const CostModel model(h100);
+  const double launch = h100.kernel_launch.value;
+  EXPECT_NEAR((model.model_seconds(flash) - launch) / (model.model_seconds(cudnn) - launch),
+              0.52 / 0.32, 1e-9);
+}
+
+// The scenario's attention_backend reaches the ops the sim binding prices: auto on an H100
+// is cuDNN's kernel, on an A100 flash-attn's (Transformer Engine's choice), flash is
+// flash-attn's anywhere; and FP8's transposed copies stop at Blackwell.
+TEST(OpCostLlama, TheScenariosAttentionBackendReachesTheOps) {
+  const Topology h100 = load_topology("dgx-h100"), a100 = load_topology("dgx-a100-80g");
+  Scenario s = default_scenario();
+  s.model.transformer_impl = "transformer_engine";
+  EXPECT_EQ(device_options(s, h100).fused_attention_library, "");
+  EXPECT_EQ(device_options(s, a100).fused_attention_library, "flash_attn");
+  EXPECT_TRUE(device_options(s, h100).fp8_transposed_copy);
+  EXPECT_FALSE(device_options(s, load_topology("dgx-b200")).fp8_transposed_copy);
+  s.model.attention_backend = "flash";
+  const SimDeviceOptions options = device_options(s, h100);
+  EXPECT_EQ(options.fused_attention_library, "flash_attn");
+
+  std::vector<std::string> libraries;
+  SimDevice device(
+      [&libraries](const OpDesc& op) {
+        libraries.push_back(op.op + ":" + op.library);
+        return 1e-3;
+      },
+      options);
+  Layer l;
+  device.flash_attention(device.default_stream(), {l.qkv, l.qkv, l.out, l.lse});
+  EXPECT_EQ(libraries, std::vector<std::string>{"flash_attention:flash_attn"});
 }
 
 TEST(OpCostLlama, StreamingOpsMoveTheirBytes) {
