@@ -12,15 +12,14 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
   step_ = env.step;
   if (!delayed()) return;
   Device& d = env.device;
-  if (!history_.storage) {  // the first step: nothing recorded yet
-    prepare(d, env.stream);
-    return;
-  }
+  // The first step has nothing recorded yet: its reduction and update leave the scales at
+  // 1 (an amax of 0 keeps the scale), and cost what every later step's do, as TE reduces
+  // from the first forward on.
+  prepare(d, env.stream);
   // The amax reduction group: the largest |x| of a tensor split over tp, and over the
-  // data-parallel replicas' microbatches.
-  if (env.tp.size() > 1) env.tp.all_reduce(env.stream, amax_, ReduceOp::max)->wait();
-  if (env.amax_group && env.amax_group->size() > 1)
-    env.amax_group->all_reduce(env.stream, amax_, ReduceOp::max)->wait();
+  // data-parallel (and context-parallel) replicas' microbatches.
+  Communicator& group = env.amax_group ? *env.amax_group : env.tp;
+  if (group.size() > 1) group.all_reduce(env.stream, amax_, ReduceOp::max)->wait();
   std::array<Fp8Format, kSlots> formats{};
   for (int s = 0; s < kSlots; ++s) formats[s] = format(static_cast<Role>(s % 3));
   d.fp8_update_scale(env.stream, {.amax_history = history_,

@@ -105,8 +105,9 @@ struct ModelEnv {
   // The step being run (counted by the stage program): FP8 layers quantize their weights
   // and update their delayed scales once per step (model/fp8_linear.hpp).
   std::int64_t step = 0;
-  // FP8 delayed scaling's amax reduction beyond tp: the data-parallel (× cp) group; null:
-  // none.
+  // FP8 delayed scaling's amax reduction group: Megatron's get_amax_reduction_group(
+  // with_context_parallel=True), the tp × dp × cp ranks of a stage, one communicator of its
+  // own (its reductions do not queue behind the data-parallel gathers); null: tp alone.
   Communicator* amax_group = nullptr;
   // A split backward (GptChunk::backward_input) in progress: weight-gradient work goes here
   // instead of running (weight_grad_work); null: it runs at once.

@@ -287,10 +287,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             rr.observe(op, start, seconds, starved);
           });
     std::map<GroupKind, Communicator*> used;
-    for (GroupKind kind :
-         {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp, GroupKind::embedding,
-          GroupKind::cp, GroupKind::dp_cp, GroupKind::ep, GroupKind::expert_dp, GroupKind::tp_ep}) {
+    for (GroupKind kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::tp_pp,
+                           GroupKind::embedding, GroupKind::cp, GroupKind::dp_cp, GroupKind::ep,
+                           GroupKind::expert_dp, GroupKind::tp_ep, GroupKind::tp_dp_cp}) {
       if ((kind == GroupKind::cp || kind == GroupKind::dp_cp) && layout.sizes.cp == 1) continue;
+      if (kind == GroupKind::tp_dp_cp && !s.training.fp8.enabled()) continue;  // amax only
       const bool expert_group =
           kind == GroupKind::ep || kind == GroupKind::expert_dp || kind == GroupKind::tp_ep;
       if (expert_group && !s.model.num_experts) continue;

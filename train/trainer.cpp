@@ -262,7 +262,8 @@ TrainerGroups trainer_groups(const std::function<Communicator*(GroupKind)>& grou
           cp > 1 ? group(GroupKind::cp) : nullptr,
           group(GroupKind::ep),
           group(GroupKind::expert_dp),
-          group(GroupKind::tp_ep)};
+          group(GroupKind::tp_ep),
+          group(GroupKind::tp_dp_cp)};
 }
 
 Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& device,
@@ -333,7 +334,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   env.bias_gelu_fusion = t.bias_gelu_fusion;
   env.bias_dropout_fusion = t.bias_dropout_fusion;
-  env.amax_group = &need(groups_.dp, "dp");  // FP8 delayed scaling's amax reduction
+  if (t.fp8.enabled()) env.amax_group = &need(groups_.amax, "tp-dp-cp");
   env.tp_comm_overlap = scenario.parallelism.tp_comm_overlap;
   env.transformer_engine = transformer_engine_modules(scenario.model);
   program_ = std::make_unique<GptStageProgram>(env, raw, dims_);

@@ -57,6 +57,8 @@ struct TrainerGroups {
   Communicator* ep = nullptr;
   Communicator* expert_dp = nullptr;
   Communicator* tp_ep = nullptr;  // the allgather dispatcher's group
+  // tp-dp-cp: FP8 delayed scaling's amax reduction (Megatron's amax reduction group).
+  Communicator* amax = nullptr;
 };
 
 // The groups a binding hands the Trainer, looked up by kind: dp is Megatron's dp-cp group

@@ -108,8 +108,10 @@ TEST(OpTracingDevice, AStepsSlicesHaveTheKeysTheSimulatorIssues) {
   const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
   std::vector<Key> traced;
   {
-    Trainer trainer(s, make_parallel_context(layout, 0), device,
-                    TrainerGroups{&tp, &pp, &dp, &mp, nullptr}, samples, nullptr);
+    Trainer trainer(
+        s, make_parallel_context(layout, 0), device,
+        TrainerGroups{.tp = &tp, .pp = &pp, .dp = &dp, .model_parallel = &mp, .amax = &dp}, samples,
+        nullptr);
     trainer.train_step();
   }
   for (const auto& e : trace.part()) traced.push_back(key_of_slice(e));

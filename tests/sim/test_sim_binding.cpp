@@ -146,8 +146,10 @@ TEST(SimBinding, SameOpsAndSameMemoryHighWaterMarkAsTheCpuBinding) {
   std::vector<std::string> cpu_ops;
   std::int64_t cpu_peak = 0;
   {
-    Trainer trainer(s, make_parallel_context(layout, 0), recorded,
-                    TrainerGroups{&tp, &pp, &dp, &mp, nullptr}, samples, nullptr);
+    Trainer trainer(
+        s, make_parallel_context(layout, 0), recorded,
+        TrainerGroups{.tp = &tp, .pp = &pp, .dp = &dp, .model_parallel = &mp, .amax = &dp}, samples,
+        nullptr);
     for (int i = 0; i < iterations; ++i) trainer.train_step();
     cpu_peak = cpu.memory().peak().value;
     for (const auto& line : recorded.log())

@@ -62,9 +62,10 @@ struct OneRank {
     dc.dataset.sequence_length = s.model.seq_length;
     data = data::build_gpt_datasets(dc, {100, 20, std::nullopt});
     const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
-    trainer = std::make_unique<Trainer>(s, make_parallel_context(layout, 0), device,
-                                        TrainerGroups{&tp, &pp, &dp, &mp, nullptr}, *data[0],
-                                        data[1].get());
+    trainer = std::make_unique<Trainer>(
+        s, make_parallel_context(layout, 0), device,
+        TrainerGroups{.tp = &tp, .pp = &pp, .dp = &dp, .model_parallel = &mp, .amax = &dp},
+        *data[0], data[1].get());
   }
 };
 
@@ -242,7 +243,7 @@ struct OneMoeRank {
     const auto layout = make_layout({1, 1, 1, 1, 1, s.parallelism.order});
     trainer = std::make_unique<Trainer>(
         s, make_parallel_context(layout, 0), device,
-        TrainerGroups{&tp, &pp, &dp, &mp, nullptr, nullptr, &ep, &edp, nullptr}, *data[0],
+        TrainerGroups{&tp, &pp, &dp, &mp, nullptr, nullptr, &ep, &edp, nullptr, &dp}, *data[0],
         data[1].get());
   }
   std::vector<float> bias() {
