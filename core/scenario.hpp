@@ -269,6 +269,12 @@ struct TrainingConfig {
   // Off (--no-gradient-accumulation-fusion; Megatron-LM before February 2022 and
   // Megatron-DeepSpeed always), each GEMM writes a fresh gradient that a separate kernel adds.
   bool gradient_accumulation_fusion = true;
+  // Megatron-Core's --defer-embedding-wgrad-compute: the last pipeline stage keeps the
+  // output layer's input and output gradient of each microbatch's backward (the first
+  // wgrad_deferral_limit of them; 0: all) and runs their weight-gradient GEMMs after the
+  // schedule, in the pipeline flush (schedules.py finish_embedding_wgrad_compute).
+  bool defer_embedding_wgrad_compute = false;
+  int wgrad_deferral_limit = 0;
   // Megatron's async_tensor_model_parallel_allreduce (Megatron-LM 2021-2024 and
   // Megatron-DeepSpeed; always on in today's Megatron-Core): without sequence parallelism, a
   // column-parallel layer's backward all-reduces its input gradient while the weight

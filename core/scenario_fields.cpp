@@ -580,6 +580,15 @@ std::vector<FieldDef> training_fields_rest() {
                   "weight-gradient GEMMs accumulate into the gradient buffer; off, each writes a "
                   "fresh gradient that a separate kernel adds (after the step's first "
                   "microbatch)"}),
+      make_field(t, &T::defer_embedding_wgrad_compute,
+                 {"defer_embedding_wgrad_compute",
+                  "the last pipeline stage runs the output layer's weight-gradient GEMMs after "
+                  "the schedule, in the pipeline flush, instead of in each backward"}),
+      make_field(t, &T::wgrad_deferral_limit,
+                 {"wgrad_deferral_limit",
+                  "with defer_embedding_wgrad_compute, how many microbatches' output-layer "
+                  "weight gradients wait for the flush (0: all; Megatron's default)",
+                  Rule{.min = 0.0}}),
       make_field(t, &T::async_tensor_model_parallel_allreduce,
                  {"async_tensor_model_parallel_allreduce",
                   "without sequence parallelism, a column-parallel layer's backward all-reduces "

@@ -728,6 +728,15 @@ void check_schedule(const Scenario& s, Violations& out) {
     out.push_back({"delay_wgrad_compute", "true",
                    "zb-h1 places every weight gradient itself; leave delay_wgrad_compute out"});
   check_combined_1f1b(s, out);
+  // Megatron-Core's ModelParallelConfig.__post_init__.
+  if (s.training.defer_embedding_wgrad_compute && pp == 1)
+    out.push_back({"defer_embedding_wgrad_compute", "true",
+                   "needs pipeline_model_parallel_size > 1 (Megatron: \"Cannot defer embedding "
+                   "wgrad compute when pipeline model parallel is not used\")"});
+  if (s.training.defer_embedding_wgrad_compute && !s.training.gradient_accumulation_fusion)
+    out.push_back({"defer_embedding_wgrad_compute", "true",
+                   "needs gradient_accumulation_fusion (Megatron: \"Cannot defer embedding wgrad "
+                   "compute when gradient accumulation fusion is not used\")"});
 }
 
 std::vector<std::string> split(const std::string& text, char sep) {

@@ -150,8 +150,14 @@ void GptChunk::output_forward(ModelEnv& env, const Tensor& x, const Tensor& labe
   d.cross_entropy_loss(st, h.row_max, h.sum_exp, target, h.losses);
 }
 
+bool GptChunk::defers_output_grad(const ModelEnv& env) const {
+  if (!env.defer_embedding_wgrad_compute || !plan_.post_process) return false;
+  return env.wgrad_deferral_limit == 0 ||
+         deferred_output_.size() < static_cast<std::size_t>(env.wgrad_deferral_limit);
+}
+
 Tensor GptChunk::output_backward(ModelEnv& env, HeadActivations& h, const Tensor& labels,
-                                 float row_grad, std::int64_t masked_rows) {
+                                 float row_grad, std::int64_t masked_rows, bool deferring) {
   Device& d = env.device;
   Stream& st = env.stream;
   const std::int64_t rows = h.logits.shape[0];
@@ -163,9 +169,41 @@ Tensor GptChunk::output_backward(ModelEnv& env, HeadActivations& h, const Tensor
   }
   const CrossEntropyArgs ce{h.logits, labels, vocab_begin(params_, params_[output_])};
   d.cross_entropy_backward(st, ce, h.row_max, h.sum_exp, grad_loss, h.logits);  // in place
-  Tensor dx = column_parallel_backward(env, h.input, h.logits, params_[output_], nullptr);
+  Tensor dx;
+  if (deferring && defers_output_grad(env)) {
+    // Megatron keeps the input and the output gradient for the flush (its
+    // embedding_activation_buffer and grad_output_buffer).
+    dx = column_parallel_input_grad(env, h.input, h.logits, params_[output_]);
+    deferred_output_.push_back({h.input, h.logits});
+  } else {
+    dx = column_parallel_backward(env, h.input, h.logits, params_[output_], nullptr);
+  }
   h.logits = h.input = Tensor{};
   return dx;
+}
+
+void GptChunk::drain_output_weight_grads(ModelEnv& env) {
+  if (deferred_output_.empty()) return;
+  Parameter& w = params_[output_];
+  std::unique_ptr<Work> gathering;
+  auto gathered = [&](const Tensor& x) {
+    if (!env.sequence_parallel) return x;
+    Tensor total = allocate_like(env, Shape{x.shape[0] * env.tp.size(), x.shape[1]});
+    gathering = env.tp.all_gather(env.stream, x, total);
+    return total;
+  };
+  Tensor total = gathered(deferred_output_.front().input);
+  for (std::size_t i = 0; i < deferred_output_.size(); ++i) {
+    if (gathering) gathering->wait();
+    gathering.reset();
+    const Tensor input = total;
+    if (i + 1 < deferred_output_.size()) total = gathered(deferred_output_[i + 1].input);
+    accumulate_weight_grad(env, deferred_output_[i].grad, input, w);
+  }
+  deferred_output_.clear();
+  // The output weight (the word embedding when tied) is final now, as of the step's last
+  // backward.
+  if (hook_) hook_->on_grads_ready(last_backward_, {output_});
 }
 
 namespace {
@@ -308,9 +346,13 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
   const bool mtp_losses = head && dims_.mtp_num_layers > 0;
   const bool region = (mtp_ || mtp_losses) && env.observer;
   Tensor g = grad_output;
+  // With deferral on, the output weight is final only after the drain, whichever
+  // microbatches it kept (Megatron's hook never sees a deferred weight gradient).
+  const bool deferred = head && env.defer_embedding_wgrad_compute;
+  if (head) last_backward_ = microbatch;
   if (head)
     g = output_backward(env, s.head, s.batch.labels,
-                        loss_scale / static_cast<float>(s.head.logits.shape[0]), 0);
+                        loss_scale / static_cast<float>(s.head.logits.shape[0]), 0, true);
   if (region) env.observer->begin_region(env.stream, "mtp");
   std::vector<Tensor> depth_grads;  // of the depths' outputs
   if (mtp_losses) {
@@ -346,8 +388,9 @@ Tensor GptChunk::backward(ModelEnv& env, int microbatch, const Tensor& grad_outp
     std::vector<int> done = present({final_ln_w_, final_ln_b_});
     if (mtp_)
       for (int i : mtp_->parameter_indices()) done.push_back(i);
-    if (head && output_ != word_) done.push_back(output_);
-    if (!plan_.pre_process && word_ >= 0) done.push_back(word_);
+    // A deferred output weight is final once drain_output_weight_grads has run.
+    if (head && output_ != word_ && !deferred) done.push_back(output_);
+    if (!plan_.pre_process && word_ >= 0 && !(deferred && word_ == output_)) done.push_back(word_);
     ready(done);
   }
   for (std::size_t i = layers_.size(); i-- > 0;) {

@@ -89,6 +89,11 @@ class GptChunk {
   // gradients come out of the kernels that compute the input gradient, so they stay in B.
   Tensor backward_input(ModelEnv& env, int microbatch, const Tensor& grad_output, float loss_scale);
   void backward_weights(ModelEnv& env, int microbatch);
+  // defer_embedding_wgrad_compute: the output layer's weight gradients the step's backwards
+  // kept, run now in their order (Megatron's drain_embedding_wgrad_compute: under sequence
+  // parallelism each input gathered over tp again, the next one's gather under this one's
+  // GEMM), then the output weight reported ready. Nothing kept: nothing to do.
+  void drain_output_weight_grads(ModelEnv& env);
   // Drops what forward saved for `microbatch` (forward-only evaluation).
   void discard(int microbatch) { saved_.erase(microbatch); }
 
@@ -131,9 +136,13 @@ class GptChunk {
   Tensor final_norm_backward(ModelEnv& env, const Tensor& grad, Saved& s);
   void output_forward(ModelEnv& env, const Tensor& x, const Tensor& labels, HeadActivations& h);
   // The gradient of the hidden states from `row_grad` on each row's loss, the last
-  // `masked_rows` rows' 0 (their losses are masked out).
+  // `masked_rows` rows' 0 (their losses are masked out). `deferring`: the main loss's head
+  // (not an MTP depth's), whose weight gradient may wait for the drain.
   Tensor output_backward(ModelEnv& env, HeadActivations& h, const Tensor& labels, float row_grad,
-                         std::int64_t masked_rows);
+                         std::int64_t masked_rows, bool deferring = false);
+  // defer_embedding_wgrad_compute: whether the next output-layer weight gradient waits for
+  // drain_output_weight_grads (fewer than wgrad_deferral_limit kept so far; 0: always).
+  bool defers_output_grad(const ModelEnv& env) const;
   // Multi-token prediction on the decoder's output h0: the depths and the concatenation
   // [h0 | depth 1 | … | depth D] of Megatron's MTP block; on the loss's chunk the depths'
   // losses from it (returning h0's block) and their gradients.
@@ -153,6 +162,14 @@ class GptChunk {
   std::vector<int> present(std::initializer_list<int> indices) const;
   std::map<int, Saved> saved_;
   std::map<int, WeightGradQueue> deferred_;  // per microbatch: backward_input's W
+  // defer_embedding_wgrad_compute: the output layer's input (the sequence shard under
+  // sequence parallelism) and output gradient of each deferred backward; the microbatch of
+  // the last backward run (the step's last when the drain runs).
+  struct DeferredOutputGrad {
+    Tensor input, grad;
+  };
+  std::vector<DeferredOutputGrad> deferred_output_;
+  int last_backward_ = -1;
   GradReadyHook* hook_ = nullptr;
   ParamsNeededHook* needed_hook_ = nullptr;
 };

@@ -184,6 +184,18 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
   return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b, fp8);
 }
 
+Tensor column_parallel_input_grad(ModelEnv& env, const Tensor& x, const Tensor& dy,
+                                  const Parameter& w) {
+  Tensor dx = linear_input_grad(env, dy, w);
+  if (!env.sequence_parallel) {
+    env.tp.all_reduce(env.stream, dx, ReduceOp::sum)->wait();
+    return dx;
+  }
+  Tensor shard = allocate_like(env, x.shape);
+  env.tp.reduce_scatter(env.stream, dx, shard, ReduceOp::sum)->wait();
+  return shard;
+}
+
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                                 Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
   LinearBackward linear(env, dy, fp8);

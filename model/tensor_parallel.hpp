@@ -78,6 +78,11 @@ struct ModelEnv {
   // gradient the buffer takes as it is (first_backward, set by the stage program).
   bool gradient_accumulation_fusion = true;
   bool first_backward = true;
+  // Megatron-Core's defer_embedding_wgrad_compute: the output layer's weight gradients of
+  // the first wgrad_deferral_limit backwards of a step (0: all) wait for the end of the
+  // schedule (GptChunk::drain_output_weight_grads).
+  bool defer_embedding_wgrad_compute = false;
+  int wgrad_deferral_limit = 0;
   // Megatron's async_tensor_model_parallel_allreduce: a column-parallel backward's input
   // gradient all-reduce overlaps its weight-gradient GEMM (off: it ends first).
   bool async_tensor_model_parallel_allreduce = true;
@@ -173,6 +178,11 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
                                Fp8Tensor* fp8_input = nullptr);
 // Returns dX in x's shape: all-reduced over tp, or reduce-scattered with sequence
 // parallelism; the collective runs while the weight gradient is computed.
+// The input gradient of a column-parallel linear alone, its weight gradient left to the
+// caller (Megatron's deferred output-layer wgrad): dy · W all-reduced over tp, or under
+// sequence parallelism reduce-scattered to x's sequence shard (x is not gathered again).
+Tensor column_parallel_input_grad(ModelEnv& env, const Tensor& x, const Tensor& dy,
+                                  const Parameter& w);
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                                 Parameter* b, Fp8Linear* fp8 = nullptr,
                                 const Fp8Tensor* fp8_input = nullptr);

@@ -211,6 +211,16 @@ void GptStageProgram::backward_weights(int microbatch, int chunk) {
   record('W', microbatch, chunk, start);
 }
 
+void GptStageProgram::drain_output_weight_grads() {
+  if (!env_.defer_embedding_wgrad_compute) return;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    if (!chunks_[c]->plan().post_process) continue;
+    const auto start = trace_ ? env_.device.trace_time(env_.stream) : RunTrace::Clock::time_point{};
+    chunks_[c]->drain_output_weight_grads(env_);
+    record('W', -1, static_cast<int>(c), start);
+  }
+}
+
 void GptStageProgram::record(char type, int microbatch, int chunk,
                              RunTrace::Clock::time_point start) {
   if (!trace_) return;

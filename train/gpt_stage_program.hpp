@@ -41,6 +41,9 @@ class GptStageProgram : public StageProgram {
   // The split backward: B (recorded as "B", category backward) and W ("W", category weight).
   Tensor backward_input(int microbatch, int chunk, const Tensor& grad_output) override;
   void backward_weights(int microbatch, int chunk) override;
+  // After the schedule (defer_embedding_wgrad_compute): the output layer's deferred weight
+  // gradients, a weight pass of the chunk holding the loss in the trace.
+  void drain_output_weight_grads();
   // Combined 1F1B: the forward and the backward take turns on the host
   // (Device::host_turns), each with a ModelEnv of its own, handing over where an
   // expert-parallel all-to-all was issued (MoeLayer). Same results as one after the other.

@@ -250,6 +250,19 @@ void check_step_supports(const Scenario& s) {
     v.push_back({"tp_comm_overlap", "true",
                  "with FP8 the overlapped backward gathers the output gradient as FP8 codes, "
                  "which the weight gradient then needs in FP8: not with fp8_wgrad false"});
+  if (s.training.defer_embedding_wgrad_compute) {
+    const bool split =
+        s.parallelism.delay_wgrad_compute || effective_pipeline_schedule(s) == "zb-h1";
+    if (split)
+      v.push_back({"defer_embedding_wgrad_compute", "true",
+                   "with a split backward (delay_wgrad_compute, zb-h1) the output layer's "
+                   "weight gradients are already placed by the schedule; leave one of the two "
+                   "out"});
+    if (mtp_depths(s.model) > 0)
+      v.push_back({"defer_embedding_wgrad_compute", "true",
+                   "with multi-token prediction (whose heads multiply the output layer again) "
+                   "is not built yet; leave mtp_num_layers out"});
+  }
   if (!v.empty()) throw ConfigError(v);
 }
 
@@ -334,6 +347,8 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   env.bias_gelu_fusion = t.bias_gelu_fusion;
   env.bias_dropout_fusion = t.bias_dropout_fusion;
+  env.defer_embedding_wgrad_compute = t.defer_embedding_wgrad_compute;
+  env.wgrad_deferral_limit = t.wgrad_deferral_limit;
   if (t.fp8.enabled()) env.amax_group = &need(groups_.amax, "tp-dp-cp");
   env.tp_comm_overlap = scenario.parallelism.tp_comm_overlap;
   env.transformer_engine = transformer_engine_modules(scenario.model);
@@ -588,7 +603,8 @@ StepResult Trainer::train_step() {
   const ScheduleSpec spec = schedule_spec(m, false);
   StepContext step{device_, stream_, need(groups_.pp, "pp"), exchange_shapes_};
   run_schedule(make_rank_schedule(spec, ctx_.coords.pp), *program_, step);
-  buckets_->finish_param_gather();  // a stage whose forward needed none of them
+  program_->drain_output_weight_grads();  // Megatron's finish_embedding_wgrad_compute
+  buckets_->finish_param_gather();        // a stage whose forward needed none of them
   finalize_grads();
   update_expert_bias();
   // Megatron averages the loss over dp for its log inside the step (the loss function), so

@@ -1068,6 +1068,30 @@ TEST(ScenarioModel, AttentionBackendFollowsMegatronsRules) {
   EXPECT_NO_THROW(validate(local));
 }
 
+// Megatron-Core's ModelParallelConfig: deferring the output layer's weight gradients needs a
+// pipeline and gradient-accumulation fusion, and the limit is a count.
+TEST(ScenarioTraining, DeferEmbeddingWgradComputeFollowsMegatronsRules) {
+  Scenario s = default_scenario();
+  s.parallelism.pipeline_model_parallel_size = 1;
+  s.parallelism.tensor_model_parallel_size = 1;
+  s.cluster.world_size = 1;
+  apply_overrides(s,
+                  {{"--defer-embedding-wgrad-compute", "true"}, {"--wgrad-deferral-limit", "4"}});
+  EXPECT_TRUE(s.training.defer_embedding_wgrad_compute);
+  EXPECT_EQ(s.training.wgrad_deferral_limit, 4);
+  EXPECT_EQ(parse_scenario(to_json(s)), s);
+  EXPECT_TRUE(Names(invalid(s), "defer_embedding_wgrad_compute", "true",
+                    "pipeline_model_parallel_size > 1"));
+  Scenario pp = default_scenario();
+  pp.training.defer_embedding_wgrad_compute = true;
+  EXPECT_NO_THROW(validate(pp));
+  pp.training.gradient_accumulation_fusion = false;
+  EXPECT_TRUE(
+      Names(invalid(pp), "defer_embedding_wgrad_compute", "true", "gradient_accumulation_fusion"));
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--wgrad-deferral-limit", "-1"}}),
+                    "--wgrad-deferral-limit", "-1", "0"));
+}
+
 TEST(ScenarioModel, TransformerImplIsLocalOrTransformerEngine) {
   Scenario s = default_scenario();
   EXPECT_EQ(s.model.transformer_impl, "local");  // tandem's scenarios; Megatron's flags: TE

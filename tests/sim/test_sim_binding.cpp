@@ -534,13 +534,15 @@ TEST(SimBinding, PipelineBubbleIsTheSchedulesFraction) {
 // §3.1) with F, B, W the simulated passes' own lengths — what the report's per-rank pass
 // seconds give. The iteration is shorter, and the peak memory within one microbatch's
 // held output gradients of 1F1B's.
-TEST(SimBinding, ZbH1BubbleIsSmallerThan1F1BsOnTheSameLayout) {
+// 8 layers of hidden 2048 (16 heads, 1,024 tokens) in bf16 on 1F1B over four A100s of one
+// node, eight microbatches of one sample a step.
+Scenario four_stage_gpt(int vocab) {
   Scenario s;
   s.model.num_layers = 8;
   s.model.hidden_size = 2048;
   s.model.num_attention_heads = 16;
   s.model.seq_length = 1024;
-  s.model.vocab_size = 1024;
+  s.model.vocab_size = vocab;
   s.parallelism.pipeline_model_parallel_size = 4;
   s.training.micro_batch_size = 1;
   s.training.global_batch_size = 8;
@@ -548,6 +550,11 @@ TEST(SimBinding, ZbH1BubbleIsSmallerThan1F1BsOnTheSameLayout) {
   s.cluster.world_size = 4;
   s.cluster.gpus_per_node = 8;
   validate(s);
+  return s;
+}
+
+TEST(SimBinding, ZbH1BubbleIsSmallerThan1F1BsOnTheSameLayout) {
+  Scenario s = four_stage_gpt(1024);
   const auto base = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
   s.parallelism.pipeline_schedule = "zb-h1";
   validate(s);
@@ -577,6 +584,42 @@ TEST(SimBinding, ZbH1BubbleIsSmallerThan1F1BsOnTheSameLayout) {
             base.at("max_peak_memory_bytes").get<double>() + held);
   // 1F1B's backward is one class; ZB-H1's rank reports B and W apart.
   EXPECT_FALSE(base.at("ranks").at(1).at("pass_seconds").contains("weight"));
+}
+
+// Megatron-Core's --defer-embedding-wgrad-compute on four_stage_gpt with a 131,072-token
+// vocabulary (its output layer as heavy as two of the stage's layers): the
+// last stage runs the output layer's weight-gradient GEMMs after the schedule, in the flush,
+// instead of in each backward, so its backward passes lose them (about a third of the
+// output layer's work) and the steady state, which the last stage paces, is shorter. It
+// holds each deferred microbatch's logits gradient until then: 1,024 × 131,072 bf16 values
+// (268 MB) a microbatch, the eight of a step 2.1 GB. With wgrad_deferral_limit 2 only the
+// first two microbatches' wait.
+TEST(SimBinding, DeferredOutputWeightGradientsRunInTheFlush) {
+  Scenario s = four_stage_gpt(131072);
+  const auto base = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+  s.training.defer_embedding_wgrad_compute = true;
+  validate(s);
+  const auto deferred = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+  s.training.wgrad_deferral_limit = 2;
+  validate(s);
+  const auto limited = simulate_in_child(s, "dgx-a100-80g", SimMode::full);
+  for (const auto* r : {&base, &deferred, &limited}) ASSERT_FALSE(r->contains("error")) << *r;
+  const auto& last = deferred.at("ranks").at(3).at("pass_seconds");
+  const auto& last_base = base.at("ranks").at(3).at("pass_seconds");
+  const double w = last.at("weight").get<double>();
+  // The GEMMs moved, not added: what the backward passes lost, the weight pass runs.
+  EXPECT_NEAR(last_base.at("backward").get<double>() - last.at("backward").get<double>(), w,
+              0.05 * w);
+  EXPECT_GT(w, 0.05 * last_base.at("backward").get<double>());
+  EXPECT_FALSE(deferred.at("ranks").at(0).at("pass_seconds").contains("weight"));
+  EXPECT_NEAR(limited.at("ranks").at(3).at("pass_seconds").at("weight").get<double>(), w / 4,
+              0.05 * w);
+  EXPECT_LT(deferred.at("iteration_seconds").get<double>(),
+            base.at("iteration_seconds").get<double>());
+  const double held = 8.0 * 1024 * 131072 * 2;
+  EXPECT_GT(deferred.at("ranks").at(3).at("peak_memory_bytes").get<double>() -
+                base.at("ranks").at(3).at("peak_memory_bytes").get<double>(),
+            0.5 * held);
 }
 
 // Megatron-Core's overlap_p2p_comm on the interleaved schedule: a forward's transfers run

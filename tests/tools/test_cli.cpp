@@ -449,6 +449,11 @@ TEST(CliSimulate, LayoutsTheStepCannotBuildAreRefusedBeforeWork) {
       {"--use-flash-attn --group-query-attention --num-query-groups 1 "
        "--tensor-model-parallel-size 2 --world-size 2",
        {"num_query_groups = 1", "multiple of tensor_model_parallel_size = 2"}},
+      // The output layer's deferred weight gradients beside a split backward, which places
+      // them itself.
+      {"--pipeline-model-parallel-size 2 --world-size 2 --defer-embedding-wgrad-compute "
+       "--delay-wgrad-compute",
+       {"defer_embedding_wgrad_compute = true", "split backward"}},
   };
   for (const auto& [flags, expect] : cases) {
     const auto r = run("simulate --quiet " + flags);

@@ -26,7 +26,11 @@
 # the GEMMs' blocks (also with the distributed optimizer's parameter all-gathers waited for
 # bucket by bucket in forward, --overlap-param-gather). Interleaved over four stages, the
 # pipeline's sends and receives posted and waited for later (overlap_p2p_comm, Megatron's
-# default) or batched and waited for at once, give the single-process losses too.
+# default) or batched and waited for at once, give the single-process losses too. With
+# --defer-embedding-wgrad-compute the last stage runs the output layer's weight gradients
+# after the schedule (all of them, or the first microbatch's alone with
+# --wgrad-deferral-limit 1, under sequence parallelism gathering their inputs again, and with
+# overlapped buckets that wait for them): the same losses and parameters.
 #   tests/train/layout_equivalence.sh TANDEM_BINARY SCENARIO
 set -euo pipefail
 tandem="$1"
@@ -59,6 +63,9 @@ layouts=(
   "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "4|--tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
   "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"
+  "2|--pipeline-model-parallel-size 2 --defer-embedding-wgrad-compute"
+  "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --defer-embedding-wgrad-compute"
+  "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --defer-embedding-wgrad-compute --wgrad-deferral-limit 1"
 )
 failed=0
 printf "%-150s %-10s %s\n" "layout" "max rel loss diff" "max abs param diff"
