@@ -121,14 +121,24 @@ Fp8Tensor Fp8Linear::quantize_input(ModelEnv& env, const Tensor& x) {
   return quantize(env, x, x.shape[0], x.shape[1], Fp8LayerState::input, false);
 }
 
-bool Fp8Linear::gathers_codes(std::int64_t cols) const {
-  const Fp8Config& c = state_->config();
-  // Whole int32 words of codes per row, so that each rank's rows are a run of words.
-  return (c.recipe == "delayed" || c.recipe == "tensorwise") && c.wgrad && cols % 4 == 0;
+bool Fp8Linear::per_tensor() const {
+  const std::string& recipe = state_->config().recipe;
+  return recipe == "delayed" || recipe == "tensorwise";
 }
 
-Fp8Tensor Fp8Linear::quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role) {
+bool Fp8Linear::gathers_codes(std::int64_t rows, std::int64_t cols) const {
+  const Fp8Config& c = state_->config();
+  // Whole int32 words of codes per row, so that each rank's rows are a run of words.
+  if (!c.wgrad || cols % 4 != 0) return false;
+  if (per_tensor()) return true;
+  const std::int64_t block = c.recipe == "mxfp8" ? 32 : 128;
+  return rows % block == 0 && cols % block == 0;
+}
+
+Fp8Tensor Fp8Linear::quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role,
+                                    bool along_rows) {
   const std::int64_t rows = t.shape[0], cols = t.shape[1];
+  if (!per_tensor()) return quantize(env, t, rows, cols, role, along_rows);
   if (state_->delayed() || env.tp.size() == 1) return quantize(env, t, rows, cols, role, false);
   Device& d = env.device;
   Tensor amax = d.allocate(Shape{1}, DType::fp32);
@@ -175,14 +185,15 @@ void Fp8Linear::weight_grad(ModelEnv& env, const Fp8Grad& g, const Tensor& x,
     return;
   }
   const std::int64_t rows = dy.shape[0];
-  const bool per_tensor =
-      state_->config().recipe == "delayed" || state_->config().recipe == "tensorwise";
+  const bool one_scale = per_tensor();
   // wgrad reduces over the rows (tokens): block recipes need copies blocked along them.
-  const Fp8Tensor dyq =
-      per_tensor ? g.rowwise : quantize(env, dy, rows, dy.shape[1], Fp8LayerState::grad, true);
+  const Fp8Tensor dyq = one_scale ? g.rowwise
+                        : g.columnwise.codes.storage
+                            ? g.columnwise
+                            : quantize(env, dy, rows, dy.shape[1], Fp8LayerState::grad, true);
   const Fp8Tensor xq = saved_input != nullptr && saved_input->codes.storage
                            ? *saved_input
-                           : quantize(env, x, rows, x.shape[1], Fp8LayerState::input, !per_tensor);
+                           : quantize(env, x, rows, x.shape[1], Fp8LayerState::input, !one_scale);
   if (env.gradient_accumulation_fusion || env.first_backward) {
     const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
     env.device.fp8_gemm(env.stream,

@@ -97,6 +97,9 @@ class Fp8LayerState {
 struct Fp8Grad {
   const Tensor* dy = nullptr;  // (rows, out) in the compute dtype
   Fp8Tensor rowwise;           // for dgrad (and wgrad under per-tensor scaling)
+  // The block recipes' wgrad operand, blocked along the rows, where it was gathered as codes
+  // (sequence parallelism); empty: weight_grad quantizes *dy.
+  Fp8Tensor columnwise;
 };
 
 // One linear layer of a layer's Fp8LayerState: `linear` is 0 qkv, 1 proj, 2 fc1, 3 fc2.
@@ -118,16 +121,26 @@ class Fp8Linear {
   // quantize each rank's rows before they move: x (rows, in) as forward quantizes it, and the
   // step's weight copies for fprop and dgrad (quantized at the step's first forward).
   Fp8Tensor quantize_input(ModelEnv& env, const Tensor& x);
-  // Whether a sequence-parallel all-gather of this layer's input or output gradient moves
-  // FP8 codes, 1 byte an element, as Transformer Engine's does under per-tensor scaling
-  // with FP8 weight gradients (TE 1.x layernorm_linear.py / linear.py and
-  // grad_output_preprocess; TE 2.x the same through its quantized gather): the shard is
-  // quantized before it moves. Elsewhere the compute dtype is gathered and then quantized.
-  bool gathers_codes(std::int64_t cols) const;
+  // Whether a sequence-parallel all-gather of this layer's input or output gradient, a
+  // shard of `rows` rows, moves FP8 codes, as Transformer Engine's does with FP8 weight
+  // gradients (TE 1.x layernorm_linear.py / linear.py and grad_output_preprocess; TE 2.x
+  // the same through its quantized gather, distributed.py gather_along_first_dim): the shard
+  // is quantized before it moves. Per-tensor scaling: 1 byte an element. The block recipes
+  // gather their codes with their block scales where TE's is_quantizable takes the shard
+  // (rows and columns multiples of the block: 128, MXFP8's 32), so that every block of the
+  // gathered tensor is one of a shard; elsewhere the compute dtype is gathered and then
+  // quantized (TE's fallback).
+  bool gathers_codes(std::int64_t rows, std::int64_t cols) const;
+  // Whether the recipe keeps one scale a tensor (delayed, tensorwise): its codes serve both
+  // GEMM layouts; the block recipes need a copy blocked along the rows for wgrad.
+  bool per_tensor() const;
   // A shard of rows quantized for `role` so that the gathered codes are those of the whole
   // tensor: delayed scaling's one scale, or (tensorwise) the current scale of the amax
-  // all-reduced (max) over tp, TE's amax reduction group for sequence-parallel tensors.
-  Fp8Tensor quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role);
+  // all-reduced (max) over tp, TE's amax reduction group for sequence-parallel tensors; the
+  // block recipes' blocks along the columns (rowwise usage), or with `along_rows` along
+  // the rows (columnwise usage, wgrad's).
+  Fp8Tensor quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerState::Role role,
+                           bool along_rows = false);
   // y (rows, out) = x · wᵀ from x already quantized (a gathered input).
   Tensor forward_quantized(ModelEnv& env, const Fp8Tensor& xq, const Parameter& w);
   const Fp8Tensor& forward_weight(ModelEnv& env, const Parameter& w);

@@ -1,5 +1,6 @@
 #include "model/tensor_parallel.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/fp8_linear.hpp"
@@ -130,12 +131,35 @@ Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w) {
 
 namespace {
 
-// Every tp rank's rows of FP8 codes, in rank order, into `total`; the scale is the shard's
-// (quantize_shard gives every rank the same one).
+// Several operations waited for as one.
+class WorkGroup : public Work {
+ public:
+  explicit WorkGroup(std::vector<std::unique_ptr<Work>> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (auto& w : works_) w->wait();
+  }
+  bool test() override {
+    return std::all_of(works_.begin(), works_.end(), [](auto& w) { return w->test(); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> works_;
+};
+
+// Every tp rank's rows of FP8 codes, in rank order, into `total`. Per tensor the scale is
+// the shard's (quantize_shard gives every rank the same one); the block recipes' scales are
+// gathered beside the codes (Transformer Engine's coalesced gather of data and
+// scale-inverses), every block being one shard's (gathers_codes).
 std::unique_ptr<Work> gather_fp8_rows(ModelEnv& env, const Fp8Tensor& shard, Fp8Tensor& total) {
   total = allocate_fp8(env.device, shard.rows * env.tp.size(), shard.cols, shard.layout);
-  total.scale_inv = shard.scale_inv;
-  return env.tp.all_gather(env.stream, shard.codes, total.codes);
+  std::vector<std::unique_ptr<Work>> works;
+  works.push_back(env.tp.all_gather(env.stream, shard.codes, total.codes));
+  if (shard.layout.scaling == Fp8Scaling::tensor)
+    total.scale_inv = shard.scale_inv;
+  else
+    works.push_back(env.tp.all_gather(env.stream, shard.scale_inv, total.scale_inv));
+  if (works.size() == 1) return std::move(works.front());
+  return std::make_unique<WorkGroup>(std::move(works));
 }
 
 }  // namespace
@@ -161,7 +185,7 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
       // FP8 (per-tensor scaling): the shard quantized, its codes passed round the ring and
       // kept for backward's gather (Transformer Engine's bulk all-gather of ln_out).
       Fp8Tensor shard = fp8->quantize_shard(env, x, Fp8LayerState::input);
-      if (fp8_input != nullptr && fp8->gathers_codes(x.shape[1])) *fp8_input = shard;
+      if (fp8_input != nullptr && fp8->gathers_codes(x.shape[0], x.shape[1])) *fp8_input = shard;
       y = ring_exchange_gather_fp8_gemm(env, shard, fp8->forward_weight(env, w), true);
     } else {
       y = ring_exchange_gather_gemm(env, x, w.compute, true);
@@ -169,13 +193,16 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
     if (b) env.device.bias_add(env.stream, y, b->compute);
     return y;
   }
-  if (fp8 != nullptr && fp8->gathers_codes(x.shape[1])) {
+  if (fp8 != nullptr && fp8->gathers_codes(x.shape[0], x.shape[1])) {
     // Transformer Engine's: the shard quantized (its layer norm writes FP8), the codes
-    // gathered; the shard's codes are what backward gathers again for the weight gradient.
+    // gathered; the shard's codes are what backward gathers again for the weight gradient
+    // (the block recipes': a copy blocked along the rows, TE's columnwise usage).
     Fp8Tensor shard = fp8->quantize_shard(env, x, Fp8LayerState::input);
     Fp8Tensor total;
     gather_fp8_rows(env, shard, total)->wait();
-    if (fp8_input != nullptr) *fp8_input = shard;
+    if (fp8_input != nullptr)
+      *fp8_input =
+          fp8->per_tensor() ? shard : fp8->quantize_shard(env, x, Fp8LayerState::input, true);
     Tensor y = fp8->forward_quantized(env, total, w);
     if (b) env.device.bias_add(env.stream, y, b->compute);
     return y;
@@ -210,7 +237,8 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   // Megatron's LinearWithGradAccumulationAndAsyncCommunication: the input is re-gathered
   // while the input gradient is computed, and the input gradient is reduce-scattered while
   // the weight gradient is computed.
-  if (fp8 != nullptr && fp8_input != nullptr && fp8->gathers_codes(fp8_input->cols)) {
+  if (fp8 != nullptr && fp8_input != nullptr &&
+      fp8->gathers_codes(fp8_input->rows, fp8_input->cols)) {
     // Forward's FP8 shard, gathered again as codes (Transformer Engine's ln_out).
     Fp8Tensor total_codes;
     auto gather = gather_fp8_rows(env, *fp8_input, total_codes);
@@ -256,18 +284,27 @@ Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, 
 Tensor row_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                              Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
   const bool overlap = env.sequence_parallel && env.tp_comm_overlap;
-  if (env.sequence_parallel && fp8 != nullptr && (overlap || fp8->gathers_codes(dy.shape[1]))) {
+  if (env.sequence_parallel && fp8 != nullptr &&
+      (overlap || fp8->gathers_codes(dy.shape[0], dy.shape[1]))) {
     // The shard's gradient quantized and its codes gathered (Transformer Engine's
     // grad_output_preprocess), with --tp-comm-overlap round the ring while dgrad's blocks
-    // run; dgrad and (per-tensor scaling) wgrad read the gathered codes.
+    // run; dgrad and (per-tensor scaling) wgrad read the gathered codes. The block recipes
+    // gather both usages, TE's rowwise and columnwise, the second for wgrad.
     Fp8Grad grad{.dy = &dy, .rowwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad)};
     Fp8Grad gathered = grad;
     Tensor dx;
     if (overlap) {
       dx = ring_exchange_gather_fp8_gemm(env, grad.rowwise, fp8->dgrad_weight(), false,
                                          &gathered.rowwise);
-    } else {
+    } else if (fp8->per_tensor()) {
       gather_fp8_rows(env, grad.rowwise, gathered.rowwise)->wait();
+      dx = fp8->input_grad(env, gathered, w);
+    } else {
+      const Fp8Tensor columnwise = fp8->quantize_shard(env, dy, Fp8LayerState::grad, true);
+      auto rows_gather = gather_fp8_rows(env, grad.rowwise, gathered.rowwise);
+      auto columns_gather = gather_fp8_rows(env, columnwise, gathered.columnwise);
+      rows_gather->wait();
+      columns_gather->wait();
       dx = fp8->input_grad(env, gathered, w);
     }
     const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/fp8.hpp"
@@ -199,6 +200,50 @@ TEST(Fp8, QuantizeKernels) {
       if (!mode.rows && !mode.cols) break;
     }
   }
+}
+
+// What the block recipes' sequence-parallel gathers rest on (model/fp8_linear.hpp
+// gathers_codes): a tensor's rows cut into shards of whole blocks, each shard quantized on
+// its own, give the whole tensor's codes and block scales back to back — along the columns
+// (1 × 128, MXFP8's 1 × 32) and along the rows (128 × 1, 32 × 1). With shards that cut a row
+// block (64 rows of 128 × 1 blocks) the scales of that block differ.
+TEST(Fp8, ShardsOfWholeBlocksQuantizeAsTheWholeTensor) {
+  const std::int64_t rows = 256, cols = 256, half = rows / 2;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  x[static_cast<std::size_t>(200 * cols + 3)] = 60.0f;  // an outlier in the second shard
+  auto quantized = [&](const float* input, std::int64_t n, cpu::Fp8Blocks blocks, bool mx) {
+    const auto grid = cpu::fp8_scale_grid(n, cols, blocks);
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(n * cols));
+    std::vector<float> scale_inv(static_cast<std::size_t>(grid.rows * grid.cols));
+    cpu::fp8_quantize({.input = input,
+                       .rows = n,
+                       .cols = cols,
+                       .format = e4m3,
+                       .blocks = blocks,
+                       .mx = mx,
+                       .given_scale = 0},
+                      codes.data(), scale_inv.data(), nullptr);
+    return std::pair{codes, scale_inv};
+  };
+  for (auto [blocks, mx] :
+       {std::pair{cpu::Fp8Blocks{1, 128}, false}, std::pair{cpu::Fp8Blocks{128, 1}, false},
+        std::pair{cpu::Fp8Blocks{1, 32}, true}, std::pair{cpu::Fp8Blocks{32, 1}, true}}) {
+    const auto whole = quantized(x.data(), rows, blocks, mx);
+    auto first = quantized(x.data(), half, blocks, mx);
+    const auto second = quantized(x.data() + half * cols, half, blocks, mx);
+    first.first.insert(first.first.end(), second.first.begin(), second.first.end());
+    first.second.insert(first.second.end(), second.second.begin(), second.second.end());
+    EXPECT_EQ(first.first, whole.first) << blocks.rows << " x " << blocks.cols;
+    EXPECT_EQ(first.second, whole.second) << blocks.rows << " x " << blocks.cols;
+  }
+  // Shards of 64 rows cut the 128 × 1 blocks: the outlier's block scale is no longer shared.
+  const cpu::Fp8Blocks columnwise{128, 1};
+  const auto whole = quantized(x.data(), rows, columnwise, false);
+  auto cut = quantized(x.data() + 128 * cols, 64, columnwise, false);
+  EXPECT_NE(cut.second[3], whole.second[cols + 3]);
 }
 
 TEST(Fp8, GivenScaleAndAmax) {

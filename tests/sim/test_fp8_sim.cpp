@@ -283,11 +283,18 @@ TEST(Fp8Sim, DelayedScalingReducesAmaxesOnTheirOwnGroupFromTheFirstStep) {
 // and again backward, proj's and fc2's output gradients) at 1 byte instead of 2; three more
 // of the same size stay bf16 (the output layer's input, forward and backward, and the
 // embedding's gradient). Two layers: (6·2·1 + 3·2) / (6·2·2 + 3·2) = 18 / 30 of the bf16
-// run's bytes. The block recipes gather bf16.
+// run's bytes. The block recipes gather codes too, with their fp32 block scales (here every
+// shard, 1,024 rows of 4,096, is whole 128-blocks): forward the inputs' rowwise copies,
+// backward their columnwise ones, and both of each output gradient (TE's two usages), 8
+// code gathers and 8 scale gathers of 4/128 bytes an element a layer:
+// (2·8·(1 + 1/32) + 3·2) / 30 = 22.5 / 30. With shards that are not whole blocks (a
+// sequence of 2,000) they gather bf16, as TE falls back.
 TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
-  auto gathered = [](const std::string& recipe, bool fp8, bool overlap = false) {
+  auto gathered = [](const std::string& recipe, bool fp8, bool overlap = false,
+                     int sequence = 2048) {
     return testing::in_child([&] {
       Scenario s = fp8_scenario(recipe);
+      s.model.seq_length = sequence;
       if (!fp8) s.training.fp8.format = "";
       s.cluster.world_size = 2;
       s.parallelism.tensor_model_parallel_size = 2;
@@ -315,7 +322,11 @@ TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
   }
   const auto block = gathered("blockwise", true);
   ASSERT_FALSE(block.contains("error")) << block;
-  EXPECT_DOUBLE_EQ(block["bytes"].get<double>(), base);
+  EXPECT_NEAR(block["bytes"].get<double>() / base, 22.5 / 30.0, 1e-9);
+  const auto ragged_bf16 = gathered("blockwise", false, false, 2000);
+  const auto ragged = gathered("blockwise", true, false, 2000);
+  ASSERT_FALSE(ragged.contains("error")) << ragged;
+  EXPECT_DOUBLE_EQ(ragged["bytes"].get<double>(), ragged_bf16["bytes"].get<double>());
   // With --tp-comm-overlap the forward gathers and the output gradients' gathers move round
   // the ring instead; what stays an all-gather is backward's re-gather of qkv's and fc1's
   // inputs (codes, as TE's bulk overlap gathers its saved FP8 ln_out), the output layer's
