@@ -107,10 +107,7 @@ Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w,
   if (saved_input != nullptr && saves_input()) {
     // wgrad reduces over the rows: per-tensor scaling reuses fprop's codes, the block
     // recipes need a copy blocked along the rows (TE's columnwise usage, made in forward).
-    const std::string& recipe = state_->config().recipe;
-    *saved_input = recipe == "delayed" || recipe == "tensorwise"
-                       ? xq
-                       : quantize(env, x, rows, in, Fp8LayerState::input, true);
+    *saved_input = per_tensor() ? xq : quantize(env, x, rows, in, Fp8LayerState::input, true);
   }
   Tensor y = allocate_like(env, Shape{rows, out});
   env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});

@@ -158,6 +158,16 @@ nlohmann::json simulated(const Scenario& s) {
   });
 }
 
+// `s` simulated on the H100 preset for `iterations`, every op and collective recorded
+// (SimReport's RankStats::collectives); to be run in a child.
+SimReport simulated_recording(const Scenario& s, int iterations = 1) {
+  const Topology t = load_topology("dgx-h100");
+  SimulateOptions o = priced_options(t);
+  o.iterations = iterations;
+  o.record_ops = true;
+  return simulate(s, t, o);
+}
+
 // Hidden 4096, sequence 2048 on an H100: the linear layers' GEMMs at twice the bf16 rate
 // outweigh the casts (measured when written: 36 ms in bf16, 31 ms in FP8 per iteration).
 TEST(Fp8Sim, StepIsFasterThanBf16) {
@@ -254,11 +264,7 @@ TEST(Fp8Sim, DelayedScalingReducesAmaxesOnTheirOwnGroupFromTheFirstStep) {
       s.parallelism.overlap_grad_reduce = true;
       s.parallelism.overlap_param_gather = true;
       s.training.global_batch_size = 8;
-      const Topology t = load_topology("dgx-h100");
-      SimulateOptions o = priced_options(t);
-      o.iterations = iterations;
-      o.record_ops = true;
-      const SimReport r = simulate(s, t, o);
+      const SimReport r = simulated_recording(s, iterations);
       int amax = 0;
       for (const std::string& c : r.ranks.front().collectives)
         if (c.rfind("all_reduce tp-dp-cp ", 0) == 0) ++amax;
@@ -301,10 +307,7 @@ TEST(Fp8Sim, SequenceParallelGathersMoveFp8Codes) {
       s.parallelism.sequence_parallel = true;
       s.parallelism.tp_comm_overlap = overlap;
       s.training.train_iters = 1;
-      const Topology t = load_topology("dgx-h100");
-      SimulateOptions o = priced_options(t);
-      o.record_ops = true;
-      const SimReport r = simulate(s, t, o);
+      const SimReport r = simulated_recording(s);
       double bytes = 0;
       for (const std::string& c : r.ranks.front().collectives)
         if (c.rfind("all_gather tp ", 0) == 0) bytes += std::stod(c.substr(14));

@@ -431,6 +431,27 @@ TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
   }
 }
 
+// The flash-attn package's fused-attention fractions (attention_backend flash): fractions,
+// optional (0, the A100 fallback, when absent), and round-trip through JSON.
+TEST(TopologyValidation, FlashAttnFractionsAreFractionsAndRoundTrip) {
+  const Topology h100 = load_topology("dgx-h100");
+  EXPECT_DOUBLE_EQ(h100.gpu.flash_attn_forward_fraction, 0.32);
+  EXPECT_DOUBLE_EQ(h100.gpu.flash_attn_backward_fraction, 0.31);
+  EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.flash_attn_forward_fraction, 0.0);
+  json j = to_json(h100);
+  EXPECT_DOUBLE_EQ(j["gpu"]["flash_attn_backward_fraction"].get<double>(), 0.31);
+  for (const char* key : {"flash_attn_forward_fraction", "flash_attn_backward_fraction"}) {
+    json bad = j;
+    bad["gpu"][key] = 1.2;
+    const auto [v, count] = rejected(bad);
+    const std::string field = std::string("gpu.") + key;
+    ASSERT_TRUE(v.count(field)) << key;
+    EXPECT_EQ(v.at(field).value, "1.2");
+    EXPECT_EQ(v.at(field).rule, "must lie in (0, 1]");
+    EXPECT_EQ(count, 1U);
+  }
+}
+
 // gemm_tile_fixed_k (cost-model rule 2f): steps of K, optional (0 when absent), never
 // negative, and round-trips through JSON where a preset has it.
 TEST(TopologyValidation, GemmTileFixedKIsNonNegativeAndRoundTrips) {
