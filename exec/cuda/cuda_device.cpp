@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "exec/op_arguments.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cublas_library.hpp"
+#include "kernels/cuda/fp8_lt_plan.hpp"
+#include "kernels/cuda/lt_matmul.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/math/bf16.hpp"
 #include "kernels/math/fp16.hpp"
@@ -133,6 +136,10 @@ CudaDevice::CudaDevice(int ordinal)
       pool_(std::make_shared<DeviceMemoryPool>(ordinal)),
       turns_([ordinal] { TANDEM_CUDA_CHECK(cudaSetDevice(ordinal)); }) {
   TANDEM_CUDA_CHECK(cudaSetDevice(ordinal));
+  int major = 0, minor = 0;
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal));
+  compute_capability_ = major * 10 + minor;
   TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().create(&blas_));
   TANDEM_CUBLAS_CHECK(kernels::cuda::cublas().set_math_mode(
       blas_, CUBLAS_DEFAULT_MATH));  // fp32 stays fp32: no TF32
@@ -141,6 +148,7 @@ CudaDevice::CudaDevice(int ordinal)
 
 CudaDevice::~CudaDevice() {
   if (default_stream_) (void)cudaStreamSynchronize(default_stream_->handle());
+  lt_.reset();
   (void)kernels::cuda::cublas().destroy(blas_);
 }
 
@@ -649,10 +657,12 @@ void CudaDevice::adam(Stream& s, const AdamArgs& a) {
             f32(a.exp_avg_sq), a.param.numel(), step);
 }
 
-// FP8 (exec/fp8_arguments.hpp checks as on the cpu binding). The GEMM decodes both operands
-// into fp32 scratch (the values the cpu reference multiplies) and runs cuBLAS's fp32 GEMM on
-// them, into fp32 scratch when C is bf16: the cpu binding's arithmetic, not yet cuBLASLt's
-// FP8 tensor-core GEMM (the speed of which the simulator prices from the preset).
+// FP8 (exec/fp8_arguments.hpp checks as on the cpu binding). A GEMM of per-tensor-scaled
+// operands runs on the FP8 tensor cores through cuBLASLt where kernels/cuda/fp8_lt_plan.hpp
+// says it can (compute capability 8.9+, M, N, K multiples of 16, not E5M2 × E5M2, 16-byte
+// aligned), operands held the other way transposed first; any other — block scales, odd
+// shapes, an A100 — decodes both operands into fp32 scratch and runs cuBLAS's fp32 GEMM on
+// them (into fp32 scratch when C is 16-bit): the cpu binding's arithmetic, at fp32 speed.
 void CudaDevice::fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) {
   check_fp8_quantize("fp8_quantize", a);
   const auto& l = a.output.layout;
@@ -675,6 +685,27 @@ void CudaDevice::fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) {
 
 void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
   const auto shape = check_fp8_gemm("fp8_gemm", a);
+  const kc::Floats out = floats(a.c, "fp8_gemm");
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const kc::Fp8LtPlan plan = kc::plan_fp8_lt_gemm(
+      {.m = shape.m,
+       .n = shape.n,
+       .k = shape.k,
+       .transpose_a = a.transpose_a,
+       .transpose_b = a.transpose_b,
+       .format_a = math_format(a.a.layout.format),
+       .format_b = math_format(a.b.layout.format),
+       .per_tensor_scales = a.a.scale_inv.numel() == 1 && a.b.scale_inv.numel() == 1,
+       .out = out.precision,
+       .compute_capability = compute_capability_,
+       .aligned = aligned(address(a.a.codes)) && aligned(address(a.b.codes)) && aligned(out.data)});
+  if (plan.runs()) {
+    if (!lt_) lt_ = std::make_unique<kc::LtMatmul>();
+    if (lt_->has_algorithm(plan, a.beta != 0)) {
+      fp8_gemm_tensor_cores(s, a, plan);
+      return;
+    }
+  }
   const kc::Context c{cuda_stream_of(s), blas_};
   auto decode = [&](const Fp8Tensor& t, const Scratch& into) {
     kc::fp8_dequantize(c, static_cast<const std::uint8_t*>(address(t.codes)), f32(t.scale_inv),
@@ -686,7 +717,6 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
   const Scratch db = scratch(static_cast<std::size_t>(a.b.rows * a.b.cols) * sizeof(float));
   decode(a.a, da);
   decode(a.b, db);
-  const kc::Floats out = floats(a.c, "fp8_gemm");
   const bool direct = out.precision == kc::Precision::fp32;
   const Scratch dc = scratch(static_cast<std::size_t>(direct ? 1 : a.c.numel()) * sizeof(float));
   const kc::Floats c32 = direct ? out : kc::Floats{dc.data(), kc::Precision::fp32};
@@ -701,6 +731,37 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
             .beta = a.beta},
            {da.data(), kc::Precision::fp32}, {db.data(), kc::Precision::fp32}, c32);
   if (!direct) kc::convert(c, c32, out, a.c.numel());
+}
+
+// cuBLASLt's "TN" call: its first operand is B held (N, K), its second A held (M, K); an
+// operand held the other way is transposed into scratch (per tensor, so its scale holds).
+void CudaDevice::fp8_gemm_tensor_cores(Stream& s, const Fp8GemmArgs& a, const kc::Fp8LtPlan& plan) {
+  const kc::Context c{cuda_stream_of(s), blas_};
+  const auto codes = [](const Fp8Tensor& t) {
+    return static_cast<const std::uint8_t*>(address(t.codes));
+  };
+  const std::uint8_t* a_codes = codes(a.a);
+  const std::uint8_t* b_codes = codes(a.b);
+  std::optional<Scratch> a_held, b_held;
+  if (plan.transpose_a_first) {
+    a_held.emplace(pool_, static_cast<std::size_t>(a.a.rows * a.a.cols));
+    kc::fp8_transpose(c, a_codes, a.a.rows, a.a.cols, static_cast<std::uint8_t*>(a_held->data()));
+    a_codes = static_cast<const std::uint8_t*>(a_held->data());
+  }
+  if (plan.transpose_b_first) {
+    b_held.emplace(pool_, static_cast<std::size_t>(a.b.rows * a.b.cols));
+    kc::fp8_transpose(c, b_codes, a.b.rows, a.b.cols, static_cast<std::uint8_t*>(b_held->data()));
+    b_codes = static_cast<const std::uint8_t*>(b_held->data());
+  }
+  const Scratch workspace = scratch(kc::kLtWorkspaceBytes);
+  lt_->fp8_gemm(c.stream, plan,
+                {.first = b_codes,
+                 .scale_first = f32(a.b.scale_inv),
+                 .second = a_codes,
+                 .scale_second = f32(a.a.scale_inv),
+                 .out = address(a.c)},
+                a.alpha, a.beta, workspace.data());
+  ++fp8_tensor_core_gemms_;
 }
 
 namespace {

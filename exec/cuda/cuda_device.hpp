@@ -17,6 +17,11 @@
 
 namespace tandem {
 
+namespace kernels::cuda {
+class LtMatmul;
+struct Fp8LtPlan;
+}  // namespace kernels::cuda
+
 class DeviceMemoryPool;
 class CudaStream;
 
@@ -30,6 +35,10 @@ class CudaDevice final : public Device {
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   int ordinal() const { return ordinal_; }
+  // The GPU's compute capability, major · 10 + minor (90 for an H100).
+  int compute_capability() const { return compute_capability_; }
+  // How many fp8_gemm calls ran on the FP8 tensor cores (cuBLASLt) rather than decoded.
+  std::int64_t fp8_tensor_core_gemms() const { return fp8_tensor_core_gemms_; }
   std::string_view kind() const override { return "cuda"; }
   // Host threads, the second one on this GPU too (cudaSetDevice is per thread).
   HostTurns& host_turns() override { return turns_; }
@@ -110,11 +119,15 @@ class CudaDevice final : public Device {
  private:
   class Scratch;
   Scratch scratch(std::size_t bytes);
+  void fp8_gemm_tensor_cores(Stream& s, const Fp8GemmArgs& a, const kernels::cuda::Fp8LtPlan& plan);
 
   int ordinal_;
+  int compute_capability_ = 0;
+  std::int64_t fp8_tensor_core_gemms_ = 0;
   std::shared_ptr<MemoryTracker> memory_;  // shared with live storages, which may outlive us
   std::shared_ptr<DeviceMemoryPool> pool_;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<kernels::cuda::LtMatmul> lt_;  // cuBLASLt, made by the first FP8 GEMM
   std::unique_ptr<CudaStream> default_stream_;
   ThreadTurns turns_;
 };

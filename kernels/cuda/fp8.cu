@@ -168,6 +168,37 @@ void fp8_dequantize(Context c, const std::uint8_t* codes, const float* scale_inv
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// A 32 × 32 tile through shared memory: reads along the rows of `codes` and writes along
+// the rows of `out` are both coalesced; a padded row keeps the column reads off one bank.
+constexpr int kTile = 32;
+__global__ void transpose_kernel(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
+                                 std::uint8_t* out) {
+  __shared__ std::uint8_t tile[kTile][kTile + 4];
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const std::int64_t r = r0 + i, col = c0 + threadIdx.x;
+    if (r < rows && col < cols) tile[i][threadIdx.x] = codes[r * cols + col];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const std::int64_t col = c0 + i, r = r0 + threadIdx.x;
+    if (col < cols && r < rows) out[col * rows + r] = tile[threadIdx.x][i];
+  }
+}
+}  // namespace
+
+void fp8_transpose(Context c, const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
+                   std::uint8_t* out) {
+  if (rows * cols == 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  if (grid.y > 65535u) throw std::invalid_argument("fp8_transpose: more than 65535·32 rows");
+  transpose_kernel<<<grid, dim3(kTile, 8), 0, c.stream>>>(codes, rows, cols, out);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t n, float* scale,
                       float* amax, std::uint64_t e5m2_mask, bool use_max, int margin) {
   if (n < 1 || n > 64) throw std::invalid_argument("fp8_update_scale: 1 to 64 tensors per call");

@@ -145,6 +145,10 @@ void fp8_quantize(Context c, const Fp8Quantize& q, std::uint8_t* codes, float* s
 // out (rows, cols) = decode(codes) · their block's scale_inv.
 void fp8_dequantize(Context c, const std::uint8_t* codes, const float* scale_inv, std::int64_t rows,
                     std::int64_t cols, math::Fp8Format format, cpu::Fp8Blocks blocks, Floats out);
+// out (cols, rows) = the transpose of codes (rows, cols), byte for byte: the operand layout
+// cuBLASLt's FP8 GEMM takes (fp8_lt_plan.hpp), made from a per-tensor-scaled tensor.
+void fp8_transpose(Context c, const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
+                   std::uint8_t* out);
 // Delayed scaling of n ≤ 64 tensors: each amax into its column of the (length, n) history
 // (row 0 the newest) and zeroed, each scale from its column; bit t of e5m2_mask set: tensor t
 // is E5M2 (else E4M3).

@@ -2,20 +2,24 @@
 # The GPU checks of the cuda binding, for a machine with ≥ 1 NVIDIA GPU (and nvcc, cuBLAS,
 # NCCL in /usr/local/cuda). Configures and builds its own tree (build-gpu), then runs:
 #   1. every Device op on the GPU against the cpu binding (test_cuda_kernels: fp32 ≤ 1e-5,
-#      bf16 ≤ 1e-2 relative error, outputs poisoned with NaN first);
+#      bf16 ≤ 1e-2 relative error, outputs poisoned with NaN first), and the FP8 ops
+#      (test_cuda_fp8: codes equal, cuBLASLt's FP8 GEMMs and the decoded ones);
 #   2. a 3-iteration `tandem train --device cuda --mock-data` on a tiny GPT whose "lm loss"
 #      fields match `tandem train --device cpu` within 1e-3 relative (fp32), and within 1e-2
-#      with --fp16 and its loss scaler;
+#      with --fp16 and its loss scaler, and with --bf16 --fp8-format hybrid under the
+#      delayed, tensorwise and blockwise recipes;
 #   3. NCCL collectives over all local GPUs under mpirun, on seeded data (test_nccl), and the
 #      nccl-tests-style table of bench_nccl (#wrong must be 0);
 #   4. compute-sanitizer memcheck on a one-iteration GPU training run;
 #   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes
 #      (fp32; bf16 with the unfused and the fused attention op; 8 microbatches a step), and
 #      beside it, on the same GPU, the PyTorch reference step (torch_reference_step.py, eager
-#      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s.
+#      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s;
+#   6. bf16 against FP8 GEMMs at 8192³ (bench_cuda_gemm, A B A B): the FP8 one must run on
+#      the tensor cores at ≥ 1.6× the bf16 one's TFLOP/s (issue 32).
 # Without a GPU it says SKIPPED, with the reason, and exits 0.
 #   tests/gpu/run.sh [--prebuilt] [BUILD_DIR]
-# --prebuilt: BUILD_DIR already holds the six programs (built elsewhere with
+# --prebuilt: BUILD_DIR already holds the eight programs (built elsewhere with
 # -DTANDEM_CUDA=ON), for a GPU machine without the build dependencies; nothing is built.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,7 +45,7 @@ echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | sor
 if [ "$prebuilt" -eq 0 ]; then
   echo "== build ($build, sm_80 + sm_90 + this GPU's arch)"
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
-  TANDEM_TARGETS="tandem test_cuda_kernels test_nccl bench_cuda_step bench_nccl layer_norm_lab" \
+  TANDEM_TARGETS="tandem test_cuda_kernels test_cuda_fp8 test_nccl bench_cuda_step bench_cuda_gemm bench_nccl layer_norm_lab" \
     bash scripts/build.sh "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON \
     "-DCMAKE_CUDA_ARCHITECTURES=80;90;$arch"
 else
@@ -56,6 +60,9 @@ echo "== 1. kernels against the cpu binding"
 out=$("$build/tests/gpu/test_cuda_kernels" 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | tail -3
 if echo "$out" | grep -q '^\[  SKIPPED \]'; then echo "kernel tests skipped on a GPU machine"; exit 1; fi
+out=$("$build/tests/gpu/test_cuda_fp8" 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | tail -3
+if echo "$out" | grep -q '^\[  SKIPPED \]'; then echo "FP8 tests skipped on a GPU machine"; exit 1; fi
 "$build/kernels/dev/layer_norm_lab" --rows 4096 --channels 768
 
 echo "== 2. 3 training iterations, cuda against cpu"
@@ -80,6 +87,15 @@ echo "  fp16 (--initial-loss-scale 4096):"
 gpu16=$("$tandem" train scenarios/brown-small.json "${common[@]}" --device cuda --fp16 \
   --initial-loss-scale 4096 | tee /dev/stderr | losses)
 compare "$cpu" "$gpu16" 1e-2
+# FP8 (bf16 activations on the GPU, fp32 on the cpu binding): per-tensor recipes on the
+# FP8 tensor cores where the GPU has them, blockwise decoded on both.
+for recipe in delayed tensorwise blockwise; do
+  echo "  --bf16 --fp8-format hybrid --fp8-recipe $recipe:"
+  fp8=(--bf16 --fp8-format hybrid --fp8-recipe "$recipe")
+  cpu8=$("$tandem" train scenarios/brown-small.json "${common[@]}" --device cpu "${fp8[@]}" | losses)
+  gpu8=$("$tandem" train scenarios/brown-small.json "${common[@]}" --device cuda "${fp8[@]}" | losses)
+  compare "$cpu8" "$gpu8" 1e-2
+done
 
 echo "== 3. NCCL over $gpus GPU(s)"
 "${mpi[@]}" -np "$gpus" "$build/tests/gpu/test_nccl"
@@ -113,4 +129,17 @@ if [ "${TORCH_REFERENCE:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; th
 else
   echo "PyTorch reference left out (TORCH_REFERENCE=0, or no torch in python3)"
 fi
+echo "== 6. bf16 against FP8 GEMMs at 8192^3"
+"$build/tests/bench/bench_cuda_gemm" --benchmark_counters_tabular=true \
+  --benchmark_out="$results/bench_cuda_gemm.json" --benchmark_out_format=json
+python3 - "$results/bench_cuda_gemm.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+bf16 = [r["TFLOP/s"] for r in runs if r["name"].startswith("BM_GemmBf16")]
+fp8 = [r for r in runs if r["name"].startswith("BM_GemmFp8")]
+ratios = [f["TFLOP/s"] / b for f, b in zip(fp8, bf16)]
+print("  FP8 / bf16 TFLOP/s, pass by pass: " + ", ".join(f"{r:.2f}" for r in ratios))
+if not all(f["on_tensor_cores"] == 1 for f in fp8): sys.exit("  FP8 GEMMs did not run on the tensor cores")
+if min(ratios) < 1.6: sys.exit("  FP8 under 1.6x the bf16 GEMM")
+PY
 echo "== tests/gpu/run.sh: all GPU checks passed"

@@ -1,0 +1,198 @@
+// kernels/cuda/fp8_lt_plan and lt_matmul's descriptors, on the host: which FP8 GEMMs go to
+// cuBLASLt's FP8 tensor cores and which rule keeps the others off; that the column-major
+// "TN" call the plan spells computes the row-major product tandem asked for (checked by
+// evaluating that call by hand against the row-major GEMM, operands transposed as the
+// binding transposes them); and that the descriptors hold the plan (cuBLASLt's descriptor
+// calls need no GPU). Label `cuda`: runs wherever the binding is built.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda/cublaslt_library.hpp"
+#include "kernels/cuda/fp8_lt_plan.hpp"
+#include "kernels/cuda/lt_matmul.hpp"
+
+namespace tandem::kernels::cuda {
+namespace {
+
+using math::Fp8Format;
+
+Fp8LtProblem linear_forward(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return {.m = m, .n = n, .k = k, .transpose_b = true};  // X (M, K) · Wᵀ, W held (N, K)
+}
+
+TEST(Fp8LtPlan, TheForwardOfALinearLayerRunsAsItIsHeld) {
+  const Fp8LtPlan plan = plan_fp8_lt_gemm(linear_forward(64, 48, 96));
+  ASSERT_TRUE(plan.runs()) << plan.unsupported;
+  EXPECT_FALSE(plan.transpose_a_first);
+  EXPECT_FALSE(plan.transpose_b_first);
+  // Column-major D (N × M): rows N, cols M, depth K.
+  EXPECT_EQ(plan.rows, 48);
+  EXPECT_EQ(plan.cols, 64);
+  EXPECT_EQ(plan.depth, 96);
+}
+
+TEST(Fp8LtPlan, OperandsHeldTheOtherWayAreTransposedFirst) {
+  // dgrad: dY (M, N_out) · W (N_out, K_in), W held untransposed.
+  Fp8LtProblem dgrad{.m = 32, .n = 64, .k = 48, .format_a = Fp8Format::e5m2};
+  Fp8LtPlan plan = plan_fp8_lt_gemm(dgrad);
+  ASSERT_TRUE(plan.runs()) << plan.unsupported;
+  EXPECT_FALSE(plan.transpose_a_first);
+  EXPECT_TRUE(plan.transpose_b_first);
+  // Hybrid: the gradient (A, E5M2) is cuBLASLt's second operand, the weight its first.
+  EXPECT_EQ(plan.second_type, CUDA_R_8F_E5M2);
+  EXPECT_EQ(plan.first_type, CUDA_R_8F_E4M3);
+  // wgrad: dYᵀ · X, dY held (tokens, out).
+  Fp8LtProblem wgrad{.m = 64, .n = 32, .k = 128, .transpose_a = true, .out = Precision::fp32};
+  plan = plan_fp8_lt_gemm(wgrad);
+  ASSERT_TRUE(plan.runs()) << plan.unsupported;
+  EXPECT_TRUE(plan.transpose_a_first);
+  EXPECT_TRUE(plan.transpose_b_first);
+  EXPECT_EQ(plan.out_type, CUDA_R_32F);
+}
+
+TEST(Fp8LtPlan, EachRuleNamesWhatKeepsAGemmOffTheTensorCores) {
+  auto why = [](Fp8LtProblem p) { return plan_fp8_lt_gemm(p).unsupported; };
+  Fp8LtProblem p = linear_forward(64, 64, 64);
+  p.compute_capability = 80;
+  EXPECT_NE(why(p).find("8.0"), std::string::npos) << why(p);
+  p = linear_forward(64, 64, 64);
+  p.per_tensor_scales = false;
+  EXPECT_NE(why(p).find("block scales"), std::string::npos) << why(p);
+  p = linear_forward(64, 64, 64);
+  p.format_a = p.format_b = Fp8Format::e5m2;
+  EXPECT_NE(why(p).find("E5M2 x E5M2"), std::string::npos) << why(p);
+  EXPECT_NE(why(linear_forward(64, 64, 130)).find("K = 130"), std::string::npos);
+  EXPECT_NE(why(linear_forward(33, 64, 64)).find("M = 33"), std::string::npos);
+  EXPECT_NE(why(linear_forward(64, 8, 64)).find("N = 8"), std::string::npos);
+  p = linear_forward(64, 64, 64);
+  p.aligned = false;
+  EXPECT_NE(why(p).find("16 bytes"), std::string::npos) << why(p);
+  p = linear_forward(64, 64, 64);
+  p.compute_capability = 89;  // Ada has FP8 tensor cores
+  EXPECT_TRUE(plan_fp8_lt_gemm(p).runs());
+}
+
+// The row-major (rows, cols) matrix `x`, transposed.
+std::vector<float> transposed(const std::vector<float>& x, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> t(x.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+// The column-major call of the plan, evaluated as cuBLASLt defines it: D (rows × cols) =
+// op(first) · second with op = transpose, first held (depth × rows) and second (depth ×
+// cols), each with leading dimension depth; D with leading dimension rows.
+std::vector<float> column_major_tn(const Fp8LtPlan& p, const std::vector<float>& first,
+                                   const std::vector<float>& second) {
+  std::vector<float> d(static_cast<std::size_t>(p.rows * p.cols));
+  for (std::int64_t i = 0; i < p.rows; ++i)
+    for (std::int64_t j = 0; j < p.cols; ++j) {
+      double sum = 0;
+      for (std::int64_t q = 0; q < p.depth; ++q)
+        sum += static_cast<double>(first[q + i * p.depth]) * second[q + j * p.depth];
+      d[i + j * p.rows] = static_cast<float>(sum);
+    }
+  return d;
+}
+
+TEST(Fp8LtPlan, TheColumnMajorCallComputesTheRowMajorProduct) {
+  const std::int64_t M = 32, N = 48, K = 16;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      std::vector<float> a(M * K), b(K * N);  // held as the flags say
+      for (float& x : a) x = u(rng);
+      for (float& x : b) x = u(rng);
+      // The row-major product C = op(A) · op(B).
+      auto at = [&](std::int64_t i, std::int64_t q) { return ta ? a[q * M + i] : a[i * K + q]; };
+      auto bt = [&](std::int64_t q, std::int64_t j) { return tb ? b[j * K + q] : b[q * N + j]; };
+      const Fp8LtPlan plan =
+          plan_fp8_lt_gemm({.m = M, .n = N, .k = K, .transpose_a = ta, .transpose_b = tb});
+      ASSERT_TRUE(plan.runs()) << plan.unsupported;
+      // What the binding hands cuBLASLt: B as (N, K) and A as (M, K), row-major.
+      const std::vector<float> first = plan.transpose_b_first ? transposed(b, K, N) : b;
+      const std::vector<float> second = plan.transpose_a_first ? transposed(a, K, M) : a;
+      const std::vector<float> d = column_major_tn(plan, first, second);
+      for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) {
+          double c = 0;
+          for (std::int64_t q = 0; q < K; ++q) c += static_cast<double>(at(i, q)) * bt(q, j);
+          // D (N × M) column-major is C (M, N) row-major: element (i, j) at i · N + j.
+          ASSERT_NEAR(d[i * N + j], c, 1e-5)
+              << "ta " << ta << " tb " << tb << " at " << i << "," << j;
+        }
+    }
+}
+
+template <typename T>
+T matmul_attribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a) {
+  T value{};
+  std::size_t written = 0;
+  EXPECT_EQ(cublaslt().matmul_desc_get_attribute(d, a, &value, sizeof(value), &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(written, sizeof(value));
+  return value;
+}
+
+template <typename T>
+T layout_attribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a) {
+  T value{};
+  std::size_t written = 0;
+  EXPECT_EQ(cublaslt().matrix_layout_get_attribute(l, a, &value, sizeof(value), &written),
+            CUBLAS_STATUS_SUCCESS);
+  return value;
+}
+
+TEST(LtFp8Descriptors, HoldThePlan) {
+  Fp8LtProblem problem = linear_forward(64, 48, 96);
+  problem.format_a = Fp8Format::e5m2;
+  const Fp8LtPlan plan = plan_fp8_lt_gemm(problem);
+  ASSERT_TRUE(plan.runs());
+  // Any addresses will do: descriptors only hold them.
+  const auto* scale_first = reinterpret_cast<const float*>(std::uintptr_t{0x1000});
+  const auto* scale_second = reinterpret_cast<const float*>(std::uintptr_t{0x2000});
+  const LtFp8Descriptors d(plan, scale_first, scale_second);
+  EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
+            CUBLAS_OP_T);
+  EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
+            CUBLAS_OP_N);
+  EXPECT_EQ(matmul_attribute<std::int8_t>(d.matmul(), CUBLASLT_MATMUL_DESC_FAST_ACCUM), 0);
+  EXPECT_EQ(matmul_attribute<const void*>(d.matmul(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER),
+            scale_first);
+  EXPECT_EQ(matmul_attribute<const void*>(d.matmul(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER),
+            scale_second);
+  struct Expected {
+    cublasLtMatrixLayout_t layout;
+    cudaDataType_t type;
+    std::uint64_t rows, cols;
+    std::int64_t ld;
+  };
+  for (const Expected& e : {Expected{d.first(), CUDA_R_8F_E4M3, 96, 48, 96},
+                            Expected{d.second(), CUDA_R_8F_E5M2, 96, 64, 96},
+                            Expected{d.out(), CUDA_R_16BF, 48, 64, 48}}) {
+    EXPECT_EQ(layout_attribute<std::uint32_t>(e.layout, CUBLASLT_MATRIX_LAYOUT_TYPE),
+              static_cast<std::uint32_t>(e.type));
+    EXPECT_EQ(layout_attribute<std::uint64_t>(e.layout, CUBLASLT_MATRIX_LAYOUT_ROWS), e.rows);
+    EXPECT_EQ(layout_attribute<std::uint64_t>(e.layout, CUBLASLT_MATRIX_LAYOUT_COLS), e.cols);
+    EXPECT_EQ(layout_attribute<std::int64_t>(e.layout, CUBLASLT_MATRIX_LAYOUT_LD), e.ld);
+  }
+}
+
+TEST(LtFp8Descriptors, RefuseAPlanThatDoesNotRun) {
+  const Fp8LtPlan plan = plan_fp8_lt_gemm(linear_forward(64, 48, 100));
+  try {
+    const LtFp8Descriptors d(plan, nullptr, nullptr);
+    FAIL() << "descriptors built for a plan that does not run";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("K = 100"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cuda
