@@ -284,6 +284,13 @@ struct TrainingConfig {
   // Megatron's bias_gelu_fusion (--no-bias-gelu-fusion turns it off): fc1's bias is added
   // inside the GeLU kernel. With SwiGLU or without biases there is nothing to fuse.
   bool bias_gelu_fusion = true;
+  // Megatron-Core's cross_entropy_loss_fusion (--cross-entropy-loss-fusion): the vocab-parallel
+  // loss as fused kernels (megatron/core/fusions/fused_cross_entropy.py), the target logit
+  // and the sum of exponentials all-reduced over tp as one tensor (two all-reduces, not
+  // three); cross_entropy_fusion_impl "native" (those kernels) or "te" (Transformer Engine's
+  // parallel cross entropy). The loss is the same; what it costs is the binding's business.
+  bool cross_entropy_loss_fusion = false;
+  std::string cross_entropy_fusion_impl = "native";
   // Megatron's bias_dropout_fusion (--no-bias-dropout-fusion): the attention projection's
   // and fc2's bias is added inside the residual add (bias-dropout-add; tandem has no hidden
   // dropout). Off, a bias kernel and an add kernel.

@@ -598,6 +598,16 @@ std::vector<FieldDef> training_fields_rest() {
                  {"bias_gelu_fusion",
                   "fc1's bias is added inside the GeLU kernel (Megatron's default); off, a "
                   "bias kernel then a GeLU kernel"}),
+      make_field(t, &T::cross_entropy_loss_fusion,
+                 {"cross_entropy_loss_fusion",
+                  "the vocab-parallel loss as Megatron-Core's fused kernels, its target logits "
+                  "and sums of exponentials all-reduced as one tensor (off: Megatron's unfused "
+                  "passes and three all-reduces)"}),
+      make_field(t, &T::cross_entropy_fusion_impl,
+                 {"cross_entropy_fusion_impl",
+                  "native | te: with cross_entropy_loss_fusion, Megatron-Core's fused kernels "
+                  "or Transformer Engine's parallel cross entropy",
+                  choices({"native", "te"})}),
       make_field(t, &T::bias_dropout_fusion,
                  {"bias_dropout_fusion",
                   "the attention projection's and fc2's bias, the hidden dropout and the "

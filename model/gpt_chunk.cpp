@@ -141,11 +141,22 @@ void GptChunk::output_forward(ModelEnv& env, const Tensor& x, const Tensor& labe
   h.row_max = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_max(st, ce, h.row_max);
   env.tp.all_reduce(st, h.row_max, ReduceOp::max)->wait();
-  h.sum_exp = allocate_fp32(d, Shape{tokens});
-  Tensor target = allocate_fp32(d, Shape{tokens});
-  d.cross_entropy_sums(st, ce, h.row_max, h.sum_exp, target);
-  env.tp.all_reduce(st, h.sum_exp, ReduceOp::sum)->wait();
-  env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
+  Tensor target;
+  if (env.cross_entropy_loss_fusion) {
+    // Megatron-Core's fused loss: the target logits and the sums side by side in one
+    // tensor (its torch.cat), all-reduced at once.
+    Tensor both = allocate_fp32(d, Shape{2 * tokens});
+    target = both.view(Shape{tokens}, 0);
+    h.sum_exp = both.view(Shape{tokens}, tokens);
+    d.cross_entropy_sums(st, ce, h.row_max, h.sum_exp, target);
+    env.tp.all_reduce(st, both, ReduceOp::sum)->wait();
+  } else {
+    h.sum_exp = allocate_fp32(d, Shape{tokens});
+    target = allocate_fp32(d, Shape{tokens});
+    d.cross_entropy_sums(st, ce, h.row_max, h.sum_exp, target);
+    env.tp.all_reduce(st, h.sum_exp, ReduceOp::sum)->wait();
+    env.tp.all_reduce(st, target, ReduceOp::sum)->wait();
+  }
   h.losses = allocate_fp32(d, Shape{tokens});
   d.cross_entropy_loss(st, h.row_max, h.sum_exp, target, h.losses);
 }

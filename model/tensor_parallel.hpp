@@ -99,6 +99,10 @@ struct ModelEnv {
   // Megatron's bias_gelu_fusion: fc1's bias is added inside the GeLU kernel (Device::
   // bias_gelu) instead of by a bias_add before it. Off (--no-bias-gelu-fusion), two kernels.
   bool bias_gelu_fusion = true;
+  // Megatron-Core's cross_entropy_loss_fusion: the loss's target logits and sums of
+  // exponentials are all-reduced over tp as one tensor (fused_vocab_parallel_cross_entropy);
+  // off, one all-reduce each, as VocabParallelCrossEntropy does.
+  bool cross_entropy_loss_fusion = false;
   // Megatron's bias_dropout_fusion: the projection's and fc2's bias (and the hidden dropout)
   // is applied inside the residual add (Device::bias_dropout_add). Off
   // (--no-bias-dropout-fusion), a bias_add, a dropout (with hidden_dropout) and an add.

@@ -19,7 +19,11 @@ SimDeviceOptions device_options(const Scenario& s, const Topology& topology) {
               fused_attention_library(s.model, capability) == FusedAttentionLibrary::flash_attn
                   ? "flash_attn"
                   : "",
-          .loss_scale_check_in_optimizer = s.training.deepspeed};
+          .loss_scale_check_in_optimizer = s.training.deepspeed,
+          .cross_entropy = !s.training.cross_entropy_loss_fusion ? CrossEntropyKernels::megatron
+                           : s.training.cross_entropy_fusion_impl == "te"
+                               ? CrossEntropyKernels::transformer_engine
+                               : CrossEntropyKernels::megatron_fused};
 }
 
 }  // namespace tandem::sim

@@ -485,15 +485,36 @@ void SimDevice::embedding_backward(Stream& s, const EmbeddingBackwardArgs& a) {
                    8.0 * static_cast<double>(a.grad_output.numel())});
 }
 
-// Megatron computes the loss of 16-bit logits in fp32 (fp16_lm_cross_entropy off, its
-// default): logits.float(), then VocabParallelCrossEntropy's in-place fp32 passes. Bytes
-// per logit, 16-bit: max = .float() 2 + 4, max 4, subtract 8; sums = exp 8, sum 4, divide 8;
-// backward = multiply by the loss gradient 8, back to 16 bits 4 + 2. In fp32: the passes
-// without the conversions.
-double SimDevice::cross_entropy_bytes(const Tensor& logits, double bytes_16bit,
-                                      double bytes_fp32) const {
+// Bytes each cross_entropy_* op moves per logit, by the kernels that compute the loss
+// (CrossEntropyKernels) and whether the logits are 16-bit (else fp32: no conversions).
+// Megatron's VocabParallelCrossEntropy computes the loss of 16-bit logits in fp32
+// (fp16_lm_cross_entropy off, its default): logits.float(), then in-place fp32 passes —
+// max = .float() 2 + 4, max 4, subtract 8; sums = exp 8, sum 4, divide 8; backward =
+// multiply by the loss gradient 8, back to 16 bits 4 + 2. Megatron-Core's fused loss
+// (fused_cross_entropy.py; its jit_fuser is torch.compile from PyTorch 2.2, each function
+// one fused kernel): max = the fp32 copy written with its row max, 2 + 4; sums =
+// exp(logit − max) written over it with its sum and the target logit, 4 + 4, then the
+// division into the softmax, 4 + 4; backward = softmax − one-hot times the loss gradient,
+// the in-place result written back (a mutated input of the compiled function) and as bf16,
+// 4 + 4 + 2. Transformer Engine's (parallel cross
+// entropy, Triton): max = the online-softmax pass, a read, 2; sums = the loss pass that
+// writes the gradient over the logits, 2 + 2; backward = that gradient scaled, 2 + 2.
+CrossEntropyBytes cross_entropy_bytes_per_logit(CrossEntropyKernels k, bool half) {
+  switch (k) {
+    case CrossEntropyKernels::megatron_fused:
+      return half ? CrossEntropyBytes{6, 16, 10} : CrossEntropyBytes{4, 16, 10};
+    case CrossEntropyKernels::transformer_engine:
+      return half ? CrossEntropyBytes{2, 4, 4} : CrossEntropyBytes{4, 8, 8};
+    case CrossEntropyKernels::megatron:
+      break;
+  }
+  return half ? CrossEntropyBytes{18, 20, 14} : CrossEntropyBytes{12, 20, 8};
+}
+
+double SimDevice::cross_entropy_bytes(const Tensor& logits, double CrossEntropyBytes::*pass) const {
   const bool half = dtype_size(options_.compute_dtype).value == 2;
-  return static_cast<double>(logits.numel()) * (half ? bytes_16bit : bytes_fp32);
+  return static_cast<double>(logits.numel()) *
+         (cross_entropy_bytes_per_logit(options_.cross_entropy, half).*pass);
 }
 
 void SimDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor&) {
@@ -502,7 +523,7 @@ void SimDevice::cross_entropy_max(Stream& s, const CrossEntropyArgs& a, Tensor&)
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = static_cast<double>(a.logits.numel()),
-          .bytes = cross_entropy_bytes(a.logits, 18, 12)});
+          .bytes = cross_entropy_bytes(a.logits, &CrossEntropyBytes::max)});
 }
 
 void SimDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const Tensor&, Tensor&,
@@ -512,7 +533,7 @@ void SimDevice::cross_entropy_sums(Stream& s, const CrossEntropyArgs& a, const T
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = 4.0 * static_cast<double>(a.logits.numel()),
-          .bytes = cross_entropy_bytes(a.logits, 20, 20)});
+          .bytes = cross_entropy_bytes(a.logits, &CrossEntropyBytes::sums)});
 }
 
 void SimDevice::cross_entropy_loss(Stream& s, const Tensor& row_max, const Tensor&, const Tensor&,
@@ -531,7 +552,7 @@ void SimDevice::cross_entropy_backward(Stream& s, const CrossEntropyArgs& a, con
           .m = rows_of(a.logits),
           .n = last_dim(a.logits),
           .flops = 4.0 * static_cast<double>(a.logits.numel()),
-          .bytes = cross_entropy_bytes(a.logits, 14, 8)});
+          .bytes = cross_entropy_bytes(a.logits, &CrossEntropyBytes::backward)});
 }
 
 void SimDevice::add(Stream& s, const Tensor& a, const Tensor&, Tensor&) {

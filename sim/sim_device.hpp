@@ -113,6 +113,17 @@ struct MemoryLimitExceeded : std::runtime_error {
   std::int64_t live_bytes;  // what the allocation would have made live: > limit
 };
 
+// The kernels of the vocab-parallel cross entropy: Megatron's VocabParallelCrossEntropy
+// (PyTorch passes), Megatron-Core's fused_vocab_parallel_cross_entropy (jit-fused), or
+// Transformer Engine's parallel cross entropy (two Triton kernels forward, one backward).
+enum class CrossEntropyKernels { megatron, megatron_fused, transformer_engine };
+// Bytes moved per logit by cross_entropy_max, _sums and _backward (sim_device.cpp says
+// which passes), with 16-bit logits (`half`) or fp32 ones.
+struct CrossEntropyBytes {
+  double max, sums, backward;
+};
+CrossEntropyBytes cross_entropy_bytes_per_logit(CrossEntropyKernels k, bool half);
+
 struct SimDeviceOptions {
   DType compute_dtype = DType::fp32;  // precision the ops are priced in (bf16 on GPUs)
   bool record_ops = false;            // keep every IssuedOp (tests, calibrate)
@@ -128,6 +139,9 @@ struct SimDeviceOptions {
   // overflow off the gradient norm and unscales inside its Adam kernel, so the loss-scale
   // check of Megatron's optimizer (check_finite_and_unscale) costs no kernel of its own.
   bool loss_scale_check_in_optimizer = false;
+  // Which kernels compute the vocab-parallel loss (training.cross_entropy_loss_fusion and
+  // cross_entropy_fusion_impl): the traffic per logit of each cross_entropy_* op.
+  CrossEntropyKernels cross_entropy = CrossEntropyKernels::megatron;
   // The SMs this rank's collectives hold (sim/sm_contention.hpp): the compute stream's GEMMs
   // and attention are recorded there and its ops pay what they owe. Null: collectives are free.
   SmContention* contention = nullptr;
@@ -285,7 +299,7 @@ class SimDevice : public Device {
   // Bytes of `elements` values in the compute precision.
   double activation_bytes(std::int64_t elements) const;
   // Bytes a cross-entropy op moves over `logits`, per logit for 16-bit or fp32 compute.
-  double cross_entropy_bytes(const Tensor& logits, double bytes_16bit, double bytes_fp32) const;
+  double cross_entropy_bytes(const Tensor& logits, double CrossEntropyBytes::*pass) const;
 
   // What run() derives from an op alone, once per distinct op: a step issues the same few
   // hundred shapes thousands of times, and pricing, counting kernels and naming the report

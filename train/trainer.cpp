@@ -347,6 +347,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   env.async_tensor_model_parallel_allreduce = t.async_tensor_model_parallel_allreduce;
   env.bias_gelu_fusion = t.bias_gelu_fusion;
   env.bias_dropout_fusion = t.bias_dropout_fusion;
+  env.cross_entropy_loss_fusion = t.cross_entropy_loss_fusion;
   env.defer_embedding_wgrad_compute = t.defer_embedding_wgrad_compute;
   env.wgrad_deferral_limit = t.wgrad_deferral_limit;
   if (t.fp8.enabled()) env.amax_group = &need(groups_.amax, "tp-dp-cp");

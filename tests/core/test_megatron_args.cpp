@@ -330,6 +330,7 @@ TEST(LaunchScript, Llama3_8bExampleSplitsItsFlagValueStrings) {
   EXPECT_EQ(value_of(cl, "fp8_param_gather"), "true");
   EXPECT_TRUE(not_modelled(cl, "--mock-data"));
   EXPECT_EQ(value_of(cl, "grad_reduce_in_bf16"), "true");  // the script's --grad-reduce-in-bf16
+  EXPECT_EQ(value_of(cl, "cross_entropy_loss_fusion"), "true");  // modelled since 2026-11-29
 }
 
 // Megatron-Core's gradient-buffer flags set the scenario's fields (they were "not modelled").

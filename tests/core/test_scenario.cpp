@@ -1068,6 +1068,21 @@ TEST(ScenarioModel, AttentionBackendFollowsMegatronsRules) {
   EXPECT_NO_THROW(validate(local));
 }
 
+// Megatron-Core's --cross-entropy-loss-fusion and --cross-entropy-fusion-impl: modelled
+// fields, off and "native" by default as in Megatron; the implementation is one of two.
+TEST(ScenarioTraining, CrossEntropyLossFusionIsAScenarioField) {
+  Scenario s = default_scenario();
+  EXPECT_FALSE(s.training.cross_entropy_loss_fusion);
+  EXPECT_EQ(s.training.cross_entropy_fusion_impl, "native");
+  apply_overrides(s,
+                  {{"--cross-entropy-loss-fusion", "true"}, {"--cross-entropy-fusion-impl", "te"}});
+  EXPECT_TRUE(s.training.cross_entropy_loss_fusion);
+  EXPECT_EQ(s.training.cross_entropy_fusion_impl, "te");
+  EXPECT_EQ(parse_scenario(to_json(s)), s);
+  EXPECT_TRUE(Names(rejected(default_scenario(), {{"--cross-entropy-fusion-impl", "triton"}}),
+                    "--cross-entropy-fusion-impl", "triton", "native | te"));
+}
+
 // Megatron-Core's ModelParallelConfig: deferring the output layer's weight gradients needs a
 // pipeline and gradient-accumulation fusion, and the limit is a count.
 TEST(ScenarioTraining, DeferEmbeddingWgradComputeFollowsMegatronsRules) {

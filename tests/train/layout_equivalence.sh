@@ -4,7 +4,8 @@
 # (with and without sequence parallelism), pipeline (1F1B and interleaved) and data
 # parallelism (one all-reduce, buckets overlapped with backward, the distributed optimizer),
 # and with pipeline shapes exchanged before every send (variable_seq_lengths),
-# each a real `mpirun` job. Losses are compared as Megatron's log prints them (7 significant
+# each a real `mpirun` job (tp 2 also with Megatron-Core's fused loss, whose target logits and
+# sums are all-reduced as one tensor). Losses are compared as Megatron's log prints them (7 significant
 # digits), within 1e-5 relative; the final parameters, reassembled from each run's per-rank
 # checkpoints by `tandem checkpoint diff`, within 1e-4 absolute. A Llama-style model
 # (grouped-query attention, SwiGLU, RMSNorm, RoPE, untied, no biases, fused attention) is
@@ -50,6 +51,7 @@ reference=$("$tandem" train "$scenario" "${common[@]}" --world-size 1 --save "$w
 layouts=(
   "2|--tensor-model-parallel-size 2"
   "2|--tensor-model-parallel-size 2 --sequence-parallel"
+  "2|--tensor-model-parallel-size 2 --cross-entropy-loss-fusion"
   "2|--pipeline-model-parallel-size 2"
   "2|--pipeline-model-parallel-size 2 --variable-seq-lengths"
   "2|--tensor-model-parallel-size 1"
