@@ -41,6 +41,11 @@ class Stream {
 
 // C = alpha · op(A) · op(B) + beta · C, row-major; op transposes when asked. beta = 1
 // accumulates into C (the weight-gradient GEMMs into the fp32 main-grad buffer).
+// Epilogues, what Transformer Engine's Linear asks of cuBLASLt (and a binding without them
+// runs as the GEMM then Device::bias_add / bias_grad, the same math):
+//   bias       (N) added to every row of C; beta must be 0 (C is written)
+//   bias_grad  (M) accumulated with the column sums of A held (K, M) — transpose_a — i.e.
+//              a weight-gradient GEMM dW = dYᵀ·X reads its bias gradient off dY
 struct GemmArgs {
   const Tensor& a;  // (M, K), or (K, M) when transpose_a
   const Tensor& b;  // (K, N), or (N, K) when transpose_b
@@ -49,7 +54,16 @@ struct GemmArgs {
   bool transpose_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  const Tensor* bias = nullptr;  // (N), compute dtype
+  Tensor* bias_grad = nullptr;   // (M), fp32
 };
+
+// M, N, K of a GEMM, after checking that the operands conform, C holds M·N and the
+// epilogues' rules hold; std::invalid_argument naming what does not.
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+};
+GemmShape check_gemm(const GemmArgs& a);
 
 struct LayerNormArgs {
   const Tensor& input;  // (rows, C)

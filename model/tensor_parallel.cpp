@@ -50,13 +50,19 @@ Tensor allocate_fp32(Device& d, const Shape& shape) {
 }
 
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                      Fp8Linear* fp8, Fp8Tensor* fp8_input) {
+                      Fp8Linear* fp8, Fp8Tensor* fp8_input, bool bias_in_gemm) {
   Tensor y;
   if (fp8) {
     y = fp8->forward(env, x, w, fp8_input);
   } else {
     y = allocate_like(env, Shape{x.shape[0], w.local_shape[0]});
-    env.device.gemm(env.stream, {.a = x, .b = w.compute, .c = y, .transpose_b = true});
+    const bool epilogue = b != nullptr && bias_in_gemm;
+    env.device.gemm(env.stream, {.a = x,
+                                 .b = w.compute,
+                                 .c = y,
+                                 .transpose_b = true,
+                                 .bias = epilogue ? &b->compute : nullptr});
+    if (epilogue) return y;
   }
   if (b) env.device.bias_add(env.stream, y, b->compute);
   return y;
@@ -79,8 +85,8 @@ struct LinearBackward {
   }
   // x, or with `fp8_input` (forward's FP8 copy of x) nothing: x may then be empty.
   void weight_grad(const Tensor& x, Parameter& w, Parameter* b,
-                   const Fp8Tensor* fp8_input = nullptr) {
-    if (!fp8) return linear_weight_grad(env, x, dy, w, b);
+                   const Fp8Tensor* fp8_input = nullptr, bool bias_in_gemm = false) {
+    if (!fp8) return linear_weight_grad(env, x, dy, w, b, bias_in_gemm);
     const Fp8Tensor saved = fp8_input != nullptr ? *fp8_input : Fp8Tensor{};
     // Deferred work outlives this frame: it keeps its own handle of dy for the Fp8Grad.
     weight_grad_work(env, [f = fp8, g = grad, d = dy, x, saved, &w, b](ModelEnv& e) {
@@ -96,16 +102,21 @@ struct LinearBackward {
 
 namespace {
 
-void accumulate_weight_grad_now(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w) {
+// `bias_grad`, when given, accumulates dy's column sums as the GEMM's epilogue.
+void accumulate_weight_grad_now(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w,
+                                Tensor* bias_grad = nullptr) {
   if (env.gradient_accumulation_fusion || env.first_backward) {
     // The buffer is zero at the step's start, so the first unfused GEMM may write it.
     const float beta = env.gradient_accumulation_fusion ? 1.0f : 0.0f;
-    env.device.gemm(env.stream, {.a = dy, .b = x, .c = w.grad, .transpose_a = true, .beta = beta});
+    env.device.gemm(
+        env.stream,
+        {.a = dy, .b = x, .c = w.grad, .transpose_a = true, .beta = beta, .bias_grad = bias_grad});
     return;
   }
   // The fresh gradient is in the compute dtype, as the parameter's .grad is in Megatron.
   Tensor fresh = allocate_like(env, w.grad.shape);
-  env.device.gemm(env.stream, {.a = dy, .b = x, .c = fresh, .transpose_a = true});
+  env.device.gemm(env.stream,
+                  {.a = dy, .b = x, .c = fresh, .transpose_a = true, .bias_grad = bias_grad});
   env.device.add(env.stream, w.grad, fresh, w.grad);
 }
 
@@ -116,10 +127,10 @@ void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Pa
 }
 
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                        Parameter* b) {
-  weight_grad_work(env, [x, dy, &w, b](ModelEnv& e) {
-    accumulate_weight_grad_now(e, dy, x, w);
-    if (b) e.device.bias_grad(e.stream, dy, b->grad);
+                        Parameter* b, bool bias_in_gemm) {
+  weight_grad_work(env, [x, dy, &w, b, bias_in_gemm](ModelEnv& e) {
+    accumulate_weight_grad_now(e, dy, x, w, b && bias_in_gemm ? &b->grad : nullptr);
+    if (b && !bias_in_gemm) e.device.bias_grad(e.stream, dy, b->grad);
   });
 }
 
@@ -177,8 +188,9 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 }
 
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
-                               const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input) {
-  if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input);
+                               const Parameter* b, Fp8Linear* fp8, Fp8Tensor* fp8_input,
+                               bool bias_in_gemm) {
+  if (!env.sequence_parallel) return linear_forward(env, x, w, b, fp8, fp8_input, bias_in_gemm);
   if (env.tp_comm_overlap) {
     Tensor y;
     if (fp8) {
@@ -208,7 +220,8 @@ Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& 
     return y;
   }
   // The gathered input is not kept: backward gathers it again (Megatron saves the shard).
-  return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b, fp8);
+  return linear_forward(env, gather_from_sequence_parallel_region(env, x), w, b, fp8, nullptr,
+                        bias_in_gemm);
 }
 
 Tensor column_parallel_input_grad(ModelEnv& env, const Tensor& x, const Tensor& dy,
@@ -224,13 +237,14 @@ Tensor column_parallel_input_grad(ModelEnv& env, const Tensor& x, const Tensor& 
 }
 
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                                Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input) {
+                                Parameter* b, Fp8Linear* fp8, const Fp8Tensor* fp8_input,
+                                bool bias_in_gemm) {
   LinearBackward linear(env, dy, fp8);
   if (!env.sequence_parallel) {
     Tensor dx = linear.input_grad(w);
     auto work = env.tp.all_reduce(env.stream, dx, ReduceOp::sum);
     if (!env.async_tensor_model_parallel_allreduce) work->wait();
-    linear.weight_grad(x, w, b, fp8_input);
+    linear.weight_grad(x, w, b, fp8_input, bias_in_gemm);
     if (env.async_tensor_model_parallel_allreduce) work->wait();
     return dx;
   }
@@ -256,7 +270,7 @@ Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy
   gather->wait();
   Tensor dx = allocate_like(env, x.shape);
   auto scatter = env.tp.reduce_scatter(env.stream, dx_partial, dx, ReduceOp::sum);
-  linear.weight_grad(total, w, b);
+  linear.weight_grad(total, w, b, nullptr, bias_in_gemm);
   scatter->wait();
   return dx;
 }

@@ -150,16 +150,20 @@ Tensor allocate_fp32(Device& d, const Shape& shape);
 
 // y(rows, out) = x(rows, in) · w(out, in)ᵀ [+ b(out)]; with `fp8`, the GEMM in FP8, and
 // `fp8_input`, when given, gets the FP8 copy of x the weight gradient is to read
-// (Fp8Linear::forward).
+// (Fp8Linear::forward). `bias_in_gemm`: the bias as the GEMM's epilogue (Transformer
+// Engine's Linear with its bias, skip_bias_add off), not a bias_add after it; FP8 GEMMs
+// keep the bias_add.
 Tensor linear_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,
-                      Fp8Linear* fp8 = nullptr, Fp8Tensor* fp8_input = nullptr);
+                      Fp8Linear* fp8 = nullptr, Fp8Tensor* fp8_input = nullptr,
+                      bool bias_in_gemm = false);
 // w.grad += dyᵀ · x: one accumulating GEMM, or (gradient_accumulation_fusion off) a GEMM
 // into a fresh gradient and an add. Weight-gradient work (weight_grad_work), as are the
 // weight and bias gradients of every linear layer below.
 void accumulate_weight_grad(ModelEnv& env, const Tensor& dy, const Tensor& x, Parameter& w);
-// w.grad += dyᵀ · x; b.grad += column sums of dy.
+// w.grad += dyᵀ · x; b.grad += column sums of dy (with `bias_in_gemm` as the weight-gradient
+// GEMM's epilogue, as Transformer Engine's Linear reads it off dy; else a bias_grad).
 void linear_weight_grad(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
-                        Parameter* b);
+                        Parameter* b, bool bias_in_gemm = false);
 // dx(rows, in) = dy(rows, out) · w(out, in)
 Tensor linear_input_grad(ModelEnv& env, const Tensor& dy, const Parameter& w);
 
@@ -176,10 +180,14 @@ Tensor reduce_scatter_to_sequence_parallel_region(ModelEnv& env, const Tensor& x
 // Fp8Linear::saves_input), and x may be empty there. The column-parallel layers save it
 // without sequence parallelism only: with it, forward gathers the input, and backward
 // gathers the compute-dtype shard again and quantizes it (TE gathers FP8 shards).
+// `bias_in_gemm`: the bias and its gradient as the GEMMs' epilogues (Transformer Engine's
+// Linear; Megatron-Core's QKV, the one column-parallel layer that does not skip its bias
+// add), where the GEMM is tandem's own bf16/fp32 one; FP8 and --tp-comm-overlap's ring
+// GEMMs keep the separate kernels.
 // x: (rows, in), or (rows / tp, in) with sequence parallelism; returns (rows, out / tp).
 Tensor column_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w,
                                const Parameter* b, Fp8Linear* fp8 = nullptr,
-                               Fp8Tensor* fp8_input = nullptr);
+                               Fp8Tensor* fp8_input = nullptr, bool bias_in_gemm = false);
 // Returns dX in x's shape: all-reduced over tp, or reduce-scattered with sequence
 // parallelism; the collective runs while the weight gradient is computed.
 // The input gradient of a column-parallel linear alone, its weight gradient left to the
@@ -189,7 +197,7 @@ Tensor column_parallel_input_grad(ModelEnv& env, const Tensor& x, const Tensor& 
                                   const Parameter& w);
 Tensor column_parallel_backward(ModelEnv& env, const Tensor& x, const Tensor& dy, Parameter& w,
                                 Parameter* b, Fp8Linear* fp8 = nullptr,
-                                const Fp8Tensor* fp8_input = nullptr);
+                                const Fp8Tensor* fp8_input = nullptr, bool bias_in_gemm = false);
 
 // x: (rows, in / tp); returns (rows, out), or (rows / tp, out) with sequence parallelism.
 Tensor row_parallel_forward(ModelEnv& env, const Tensor& x, const Parameter& w, const Parameter* b,

@@ -454,8 +454,10 @@ Tensor TransformerLayer::forward_all(ModelEnv& env, const Tensor& x, LayerActiva
       const LibraryCall layer_norm_linear(env, te);
       a.ln1_out = allocate_like(env, x.shape);
       norm_forward(env, x, ln1_w_, ln1_b_, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+      // Megatron-Core's QKV keeps its bias add (skip_bias_add off): under Transformer
+      // Engine the bias is the GEMM's epilogue.
       a.qkv = column_parallel_forward(env, a.ln1_out, params_[qkv_w_], bias(qkv_b_), fp8(0),
-                                      &a.fp8_input[0]);
+                                      &a.fp8_input[0], te);
     }
     if (saved_fp8(a, 0)) a.ln1_out = Tensor{};
     if (dims_.options.qk_layernorm) qk_norm_forward(env, a);
@@ -608,7 +610,7 @@ Tensor TransformerLayer::backward(ModelEnv& env, const Tensor& grad_out, LayerAc
     if (dims_.options.qk_layernorm) qk_norm_backward(env, d_qkv, a);
     const LibraryCall layer_norm_linear(env, te);
     Tensor d_ln1 = column_parallel_backward(env, a.ln1_out, d_qkv, params_[qkv_w_], bias(qkv_b_),
-                                            fp8(0), saved_fp8(a, 0));
+                                            fp8(0), saved_fp8(a, 0), te);
     a.fp8_input[0] = Fp8Tensor{};
     d_qkv = Tensor{};
     a.qkv = a.ln1_out = Tensor{};

@@ -269,24 +269,22 @@ void SimDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
 }
 
 void SimDevice::gemm(Stream& s, const GemmArgs& a) {
-  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
-  const std::int64_t k = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
-  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
-  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
-  if (k != kb || a.c.numel() != m * n)
-    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + " · " + a.b.shape.to_string() +
-                                " into " + a.c.shape.to_string() + ": shapes do not match");
+  const auto [m, n, k] = check_gemm(a);
   // Accumulating (beta = 1) reads C as well; C is an fp32 buffer when it accumulates
   // weight gradients, so its bytes follow its own dtype size on the real device.
   const double c_bytes = static_cast<double>(m * n) * (a.beta != 0 ? 2.0 : 1.0) *
                          static_cast<double>(dtype_size(options_.compute_dtype).value);
+  // Epilogues ride on the GEMM's kernel: the bias read once, the bias gradient (fp32) read
+  // and written once; the additions and sums are on tiles already in registers.
+  const double epilogue_bytes =
+      (a.bias ? activation_bytes(n) : 0.0) + (a.bias_grad ? 8.0 * static_cast<double>(m) : 0.0);
   run(s, {.op = "gemm",
           .dtype = options_.compute_dtype,
           .m = m,
           .n = n,
           .k = k,
           .flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
-          .bytes = activation_bytes(m * k + k * n) + c_bytes});
+          .bytes = activation_bytes(m * k + k * n) + c_bytes + epilogue_bytes});
 }
 
 void SimDevice::bias_add(Stream& s, Tensor& x, const Tensor&) {

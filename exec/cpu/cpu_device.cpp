@@ -166,23 +166,19 @@ void CpuDevice::download(Stream&, const Tensor& t, std::span<float> host) {
   std::memcpy(host.data(), f32(t), host.size() * sizeof(float));
 }
 
-void CpuDevice::gemm(Stream&, const GemmArgs& a) {
-  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
-  const std::int64_t kk = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
-  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
-  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
-  if (kk != kb || a.c.numel() != m * n)
-    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") +
-                                " · " + a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") +
-                                " into " + a.c.shape.to_string() + " do not conform");
-  k::gemm({.m = m,
-           .n = n,
-           .k = kk,
+void CpuDevice::gemm(Stream& s, const GemmArgs& a) {
+  const GemmShape g = check_gemm(a);
+  k::gemm({.m = g.m,
+           .n = g.n,
+           .k = g.k,
            .transpose_a = a.transpose_a,
            .transpose_b = a.transpose_b,
            .alpha = a.alpha,
            .beta = a.beta},
           f32(a.a), f32(a.b), f32(a.c));
+  // The epilogues as the kernels the unfused step runs: the same sums in the same order.
+  if (a.bias) bias_add(s, a.c, *a.bias);
+  if (a.bias_grad) bias_grad(s, a.a, *a.bias_grad);
 }
 
 void CpuDevice::bias_add(Stream&, Tensor& x, const Tensor& bias) {

@@ -223,23 +223,55 @@ void CudaDevice::download(Stream& s, const Tensor& t, std::span<float> host) {
 }
 
 void CudaDevice::gemm(Stream& s, const GemmArgs& a) {
-  const std::int64_t m = a.transpose_a ? a.a.shape[1] : a.a.shape[0];
-  const std::int64_t kk = a.transpose_a ? a.a.shape[0] : a.a.shape[1];
-  const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
-  const std::int64_t n = a.transpose_b ? a.b.shape[0] : a.b.shape[1];
-  if (kk != kb || a.c.numel() != m * n)
-    throw std::invalid_argument("gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") +
-                                " · " + a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") +
-                                " into " + a.c.shape.to_string() + " do not conform");
+  const GemmShape g = check_gemm(a);
+  if ((a.bias || a.bias_grad) && gemm_with_epilogue(s, a, g)) return;
   kc::gemm({cuda_stream_of(s), blas_},
-           {.m = m,
-            .n = n,
-            .k = kk,
+           {.m = g.m,
+            .n = g.n,
+            .k = g.k,
             .transpose_a = a.transpose_a,
             .transpose_b = a.transpose_b,
             .alpha = a.alpha,
             .beta = a.beta},
            floats(a.a, "gemm"), floats(a.b, "gemm"), floats(a.c, "gemm"));
+  if (a.bias) bias_add(s, a.c, *a.bias);
+  if (a.bias_grad) bias_grad(s, a.a, *a.bias_grad);
+}
+
+// One cuBLASLt call with the epilogue, where kernels/cuda/gemm_lt_plan.hpp allows it and
+// cuBLASLt offers a kernel; false (nothing launched) otherwise. The bias gradient comes out
+// in C's type and is added into the fp32 gradient, as Device::bias_grad accumulates.
+bool CudaDevice::gemm_with_epilogue(Stream& s, const GemmArgs& a, const GemmShape& g) {
+  const kc::Floats out = floats(a.c, "gemm");
+  const kc::ConstFloats first = floats(a.b, "gemm"), second = floats(a.a, "gemm");
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const kc::GemmLtPlan plan = kc::plan_gemm_lt(
+      {.m = g.m,
+       .n = g.n,
+       .k = g.k,
+       .transpose_a = a.transpose_a,
+       .transpose_b = a.transpose_b,
+       .operands = second.precision == first.precision ? second.precision : kc::Precision::fp32,
+       .out = out.precision,
+       .bias = a.bias != nullptr,
+       .bias_precision = a.bias ? floats(*a.bias, "gemm").precision : out.precision,
+       .bias_grad = a.bias_grad != nullptr,
+       .aligned = aligned(first.data) && aligned(second.data) && aligned(out.data) &&
+                  (!a.bias || aligned(address(*a.bias)))});
+  if (!plan.runs()) return false;
+  if (!lt_) lt_ = std::make_unique<kc::LtMatmul>();
+  if (!lt_->has_algorithm(plan, a.beta != 0)) return false;
+  const std::size_t element = out.precision == kc::Precision::fp32 ? 4 : 2;
+  std::optional<Scratch> sums;
+  if (a.bias_grad) sums.emplace(pool_, static_cast<std::size_t>(g.m) * element);
+  const Scratch workspace = scratch(kc::kLtWorkspaceBytes);
+  const kc::Context c{cuda_stream_of(s), blas_};
+  lt_->gemm(c.stream, plan, {.first = first.data, .second = second.data, .out = out.data},
+            a.bias ? address(*a.bias) : sums->data(), a.alpha, a.beta, workspace.data());
+  if (a.bias_grad)
+    kc::add(c, {sums->data(), out.precision}, floats(*a.bias_grad, "gemm"),
+            floats(*a.bias_grad, "gemm"), g.m);
+  return true;
 }
 
 void CudaDevice::bias_add(Stream& s, Tensor& x, const Tensor& bias) {
@@ -754,13 +786,8 @@ void CudaDevice::fp8_gemm_tensor_cores(Stream& s, const Fp8GemmArgs& a, const kc
     b_codes = static_cast<const std::uint8_t*>(b_held->data());
   }
   const Scratch workspace = scratch(kc::kLtWorkspaceBytes);
-  lt_->fp8_gemm(c.stream, plan,
-                {.first = b_codes,
-                 .scale_first = f32(a.b.scale_inv),
-                 .second = a_codes,
-                 .scale_second = f32(a.a.scale_inv),
-                 .out = address(a.c)},
-                a.alpha, a.beta, workspace.data());
+  lt_->fp8_gemm(c.stream, plan, {.first = b_codes, .second = a_codes, .out = address(a.c)},
+                f32(a.b.scale_inv), f32(a.a.scale_inv), a.alpha, a.beta, workspace.data());
   ++fp8_tensor_core_gemms_;
 }
 

@@ -1,8 +1,10 @@
-// LtFp8Descriptors and LtMatmul: fp8_lt_plan's column-major call spelled in cuBLASLt's
-// descriptors, and run.
+// LtDescriptors and LtMatmul: the column-major calls of fp8_lt_plan and gemm_lt_plan spelled
+// in cuBLASLt's descriptors, and run.
 #include "kernels/cuda/lt_matmul.hpp"
 
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cublaslt_library.hpp"
@@ -15,42 +17,61 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attribute, const
   TANDEM_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(d, attribute, &value, sizeof(value)));
 }
 
-cublasLtMatrixLayout_t layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols,
-                              std::int64_t ld) {
+cublasLtMatrixLayout_t layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols) {
   cublasLtMatrixLayout_t l = nullptr;
   TANDEM_CUBLAS_CHECK(cublaslt().matrix_layout_create(&l, type, static_cast<std::uint64_t>(rows),
-                                                      static_cast<std::uint64_t>(cols), ld));
+                                                      static_cast<std::uint64_t>(cols), rows));
   return l;
 }
 
 }  // namespace
 
-LtFp8Descriptors::LtFp8Descriptors(const Fp8LtPlan& plan, const float* scale_first,
-                                   const float* scale_second) {
+LtDescriptors LtDescriptors::fp8(const Fp8LtPlan& plan, const float* scale_first,
+                                 const float* scale_second) {
   if (!plan.runs())
     throw std::invalid_argument("cuBLASLt FP8 GEMM: the plan does not run: " + plan.unsupported);
-  try {
-    TANDEM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    set(matmul_, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-    set(matmul_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-    set(matmul_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t{0});
-    if (scale_first) set(matmul_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_first);
-    if (scale_second) set(matmul_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_second);
-    // The first operand is op(first) = firstᵀ: held (depth × rows), column-major.
-    first_ = layout(plan.first_type, plan.depth, plan.rows, plan.depth);
-    second_ = layout(plan.second_type, plan.depth, plan.cols, plan.depth);
-    out_ = layout(plan.out_type, plan.rows, plan.cols, plan.rows);
-  } catch (...) {
-    release();
-    throw;
-  }
+  LtDescriptors d;
+  TANDEM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&d.matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t{0});
+  if (scale_first) set(d.matmul_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_first);
+  if (scale_second) set(d.matmul_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_second);
+  // op(first) = firstᵀ: held (depth × rows), column-major.
+  d.first_ = layout(plan.first_type, plan.depth, plan.rows);
+  d.second_ = layout(plan.second_type, plan.depth, plan.cols);
+  d.out_ = layout(plan.out_type, plan.rows, plan.cols);
+  return d;
 }
 
-LtFp8Descriptors::~LtFp8Descriptors() {
+LtDescriptors LtDescriptors::gemm(const GemmLtPlan& plan, const void* vector) {
+  if (!plan.runs())
+    throw std::invalid_argument("cuBLASLt GEMM: the plan does not run: " + plan.unsupported);
+  LtDescriptors d;
+  TANDEM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&d.matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSA, plan.op_first);
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSB, plan.op_second);
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(plan.epilogue));
+  if (plan.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    set(d.matmul_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
+  d.first_ = layout(plan.operand_type, plan.first_rows, plan.first_cols);
+  d.second_ = layout(plan.operand_type, plan.second_rows, plan.second_cols);
+  d.out_ = layout(plan.out_type, plan.rows, plan.cols);
+  return d;
+}
+
+LtDescriptors::LtDescriptors(LtDescriptors&& o) noexcept
+    : matmul_(std::exchange(o.matmul_, nullptr)),
+      first_(std::exchange(o.first_, nullptr)),
+      second_(std::exchange(o.second_, nullptr)),
+      out_(std::exchange(o.out_, nullptr)) {}
+
+LtDescriptors::~LtDescriptors() {
   release();
 }
 
-void LtFp8Descriptors::release() {
+void LtDescriptors::release() {
+  if (!matmul_ && !first_ && !second_ && !out_) return;
   const auto& lt = cublaslt();
   if (out_) lt.matrix_layout_destroy(out_);
   if (second_) lt.matrix_layout_destroy(second_);
@@ -68,11 +89,17 @@ LtMatmul::~LtMatmul() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
-const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Fp8LtPlan& plan,
-                                                               bool accumulate,
-                                                               const LtFp8Descriptors& d) {
-  const Key key{plan.rows,        plan.cols,     plan.depth, plan.first_type,
-                plan.second_type, plan.out_type, accumulate};
+namespace {
+
+template <typename Plan>
+std::tuple<std::int64_t, std::int64_t, std::int64_t> dims(const Plan& p) {
+  return {p.rows, p.cols, p.depth};
+}
+
+}  // namespace
+
+const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Key& key,
+                                                               const LtDescriptors& d) {
   auto found = algos_.find(key);
   if (found != algos_.end()) return found->second;
   cublasLtMatmulPreference_t preference = nullptr;
@@ -86,30 +113,71 @@ const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Fp8LtPlan& 
     status = cublaslt().algo_get_heuristic(handle_, d.matmul(), d.first(), d.second(), d.out(),
                                            d.out(), preference, 1, &result, &returned);
   cublaslt().preference_destroy(preference);
-  // NOT_SUPPORTED: no kernel for this combination here; the caller decodes instead.
+  // NOT_SUPPORTED: no kernel for this combination here; the caller runs it another way.
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) TANDEM_CUBLAS_CHECK(status);
   const bool offered = status == CUBLAS_STATUS_SUCCESS && returned > 0;
   return algos_.emplace(key, offered ? std::optional(result.algo) : std::nullopt).first->second;
 }
 
-bool LtMatmul::has_algorithm(const Fp8LtPlan& plan, bool accumulate) {
-  // The heuristic sees whether scales are given, not where they are.
-  const auto* any = reinterpret_cast<const float*>(std::uintptr_t{256});
-  const LtFp8Descriptors d(plan, any, any);
-  return algorithm(plan, accumulate, d).has_value();
+namespace {
+
+LtMatmul::Key fp8_key(const Fp8LtPlan& p, bool accumulate) {
+  const auto [r, c, k] = dims(p);
+  return {r,
+          c,
+          k,
+          p.first_type,
+          p.second_type,
+          p.out_type,
+          CUBLAS_OP_T,
+          CUBLAS_OP_N,
+          CUBLASLT_EPILOGUE_DEFAULT,
+          accumulate};
 }
 
-void LtMatmul::fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Fp8Operands& x,
-                        float alpha, float beta, void* workspace) {
-  const LtFp8Descriptors d(plan, x.scale_first, x.scale_second);
-  const auto& algo = algorithm(plan, beta != 0, d);
+LtMatmul::Key gemm_key(const GemmLtPlan& p, bool accumulate) {
+  const auto [r, c, k] = dims(p);
+  return {r,          c,          k,           p.operand_type, p.operand_type,
+          p.out_type, p.op_first, p.op_second, p.epilogue,     accumulate};
+}
+
+// Heuristics depend on whether a pointer is given and on its alignment, not on its value.
+const auto* const kAligned = reinterpret_cast<const float*>(std::uintptr_t{256});
+
+}  // namespace
+
+bool LtMatmul::has_algorithm(const Fp8LtPlan& plan, bool accumulate) {
+  return algorithm(fp8_key(plan, accumulate), LtDescriptors::fp8(plan, kAligned, kAligned))
+      .has_value();
+}
+
+bool LtMatmul::has_algorithm(const GemmLtPlan& plan, bool accumulate) {
+  return algorithm(gemm_key(plan, accumulate), LtDescriptors::gemm(plan, kAligned)).has_value();
+}
+
+void LtMatmul::run(cudaStream_t stream, const Key& key, const LtDescriptors& d, const Operands& x,
+                   float alpha, float beta, void* workspace) {
+  const auto& algo = algorithm(key, d);
   if (!algo)
-    throw CudaError("cuBLASLt offers no FP8 GEMM for rows " + std::to_string(plan.rows) +
-                    ", cols " + std::to_string(plan.cols) + ", depth " +
-                    std::to_string(plan.depth) + " on this GPU (ask has_algorithm first)");
+    throw CudaError("cuBLASLt offers no algorithm for rows " + std::to_string(std::get<0>(key)) +
+                    ", cols " + std::to_string(std::get<1>(key)) + ", depth " +
+                    std::to_string(std::get<2>(key)) + " on this GPU (ask has_algorithm first)");
   TANDEM_CUBLAS_CHECK(cublaslt().matmul(handle_, d.matmul(), &alpha, x.first, d.first(), x.second,
                                         d.second(), &beta, x.out, d.out(), x.out, d.out(), &*algo,
                                         workspace, kLtWorkspaceBytes, stream));
+}
+
+void LtMatmul::fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Operands& x,
+                        const float* scale_first, const float* scale_second, float alpha,
+                        float beta, void* workspace) {
+  run(stream, fp8_key(plan, beta != 0), LtDescriptors::fp8(plan, scale_first, scale_second), x,
+      alpha, beta, workspace);
+}
+
+void LtMatmul::gemm(cudaStream_t stream, const GemmLtPlan& plan, const Operands& x,
+                    const void* vector, float alpha, float beta, void* workspace) {
+  run(stream, gemm_key(plan, beta != 0), LtDescriptors::gemm(plan, vector), x, alpha, beta,
+      workspace);
 }
 
 }  // namespace tandem::kernels::cuda

@@ -1,15 +1,18 @@
-// FP8 GEMMs through cuBLASLt (cublaslt_library.hpp), for a plan of fp8_lt_plan.hpp.
+// GEMMs through cuBLASLt (cublaslt_library.hpp): FP8 GEMMs planned by fp8_lt_plan.hpp and
+// 16-bit GEMMs with an epilogue planned by gemm_lt_plan.hpp.
 //
-// LtFp8Descriptors builds the matmul and matrix-layout descriptors of one plan: compute in
-// fp32, first operand transposed, per-tensor scales as the A/B scale pointers (the inverse
-// scales tandem's FP8 tensors hold: a code times its scale_inv is the value), C and D one
-// layout. Descriptors are host objects, so they are built and read back without a GPU.
-// Split accumulation stays on (CUBLASLT_MATMUL_DESC_FAST_ACCUM 0): the products sum in
-// fp32 as on the cpu binding, the precision Transformer Engine asks for its dgrad and wgrad
-// (its fprop takes fast accumulation).
+// LtDescriptors holds the matmul and matrix-layout descriptors of one call (compute and
+// scale in fp32; C and D one layout). Descriptors are host objects, built and read back
+// without a GPU. For FP8: first operand transposed, second not, per-tensor scales as the
+// A/B scale pointers (the inverse scales tandem's FP8 tensors hold: a code times its
+// scale_inv is the value), split accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM 0: the
+// products sum in fp32 as on the cpu binding, the precision Transformer Engine asks for its
+// dgrad and wgrad; its fprop takes fast accumulation). For an epilogue: the plan's
+// operations, the epilogue and its vector (bias, or bias gradient out).
 //
-// LtMatmul holds a cuBLASLt handle (creating one needs a GPU) and, per problem shape and
-// type, the algorithm cuBLASLt's heuristic picked the first time, so later calls ask nothing.
+// LtMatmul holds a cuBLASLt handle (creating one needs a GPU) and, per problem, the
+// algorithm cuBLASLt's heuristic picked the first time (or that it offered none), so later
+// calls ask nothing.
 #pragma once
 
 #include <cublasLt.h>
@@ -22,16 +25,22 @@
 #include <tuple>
 
 #include "kernels/cuda/fp8_lt_plan.hpp"
+#include "kernels/cuda/gemm_lt_plan.hpp"
 
 namespace tandem::kernels::cuda {
 
-class LtFp8Descriptors {
+class LtDescriptors {
  public:
   // Scale pointers are device pointers to one fp32 each (nullptr: 1).
-  LtFp8Descriptors(const Fp8LtPlan& plan, const float* scale_first, const float* scale_second);
-  ~LtFp8Descriptors();
-  LtFp8Descriptors(const LtFp8Descriptors&) = delete;
-  LtFp8Descriptors& operator=(const LtFp8Descriptors&) = delete;
+  static LtDescriptors fp8(const Fp8LtPlan& plan, const float* scale_first,
+                           const float* scale_second);
+  // `vector`: the bias (BIAS) or the bias gradient's output (BGRADB), device memory.
+  static LtDescriptors gemm(const GemmLtPlan& plan, const void* vector);
+  ~LtDescriptors();
+  LtDescriptors(LtDescriptors&& o) noexcept;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(LtDescriptors&&) = delete;
 
   cublasLtMatmulDesc_t matmul() const { return matmul_; }
   cublasLtMatrixLayout_t first() const { return first_; }
@@ -39,6 +48,7 @@ class LtFp8Descriptors {
   cublasLtMatrixLayout_t out() const { return out_; }
 
  private:
+  LtDescriptors() = default;
   void release();
 
   cublasLtMatmulDesc_t matmul_ = nullptr;
@@ -55,28 +65,34 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
-  struct Fp8Operands {
-    const void* first = nullptr;  // codes, (rows × depth) held transposed
-    const float* scale_first = nullptr;
-    const void* second = nullptr;  // codes, (depth × cols)
-    const float* scale_second = nullptr;
-    void* out = nullptr;  // C and D, (rows × cols), in place
-  };
   // Whether cuBLASLt's heuristic offers an algorithm for the plan on this GPU, with C
   // accumulated (beta ≠ 0) or not; asked once per problem and remembered.
   bool has_algorithm(const Fp8LtPlan& plan, bool accumulate);
-  // D = alpha · scale_first · scale_second · first · second + beta · C on `stream`;
-  // `workspace` holds kLtWorkspaceBytes. The plan must run and have an algorithm.
-  void fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Fp8Operands& x, float alpha,
-                float beta, void* workspace);
+  bool has_algorithm(const GemmLtPlan& plan, bool accumulate);
 
-  // How many distinct problems have asked the heuristic so far (one query each).
-  std::size_t heuristic_queries() const { return algos_.size(); }
+  struct Operands {
+    const void* first = nullptr;   // tandem's B
+    const void* second = nullptr;  // tandem's A
+    void* out = nullptr;           // C and D, in place
+  };
+  // D = alpha · op(first) · op(second) + beta · C on `stream` with the descriptors of a
+  // plan that has an algorithm (else CudaError); `workspace` holds kLtWorkspaceBytes.
+  void fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Operands& x,
+                const float* scale_first, const float* scale_second, float alpha, float beta,
+                void* workspace);
+  void gemm(cudaStream_t stream, const GemmLtPlan& plan, const Operands& x, const void* vector,
+            float alpha, float beta, void* workspace);
+
+  // A problem as the algorithm cache knows it: rows, cols, depth, first / second / out
+  // types, first / second operations, epilogue, accumulate.
+  using Key =
+      std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int, bool>;
 
  private:
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, bool>;
-  const std::optional<cublasLtMatmulAlgo_t>& algorithm(const Fp8LtPlan& plan, bool accumulate,
-                                                       const LtFp8Descriptors& d);
+  const std::optional<cublasLtMatmulAlgo_t>& algorithm(const Key& key, const LtDescriptors& d);
+  void run(cudaStream_t stream, const Key& key, const LtDescriptors& d, const Operands& x,
+           float alpha, float beta, void* workspace);
+
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algos_;
 };

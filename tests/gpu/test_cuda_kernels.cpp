@@ -72,6 +72,33 @@ TEST_P(CudaOps, GemmAllTransposesAlphaBeta) {
   }
 }
 
+// The GEMM's epilogues (core/device.hpp GemmArgs): a linear layer's forward with its bias,
+// and the weight-gradient GEMM accumulating into fp32 with its bias gradient read off dY —
+// through cuBLASLt's BIAS / BGRADB epilogues for 16-bit operands (kernels/cuda/
+// gemm_lt_plan.hpp), cuBLAS and the bias kernels for fp32 — against the cpu binding's GEMM
+// and bias kernels.
+TEST_P(CudaOps, GemmEpiloguesMatchTheCpu) {
+  const std::int64_t tokens = 64, in = 32, out = 48;
+  auto x = d().random({tokens, in}, dtype(), 71);
+  auto w = d().random({out, in}, dtype(), 72);
+  auto bias = d().random({out}, dtype(), 73);
+  auto y = d().poisoned({tokens, out}, dtype());
+  cpu().gemm(cs(), {.a = x.cpu, .b = w.cpu, .c = y.cpu, .transpose_b = true, .bias = &bias.cpu});
+  gpu().gemm(gs(), {.a = x.gpu, .b = w.gpu, .c = y.gpu, .transpose_b = true, .bias = &bias.gpu});
+  EXPECT_TRUE(d().close(y, tol())) << "forward with its bias";
+  auto dy = d().random({tokens, out}, dtype(), 74);
+  auto dw = d().random({out, in}, DType::fp32, 75);
+  auto db = d().random({out}, DType::fp32, 76);
+  cpu().gemm(
+      cs(),
+      {.a = dy.cpu, .b = x.cpu, .c = dw.cpu, .transpose_a = true, .beta = 1, .bias_grad = &db.cpu});
+  gpu().gemm(
+      gs(),
+      {.a = dy.gpu, .b = x.gpu, .c = dw.gpu, .transpose_a = true, .beta = 1, .bias_grad = &db.gpu});
+  EXPECT_TRUE(d().close(dw, tol())) << "weight gradient";
+  EXPECT_TRUE(d().close(db, tol())) << "bias gradient, accumulated";
+}
+
 TEST_P(CudaOps, BiasAddAndGrad) {
   const std::int64_t rows = 77, C = 97;
   auto x = d().random({rows, C}, dtype(), 11);

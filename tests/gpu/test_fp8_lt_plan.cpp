@@ -1,9 +1,10 @@
-// kernels/cuda/fp8_lt_plan and lt_matmul's descriptors, on the host: which FP8 GEMMs go to
-// cuBLASLt's FP8 tensor cores and which rule keeps the others off; that the column-major
-// "TN" call the plan spells computes the row-major product tandem asked for (checked by
-// evaluating that call by hand against the row-major GEMM, operands transposed as the
-// binding transposes them); and that the descriptors hold the plan (cuBLASLt's descriptor
-// calls need no GPU). Label `cuda`: runs wherever the binding is built.
+// kernels/cuda/fp8_lt_plan, gemm_lt_plan and lt_matmul's descriptors, on the host: which
+// FP8 GEMMs go to cuBLASLt's FP8 tensor cores and which 16-bit GEMMs take their epilogue
+// (bias, bias gradient) from cuBLASLt, and which rule keeps the others off; that the
+// column-major call each plan spells computes the row-major product tandem asked for, with
+// its bias or bias gradient (checked by evaluating that call by hand, as cuBLASLt defines
+// it, against the row-major GEMM); and that the descriptors hold the plan (cuBLASLt's
+// descriptor calls need no GPU). Label `cuda`: runs wherever the binding is built.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "kernels/cuda/cublaslt_library.hpp"
 #include "kernels/cuda/fp8_lt_plan.hpp"
+#include "kernels/cuda/gemm_lt_plan.hpp"
 #include "kernels/cuda/lt_matmul.hpp"
 
 namespace tandem::kernels::cuda {
@@ -149,7 +151,7 @@ T layout_attribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a) 
   return value;
 }
 
-TEST(LtFp8Descriptors, HoldThePlan) {
+TEST(LtDescriptors, HoldTheFp8Plan) {
   Fp8LtProblem problem = linear_forward(64, 48, 96);
   problem.format_a = Fp8Format::e5m2;
   const Fp8LtPlan plan = plan_fp8_lt_gemm(problem);
@@ -157,7 +159,7 @@ TEST(LtFp8Descriptors, HoldThePlan) {
   // Any addresses will do: descriptors only hold them.
   const auto* scale_first = reinterpret_cast<const float*>(std::uintptr_t{0x1000});
   const auto* scale_second = reinterpret_cast<const float*>(std::uintptr_t{0x2000});
-  const LtFp8Descriptors d(plan, scale_first, scale_second);
+  const LtDescriptors d = LtDescriptors::fp8(plan, scale_first, scale_second);
   EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
             CUBLAS_OP_T);
   EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
@@ -184,14 +186,131 @@ TEST(LtFp8Descriptors, HoldThePlan) {
   }
 }
 
-TEST(LtFp8Descriptors, RefuseAPlanThatDoesNotRun) {
+TEST(LtDescriptors, RefuseAnFp8PlanThatDoesNotRun) {
   const Fp8LtPlan plan = plan_fp8_lt_gemm(linear_forward(64, 48, 100));
   try {
-    const LtFp8Descriptors d(plan, nullptr, nullptr);
+    const LtDescriptors d = LtDescriptors::fp8(plan, nullptr, nullptr);
     FAIL() << "descriptors built for a plan that does not run";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("K = 100"), std::string::npos) << e.what();
   }
+}
+
+TEST(GemmLtPlan, EachRuleNamesWhatKeepsAnEpilogueOffCuBlasLt) {
+  auto why = [](GemmLtProblem p) { return plan_gemm_lt(p).unsupported; };
+  const GemmLtProblem forward{.m = 64, .n = 48, .k = 32, .transpose_b = true, .bias = true};
+  EXPECT_TRUE(plan_gemm_lt(forward).runs()) << why(forward);
+  GemmLtProblem p = forward;
+  p.operands = Precision::fp32;
+  EXPECT_NE(why(p).find("true-fp32"), std::string::npos) << why(p);
+  p = forward;
+  p.bias_grad = true;
+  EXPECT_NE(why(p).find("one epilogue"), std::string::npos) << why(p);
+  p = forward;
+  p.bias_precision = Precision::fp32;
+  EXPECT_NE(why(p).find("C's type"), std::string::npos) << why(p);
+  p = {.m = 48, .n = 32, .k = 64, .bias_grad = true};  // A held (M, K)
+  EXPECT_NE(why(p).find("transpose_a"), std::string::npos) << why(p);
+  p = forward;
+  p.aligned = false;
+  EXPECT_NE(why(p).find("16-byte"), std::string::npos) << why(p);
+  p = forward;
+  p.k = 0;
+  EXPECT_NE(why(p).find("K = 0"), std::string::npos) << why(p);
+}
+
+// The plan's column-major call, evaluated as cuBLASLt defines it: first held (first_rows ×
+// first_cols) and second likewise, column-major with leading dimensions their row counts,
+// each transposed as its op says; D (rows × cols) = op(first) · op(second), plus the bias
+// along D's rows (BIAS), or with BGRADB the sums of op(second) over depth, one per column.
+struct Evaluated {
+  std::vector<double> d, bias_grad;
+};
+Evaluated column_major(const GemmLtPlan& p, const std::vector<float>& first,
+                       const std::vector<float>& second, const std::vector<float>& bias) {
+  auto op_first = [&](std::int64_t i, std::int64_t q) {
+    return p.op_first == CUBLAS_OP_N ? first[i + q * p.first_rows] : first[q + i * p.first_rows];
+  };
+  auto op_second = [&](std::int64_t q, std::int64_t j) {
+    return p.op_second == CUBLAS_OP_N ? second[q + j * p.second_rows]
+                                      : second[j + q * p.second_rows];
+  };
+  Evaluated e{std::vector<double>(static_cast<std::size_t>(p.rows * p.cols)),
+              std::vector<double>(static_cast<std::size_t>(p.cols))};
+  for (std::int64_t i = 0; i < p.rows; ++i)
+    for (std::int64_t j = 0; j < p.cols; ++j) {
+      double sum = p.epilogue == CUBLASLT_EPILOGUE_BIAS ? bias[static_cast<std::size_t>(i)] : 0.0;
+      for (std::int64_t q = 0; q < p.depth; ++q) sum += double{op_first(i, q)} * op_second(q, j);
+      e.d[static_cast<std::size_t>(i + j * p.rows)] = sum;
+    }
+  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB)
+    for (std::int64_t j = 0; j < p.cols; ++j)
+      for (std::int64_t q = 0; q < p.depth; ++q)
+        e.bias_grad[static_cast<std::size_t>(j)] += op_second(q, j);
+  return e;
+}
+
+TEST(GemmLtPlan, TheColumnMajorCallComputesTheRowMajorProductAndItsEpilogue) {
+  const std::int64_t M = 5, N = 7, K = 3;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int epilogue = 0; epilogue < 2; ++epilogue) {
+        const bool bias = epilogue == 0, bias_grad = epilogue == 1;
+        if (bias_grad && !ta) continue;  // the rule: A held (K, M)
+        std::vector<float> a(M * K), b(K * N), bv(N);
+        for (float& x : a) x = u(rng);
+        for (float& x : b) x = u(rng);
+        for (float& x : bv) x = u(rng);
+        const GemmLtPlan plan = plan_gemm_lt({.m = M,
+                                              .n = N,
+                                              .k = K,
+                                              .transpose_a = ta,
+                                              .transpose_b = tb,
+                                              .bias = bias,
+                                              .bias_grad = bias_grad});
+        ASSERT_TRUE(plan.runs()) << plan.unsupported;
+        // cuBLASLt reads tandem's row-major buffers as they are: B first, A second.
+        const Evaluated e = column_major(plan, b, a, bv);
+        auto at = [&](std::int64_t i, std::int64_t q) { return ta ? a[q * M + i] : a[i * K + q]; };
+        auto bt = [&](std::int64_t q, std::int64_t j) { return tb ? b[j * K + q] : b[q * N + j]; };
+        for (std::int64_t i = 0; i < M; ++i) {
+          double grad = 0;
+          for (std::int64_t q = 0; q < K; ++q) grad += at(i, q);
+          if (bias_grad) {
+            EXPECT_NEAR(e.bias_grad[static_cast<std::size_t>(i)], grad, 1e-9);
+          }
+          for (std::int64_t j = 0; j < N; ++j) {
+            double c = bias ? bv[static_cast<std::size_t>(j)] : 0.0;
+            for (std::int64_t q = 0; q < K; ++q) c += double{at(i, q)} * bt(q, j);
+            ASSERT_NEAR(e.d[static_cast<std::size_t>(i * N + j)], c, 1e-9)
+                << "ta " << ta << " tb " << tb << " epilogue " << epilogue;
+          }
+        }
+      }
+}
+
+TEST(LtDescriptors, HoldAnEpiloguePlan) {
+  const GemmLtPlan plan = plan_gemm_lt(
+      {.m = 64, .n = 48, .k = 32, .transpose_a = true, .out = Precision::fp32, .bias_grad = true});
+  ASSERT_TRUE(plan.runs()) << plan.unsupported;
+  const void* vector = reinterpret_cast<const void*>(std::uintptr_t{0x3000});
+  const LtDescriptors d = LtDescriptors::gemm(plan, vector);
+  EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
+            CUBLAS_OP_N);  // B held (K, N) row-major: (N × K) column-major, as is
+  EXPECT_EQ(matmul_attribute<cublasOperation_t>(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
+            CUBLAS_OP_T);  // A held (K, M)
+  EXPECT_EQ(matmul_attribute<std::uint32_t>(d.matmul(), CUBLASLT_MATMUL_DESC_EPILOGUE),
+            static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BGRADB));
+  EXPECT_EQ(matmul_attribute<const void*>(d.matmul(), CUBLASLT_MATMUL_DESC_BIAS_POINTER), vector);
+  EXPECT_EQ(layout_attribute<std::uint64_t>(d.first(), CUBLASLT_MATRIX_LAYOUT_ROWS), 48u);
+  EXPECT_EQ(layout_attribute<std::uint64_t>(d.first(), CUBLASLT_MATRIX_LAYOUT_COLS), 32u);
+  EXPECT_EQ(layout_attribute<std::uint64_t>(d.second(), CUBLASLT_MATRIX_LAYOUT_ROWS), 64u);
+  EXPECT_EQ(layout_attribute<std::uint64_t>(d.second(), CUBLASLT_MATRIX_LAYOUT_COLS), 32u);
+  EXPECT_EQ(layout_attribute<std::uint32_t>(d.out(), CUBLASLT_MATRIX_LAYOUT_TYPE),
+            static_cast<std::uint32_t>(CUDA_R_32F));
+  EXPECT_EQ(layout_attribute<std::int64_t>(d.out(), CUBLASLT_MATRIX_LAYOUT_LD), 48);
 }
 
 }  // namespace

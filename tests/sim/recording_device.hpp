@@ -43,6 +43,8 @@ class RecordingDevice : public Device {
   }
   void gemm(Stream& s, const GemmArgs& a) override {
     note("gemm", a.a, a.b, a.c);
+    if (a.bias) log_.back() += " +bias";  // the epilogues
+    if (a.bias_grad) log_.back() += " +bias_grad";
     inner_.gemm(s, a);
   }
   void bias_add(Stream& s, Tensor& x, const Tensor& b) override {

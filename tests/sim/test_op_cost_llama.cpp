@@ -195,5 +195,53 @@ TEST(OpCostLlama, StreamingOpsMoveTheirBytes) {
   EXPECT_DOUBLE_EQ(r.bytes, 2.0 * 2 * 4096 * 2 * 8 * 5 * 128);  // q and k, in place
 }
 
+// A GEMM's epilogues (Transformer Engine's bias and bias gradient) ride on its kernel: one
+// op priced, carrying the bias read once (N bf16 values) or the fp32 bias gradient read and
+// written once (M values), not a bias_add / bias_grad op of its own; and the rules that
+// keep an epilogue to what cuBLASLt's can do are refused with the shapes named.
+TEST(OpCostLlama, GemmEpiloguesArePricedInTheGemm) {
+  std::vector<OpDesc> ops;
+  SimDevice device(
+      [&ops](const OpDesc& op) {
+        ops.push_back(op);
+        return 1e-3;
+      },
+      SimDeviceOptions{.compute_dtype = DType::bf16});
+  Stream& s = device.default_stream();
+  const Tensor x = phantom(Shape{512, 256}, DType::bf16), w = phantom(Shape{768, 256}, DType::bf16);
+  const Tensor bias = phantom(Shape{768}, DType::bf16);
+  Tensor y = phantom(Shape{512, 768}, DType::bf16);
+  device.gemm(s, {.a = x, .b = w, .c = y, .transpose_b = true});
+  device.gemm(s, {.a = x, .b = w, .c = y, .transpose_b = true, .bias = &bias});
+  // dW (768, 256) = dYᵀ · X with dY = y (512, 768): its bias gradient is dY's 768 column sums.
+  Tensor dw = phantom(Shape{768, 256}, DType::fp32), db = phantom(Shape{768}, DType::fp32);
+  device.gemm(s, {.a = y, .b = x, .c = dw, .transpose_a = true, .beta = 1});
+  device.gemm(s, {.a = y, .b = x, .c = dw, .transpose_a = true, .beta = 1, .bias_grad = &db});
+  ASSERT_EQ(ops.size(), 4u);
+  for (const OpDesc& op : ops) EXPECT_EQ(op.op, "gemm");
+  EXPECT_DOUBLE_EQ(ops[1].bytes - ops[0].bytes, 2.0 * 768);
+  EXPECT_DOUBLE_EQ(ops[3].bytes - ops[2].bytes, 8.0 * 768);
+  EXPECT_DOUBLE_EQ(ops[1].flops, ops[0].flops);
+
+  auto refused = [&](const GemmArgs& a) {
+    try {
+      device.gemm(s, a);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const Tensor short_bias = phantom(Shape{256}, DType::bf16);
+  EXPECT_NE(refused({.a = x, .b = w, .c = y, .transpose_b = true, .bias = &short_bias})
+                .find("needs 768 values and beta 0; has 256"),
+            std::string::npos);
+  EXPECT_NE(refused({.a = x, .b = w, .c = y, .transpose_b = true, .beta = 1, .bias = &bias})
+                .find("and beta 1"),
+            std::string::npos);
+  Tensor dx = phantom(Shape{512, 256}, DType::bf16), db512 = phantom(Shape{512}, DType::fp32);
+  EXPECT_NE(refused({.a = y, .b = w, .c = dx, .bias_grad = &db512}).find("A held (M, K)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::sim
