@@ -89,6 +89,11 @@ float from_sixteen_bits(kc::Precision p, std::uint16_t b) {
                                   : kernels::math::float_from_fp16(b);
 }
 
+// cuBLASLt's rule for its operands, C and vectors: 16-byte aligned addresses.
+bool aligned(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 float* f32(const Tensor& t) {
   return t.data<float>();
 }
@@ -244,7 +249,6 @@ void CudaDevice::gemm(Stream& s, const GemmArgs& a) {
 bool CudaDevice::gemm_with_epilogue(Stream& s, const GemmArgs& a, const GemmShape& g) {
   const kc::Floats out = floats(a.c, "gemm");
   const kc::ConstFloats first = floats(a.b, "gemm"), second = floats(a.a, "gemm");
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   const kc::GemmLtPlan plan = kc::plan_gemm_lt(
       {.m = g.m,
        .n = g.n,
@@ -718,7 +722,6 @@ void CudaDevice::fp8_quantize(Stream& s, const Fp8QuantizeArgs& a) {
 void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
   const auto shape = check_fp8_gemm("fp8_gemm", a);
   const kc::Floats out = floats(a.c, "fp8_gemm");
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   const kc::Fp8LtPlan plan = kc::plan_fp8_lt_gemm(
       {.m = shape.m,
        .n = shape.n,
