@@ -573,8 +573,10 @@ std::optional<OpCase> moe_case(Device& device, const OpShape& s, const OpCaseOpt
   return std::nullopt;
 }
 
-// The FP8 ops (fp8_quantize over (m, n), per-tensor current scaling; fp8_gemm of (m, k) by
-// (k, n) codes, seeded bytes, unit scales; fp8_update_scale of one tensor's m-long history;
+// The FP8 ops (fp8_quantize over (m, n), per-tensor current scaling; fp8_gemm of (m, k) codes
+// by (n, k) codes transposed — a linear layer's forward, the layout FP8 tensor cores take as
+// held (kernels/cuda/fp8_lt_plan.hpp) —, seeded bytes, unit scales; fp8_update_scale of one
+// tensor's m-long history;
 // fp8_amax over (m, n); fp8_compute_scale of m tensors from their amaxes).
 std::optional<OpCase> fp8_case(Device& device, const OpShape& s, const OpCaseOptions&, Tensors& t) {
   const std::int64_t m = s.m, n = columns(s);
@@ -598,8 +600,8 @@ std::optional<OpCase> fp8_case(Device& device, const OpShape& s, const OpCaseOpt
     t.floats({m, n}, s.dtype, 0, 0);
     return OpCase{device, t.take(), [m, n, k](Device& dev, Stream& st, T& x) {
                     const Fp8Tensor a{.codes = x[0], .scale_inv = x[1], .rows = m, .cols = k};
-                    const Fp8Tensor b{.codes = x[2], .scale_inv = x[3], .rows = k, .cols = n};
-                    dev.fp8_gemm(st, {.a = a, .b = b, .c = x[4]});
+                    const Fp8Tensor b{.codes = x[2], .scale_inv = x[3], .rows = n, .cols = k};
+                    dev.fp8_gemm(st, {.a = a, .b = b, .c = x[4], .transpose_b = true});
                   }};
   }
   if (s.op == "fp8_update_scale") {
