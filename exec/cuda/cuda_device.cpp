@@ -243,6 +243,11 @@ void CudaDevice::gemm(Stream& s, const GemmArgs& a) {
   if (a.bias_grad) bias_grad(s, a.a, *a.bias_grad);
 }
 
+kc::LtMatmul& CudaDevice::lt() {
+  if (!lt_) lt_ = std::make_unique<kc::LtMatmul>();
+  return *lt_;
+}
+
 // One cuBLASLt call with the epilogue, where kernels/cuda/gemm_lt_plan.hpp allows it and
 // cuBLASLt offers a kernel; false (nothing launched) otherwise. The bias gradient comes out
 // in C's type and is added into the fp32 gradient, as Device::bias_grad accumulates.
@@ -263,14 +268,13 @@ bool CudaDevice::gemm_with_epilogue(Stream& s, const GemmArgs& a, const GemmShap
        .aligned = aligned(first.data) && aligned(second.data) && aligned(out.data) &&
                   (!a.bias || aligned(address(*a.bias)))});
   if (!plan.runs()) return false;
-  if (!lt_) lt_ = std::make_unique<kc::LtMatmul>();
-  if (!lt_->has_algorithm(plan, a.beta != 0)) return false;
+  if (!lt().has_algorithm(plan, a.beta != 0)) return false;
   const std::size_t element = out.precision == kc::Precision::fp32 ? 4 : 2;
   std::optional<Scratch> sums;
   if (a.bias_grad) sums.emplace(pool_, static_cast<std::size_t>(g.m) * element);
   const Scratch workspace = scratch(kc::kLtWorkspaceBytes);
   const kc::Context c{cuda_stream_of(s), blas_};
-  lt_->gemm(c.stream, plan, {.first = first.data, .second = second.data, .out = out.data},
+  lt().gemm(c.stream, plan, {.first = first.data, .second = second.data, .out = out.data},
             a.bias ? address(*a.bias) : sums->data(), a.alpha, a.beta, workspace.data());
   if (a.bias_grad)
     kc::add(c, {sums->data(), out.precision}, floats(*a.bias_grad, "gemm"),
@@ -735,8 +739,7 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
        .compute_capability = compute_capability_,
        .aligned = aligned(address(a.a.codes)) && aligned(address(a.b.codes)) && aligned(out.data)});
   if (plan.runs()) {
-    if (!lt_) lt_ = std::make_unique<kc::LtMatmul>();
-    if (lt_->has_algorithm(plan, a.beta != 0)) {
+    if (lt().has_algorithm(plan, a.beta != 0)) {
       fp8_gemm_tensor_cores(s, a, plan);
       return;
     }
@@ -789,7 +792,7 @@ void CudaDevice::fp8_gemm_tensor_cores(Stream& s, const Fp8GemmArgs& a, const kc
     b_codes = static_cast<const std::uint8_t*>(b_held->data());
   }
   const Scratch workspace = scratch(kc::kLtWorkspaceBytes);
-  lt_->fp8_gemm(c.stream, plan, {.first = b_codes, .second = a_codes, .out = address(a.c)},
+  lt().fp8_gemm(c.stream, plan, {.first = b_codes, .second = a_codes, .out = address(a.c)},
                 f32(a.b.scale_inv), f32(a.a.scale_inv), a.alpha, a.beta, workspace.data());
   ++fp8_tensor_core_gemms_;
 }

@@ -121,6 +121,7 @@ class CudaDevice final : public Device {
   Scratch scratch(std::size_t bytes);
   void fp8_gemm_tensor_cores(Stream& s, const Fp8GemmArgs& a, const kernels::cuda::Fp8LtPlan& plan);
   bool gemm_with_epilogue(Stream& s, const GemmArgs& a, const GemmShape& g);
+  kernels::cuda::LtMatmul& lt();  // made on first use
 
   int ordinal_;
   int compute_capability_ = 0;

@@ -36,14 +36,21 @@ Fp8LtPlan plan_fp8_lt_gemm(const Fp8LtProblem& p) {
   if (p.format_a == math::Fp8Format::e5m2 && p.format_b == math::Fp8Format::e5m2)
     return refuse("cuBLASLt has no E5M2 x E5M2 GEMM");
   if (!p.aligned) return refuse("an operand's or C's address is not a multiple of 16 bytes");
-  for (const auto& [name, v] : {std::pair{"M", p.m}, std::pair{"N", p.n}, std::pair{"K", p.k}}) {
-    if (v <= 0 || v % 16 != 0)
-      return refuse(std::string(name) + " = " + std::to_string(v) +
-                    " is not a positive multiple of 16");
-    if (v > std::numeric_limits<int>::max())
-      return refuse(std::string(name) + " = " + std::to_string(v) + " does not fit an int");
-  }
+  if (std::string why = lt_dimension_rule(p.m, p.n, p.k, 16); !why.empty()) return refuse(why);
   return plan;
+}
+
+std::string lt_dimension_rule(std::int64_t m, std::int64_t n, std::int64_t k,
+                              std::int64_t multiple) {
+  for (const auto& [name, v] : {std::pair{"M", m}, std::pair{"N", n}, std::pair{"K", k}}) {
+    if (v <= 0 || v % multiple != 0)
+      return std::string(name) + " = " + std::to_string(v) +
+             (multiple > 1 ? " is not a positive multiple of " + std::to_string(multiple)
+                           : std::string(" is not positive"));
+    if (v > std::numeric_limits<int>::max())
+      return std::string(name) + " = " + std::to_string(v) + " does not fit an int";
+  }
+  return "";
 }
 
 }  // namespace tandem::kernels::cuda

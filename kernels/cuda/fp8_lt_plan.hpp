@@ -57,4 +57,9 @@ Fp8LtPlan plan_fp8_lt_gemm(const Fp8LtProblem& p);
 cudaDataType_t cuda_data_type(math::Fp8Format f);
 cudaDataType_t cuda_data_type(Precision p);
 
+// The rule cuBLASLt's int dimensions put on M, N and K: each positive, a multiple of
+// `multiple` and within an int; empty when all hold, else the first that breaks it.
+std::string lt_dimension_rule(std::int64_t m, std::int64_t n, std::int64_t k,
+                              std::int64_t multiple);
+
 }  // namespace tandem::kernels::cuda

@@ -1,7 +1,6 @@
 // plan_gemm_lt: the rules of gemm_lt_plan.hpp, and the layouts of the column-major call.
 #include "kernels/cuda/gemm_lt_plan.hpp"
 
-#include <limits>
 #include <utility>
 
 #include "kernels/cuda/fp8_lt_plan.hpp"
@@ -39,9 +38,7 @@ GemmLtPlan plan_gemm_lt(const GemmLtProblem& p) {
   if (p.bias_grad && !p.transpose_a)
     return refuse("the bias gradient is read off A held (K, M) (transpose_a)");
   if (!p.aligned) return refuse("an operand's, C's or the bias's address is not 16-byte aligned");
-  for (const auto& [name, v] : {std::pair{"M", p.m}, std::pair{"N", p.n}, std::pair{"K", p.k}})
-    if (v <= 0 || v > std::numeric_limits<int>::max())
-      return refuse(std::string(name) + " = " + std::to_string(v) + " is not within 1 .. 2^31 - 1");
+  if (std::string why = lt_dimension_rule(p.m, p.n, p.k, 1); !why.empty()) return refuse(why);
   return plan;
 }
 

@@ -10,7 +10,8 @@
 //              into the fp32 bias gradient)
 //
 // Only bf16 or fp16 A and B take this path (fp32 GEMMs stay cuBLAS's true-fp32 ones, with
-// the separate bias kernels); one epilogue per GEMM; M, N, K positive and within an int;
+// the separate bias kernels); one epilogue per GEMM; M, N, K positive and within an int
+// (fp8_lt_plan.hpp lt_dimension_rule);
 // addresses 16-byte aligned.
 #pragma once
 

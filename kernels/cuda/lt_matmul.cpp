@@ -89,15 +89,6 @@ LtMatmul::~LtMatmul() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
-namespace {
-
-template <typename Plan>
-std::tuple<std::int64_t, std::int64_t, std::int64_t> dims(const Plan& p) {
-  return {p.rows, p.cols, p.depth};
-}
-
-}  // namespace
-
 const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Key& key,
                                                                const LtDescriptors& d) {
   auto found = algos_.find(key);
@@ -122,22 +113,14 @@ const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Key& key,
 namespace {
 
 LtMatmul::Key fp8_key(const Fp8LtPlan& p, bool accumulate) {
-  const auto [r, c, k] = dims(p);
-  return {r,
-          c,
-          k,
-          p.first_type,
-          p.second_type,
-          p.out_type,
-          CUBLAS_OP_T,
-          CUBLAS_OP_N,
-          CUBLASLT_EPILOGUE_DEFAULT,
+  return {p.rows,       p.cols,        p.depth,
+          p.first_type, p.second_type, p.out_type,
+          CUBLAS_OP_T,  CUBLAS_OP_N,   CUBLASLT_EPILOGUE_DEFAULT,
           accumulate};
 }
 
 LtMatmul::Key gemm_key(const GemmLtPlan& p, bool accumulate) {
-  const auto [r, c, k] = dims(p);
-  return {r,          c,          k,           p.operand_type, p.operand_type,
+  return {p.rows,     p.cols,     p.depth,     p.operand_type, p.operand_type,
           p.out_type, p.op_first, p.op_second, p.epilogue,     accumulate};
 }
 

@@ -86,20 +86,52 @@ std::vector<float> transposed(const std::vector<float>& x, std::int64_t rows, st
   return t;
 }
 
-// The column-major call of the plan, evaluated as cuBLASLt defines it: D (rows × cols) =
-// op(first) · second with op = transpose, first held (depth × rows) and second (depth ×
-// cols), each with leading dimension depth; D with leading dimension rows.
-std::vector<float> column_major_tn(const Fp8LtPlan& p, const std::vector<float>& first,
-                                   const std::vector<float>& second) {
-  std::vector<float> d(static_cast<std::size_t>(p.rows * p.cols));
+// The plan's column-major call, evaluated as cuBLASLt defines it: first held (first_rows ×
+// first_cols) and second likewise, column-major with leading dimensions their row counts,
+// each transposed as its op says; D (rows × cols) = op(first) · op(second), plus the bias
+// along D's rows (BIAS), or with BGRADB the sums of op(second) over depth, one per column.
+struct Evaluated {
+  std::vector<double> d, bias_grad;
+};
+Evaluated column_major(const GemmLtPlan& p, const std::vector<float>& first,
+                       const std::vector<float>& second, const std::vector<float>& bias) {
+  auto op_first = [&](std::int64_t i, std::int64_t q) {
+    return p.op_first == CUBLAS_OP_N ? first[i + q * p.first_rows] : first[q + i * p.first_rows];
+  };
+  auto op_second = [&](std::int64_t q, std::int64_t j) {
+    return p.op_second == CUBLAS_OP_N ? second[q + j * p.second_rows]
+                                      : second[j + q * p.second_rows];
+  };
+  Evaluated e{std::vector<double>(static_cast<std::size_t>(p.rows * p.cols)),
+              std::vector<double>(static_cast<std::size_t>(p.cols))};
   for (std::int64_t i = 0; i < p.rows; ++i)
     for (std::int64_t j = 0; j < p.cols; ++j) {
-      double sum = 0;
-      for (std::int64_t q = 0; q < p.depth; ++q)
-        sum += static_cast<double>(first[q + i * p.depth]) * second[q + j * p.depth];
-      d[i + j * p.rows] = static_cast<float>(sum);
+      double sum = p.epilogue == CUBLASLT_EPILOGUE_BIAS ? bias[static_cast<std::size_t>(i)] : 0.0;
+      for (std::int64_t q = 0; q < p.depth; ++q) sum += double{op_first(i, q)} * op_second(q, j);
+      e.d[static_cast<std::size_t>(i + j * p.rows)] = sum;
     }
-  return d;
+  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB)
+    for (std::int64_t j = 0; j < p.cols; ++j)
+      for (std::int64_t q = 0; q < p.depth; ++q)
+        e.bias_grad[static_cast<std::size_t>(j)] += op_second(q, j);
+  return e;
+}
+
+// An FP8 plan's "TN" call is that call with the first operand transposed and held (depth ×
+// rows), the second as is and held (depth × cols).
+std::vector<float> column_major_tn(const Fp8LtPlan& p, const std::vector<float>& first,
+                                   const std::vector<float>& second) {
+  const GemmLtPlan tn{.rows = p.rows,
+                      .cols = p.cols,
+                      .depth = p.depth,
+                      .op_first = CUBLAS_OP_T,
+                      .op_second = CUBLAS_OP_N,
+                      .first_rows = p.depth,
+                      .first_cols = p.rows,
+                      .second_rows = p.depth,
+                      .second_cols = p.cols};
+  const std::vector<double> d = column_major(tn, first, second, {}).d;
+  return {d.begin(), d.end()};
 }
 
 TEST(Fp8LtPlan, TheColumnMajorCallComputesTheRowMajorProduct) {
@@ -217,37 +249,6 @@ TEST(GemmLtPlan, EachRuleNamesWhatKeepsAnEpilogueOffCuBlasLt) {
   p = forward;
   p.k = 0;
   EXPECT_NE(why(p).find("K = 0"), std::string::npos) << why(p);
-}
-
-// The plan's column-major call, evaluated as cuBLASLt defines it: first held (first_rows ×
-// first_cols) and second likewise, column-major with leading dimensions their row counts,
-// each transposed as its op says; D (rows × cols) = op(first) · op(second), plus the bias
-// along D's rows (BIAS), or with BGRADB the sums of op(second) over depth, one per column.
-struct Evaluated {
-  std::vector<double> d, bias_grad;
-};
-Evaluated column_major(const GemmLtPlan& p, const std::vector<float>& first,
-                       const std::vector<float>& second, const std::vector<float>& bias) {
-  auto op_first = [&](std::int64_t i, std::int64_t q) {
-    return p.op_first == CUBLAS_OP_N ? first[i + q * p.first_rows] : first[q + i * p.first_rows];
-  };
-  auto op_second = [&](std::int64_t q, std::int64_t j) {
-    return p.op_second == CUBLAS_OP_N ? second[q + j * p.second_rows]
-                                      : second[j + q * p.second_rows];
-  };
-  Evaluated e{std::vector<double>(static_cast<std::size_t>(p.rows * p.cols)),
-              std::vector<double>(static_cast<std::size_t>(p.cols))};
-  for (std::int64_t i = 0; i < p.rows; ++i)
-    for (std::int64_t j = 0; j < p.cols; ++j) {
-      double sum = p.epilogue == CUBLASLT_EPILOGUE_BIAS ? bias[static_cast<std::size_t>(i)] : 0.0;
-      for (std::int64_t q = 0; q < p.depth; ++q) sum += double{op_first(i, q)} * op_second(q, j);
-      e.d[static_cast<std::size_t>(i + j * p.rows)] = sum;
-    }
-  if (p.epilogue == CUBLASLT_EPILOGUE_BGRADB)
-    for (std::int64_t j = 0; j < p.cols; ++j)
-      for (std::int64_t q = 0; q < p.depth; ++q)
-        e.bias_grad[static_cast<std::size_t>(j)] += op_second(q, j);
-  return e;
 }
 
 TEST(GemmLtPlan, TheColumnMajorCallComputesTheRowMajorProductAndItsEpilogue) {
