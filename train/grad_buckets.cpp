@@ -112,17 +112,29 @@ bool GradBuckets::converts(const Bucket& b) const {
 
 void GradBuckets::launch(Bucket& b) {
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
+  Stream* issue = &stream_;
   if (converts(b)) {
+    // Megatron's main_grad is itself 16-bit (the weight-gradient GEMMs accumulate into it),
+    // so its reduction starts with no cast in front of the backward. tandem accumulates in
+    // fp32 and casts each bucket on a stream of its own, after the gradients are final, so
+    // the cast runs beside the backward that follows, not in front of it.
+    if (!convert_stream_) {
+      convert_stream_ = device_.create_stream("grad cast");
+      grads_final_ = device_.create_event();
+    }
+    stream_.record(*grads_final_);
+    convert_stream_->wait(*grads_final_);
+    issue = convert_stream_.get();
     b.reduced = device_.allocate(view.shape, reduce_dtype_);
-    device_.copy(stream_, view, b.reduced);
+    device_.copy(*issue, view, b.reduced);
     view = b.reduced;
   }
   if (reduction_ == GradReduction::all_reduce) {
-    b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
+    b.work = b.group->all_reduce(*issue, view, ReduceOp::sum);
     return;
   }
   b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, view.dtype);
-  b.work = b.group->reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
+  b.work = b.group->reduce_scatter(*issue, view, b.scattered, ReduceOp::sum);
 }
 
 void GradBuckets::on_grads_ready(int microbatch, const std::vector<int>& parameters) {

@@ -74,7 +74,8 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   // The experts' buckets reduce over `expert_dp` (needed when there are any). With a
   // 16-bit `reduce_dtype` (grad_reduce_dtype: Megatron's fp16 without
   // accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) each bucket's
-  // gradients are converted to it, reduced, and converted back.
+  // gradients are converted to it (on a stream of the buckets' own, beside the backward),
+  // reduced, and converted back.
   GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
               Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr,
               DType reduce_dtype = DType::fp32);
@@ -143,6 +144,8 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   DType reduce_dtype_;
   Device& device_;
   Stream& stream_;
+  std::unique_ptr<Stream> convert_stream_;  // the 16-bit casts and their reductions
+  std::unique_ptr<Event> grads_final_;      // recorded on stream_ before each cast
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // parameter index → bucket
   std::vector<bool> ready_;     // parameter index → final this step

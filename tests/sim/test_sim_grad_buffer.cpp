@@ -46,6 +46,8 @@ Scenario dp3_gpt() {
 struct DpTraffic {
   std::int64_t reduce_scatter = 0, all_reduce = 0;  // bytes rank 0 reduces over dp
   std::int64_t peak = 0;                            // rank 0's memory high-water mark
+  double compute_busy = 0;                          // rank 0's compute stream: seconds of ops
+  double cast_stream = 0;                           // rank 0's "grad cast" stream: seconds of ops
 };
 
 // One iteration of `s` on the A100 preset (in a child: one SimGrid engine per process).
@@ -63,11 +65,16 @@ DpTraffic simulate_dp(const Scenario& s) {
       // The gradients, not the one-number reductions (loss, found-inf) beside them.
       if (c.rfind("all_reduce dp ", 0) == 0 && bytes > 16) ar += bytes;
     }
-    return nlohmann::json{{"rs", rs}, {"ar", ar}, {"peak", r.ranks.at(0).peak_memory_bytes}};
+    const auto& side = r.ranks.at(0).side_stream_seconds;
+    return nlohmann::json{{"rs", rs},
+                          {"ar", ar},
+                          {"peak", r.ranks.at(0).peak_memory_bytes},
+                          {"busy", r.ranks.at(0).compute_busy_seconds},
+                          {"cast", side.count("grad cast") ? side.at("grad cast") : 0.0}};
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());
   return {j.at("rs").get<std::int64_t>(), j.at("ar").get<std::int64_t>(),
-          j.at("peak").get<std::int64_t>()};
+          j.at("peak").get<std::int64_t>(), j.at("busy").get<double>(), j.at("cast").get<double>()};
 }
 
 TEST(SimGradBuffer, ReduceScatterMovesTheBucketPaddedToLcmOfDpAnd128) {
@@ -120,6 +127,24 @@ TEST(SimGradBuffer, GradReduceInBf16HalvesTheDpBytes) {
     EXPECT_EQ(fp32_bytes, 4 * (distributed ? kPadded : kParameters)) << distributed;
     EXPECT_EQ(2 * bf16_bytes, fp32_bytes) << distributed;
   }
+}
+
+// Megatron's main_grad is already bf16 under grad_reduce_in_bf16, so nothing stands
+// between the backward and the reduce-scatter. tandem accumulates in fp32 and casts each
+// bucket to bf16 on a stream of its own: the cast is priced there, and the compute stream
+// does no more work than with fp32 reduction (its copy of the reduced slice back reads half
+// the bytes).
+TEST(SimGradBuffer, Bf16CastsRunBesideTheComputeStream) {
+  Scenario s = dp3_gpt();
+  s.training.bf16 = true;
+  s.parallelism.use_distributed_optimizer = true;
+  validate(s);
+  const DpTraffic fp32 = simulate_dp(s);
+  s.training.grad_reduce_in_bf16 = true;
+  const DpTraffic bf16 = simulate_dp(s);
+  EXPECT_EQ(fp32.cast_stream, 0.0);
+  EXPECT_GT(bf16.cast_stream, 0.0);
+  EXPECT_LE(bf16.compute_busy, fp32.compute_busy);
 }
 
 }  // namespace
