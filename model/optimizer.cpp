@@ -21,7 +21,7 @@ Tensor AdamW::grad_sum_squares(Stream& s, bool experts) {
     const Parameter& p = params_[piece.param];
     const bool tp_duplicate = p.spec.shard == ShardKind::replicated && params_.tp_rank() != 0;
     if (tp_duplicate || p.spec.shared_copy || p.spec.expert != experts) continue;
-    device_.sum_squares(s, params_.grads().view(Shape{piece.length}, piece.begin), out);
+    device_.sum_squares(s, params_.main_grads(piece.begin, piece.length), out);
   }
   return out;
 }
@@ -35,7 +35,7 @@ void AdamW::step(Stream& s, float lr, float grad_scale) {
     Tensor m = exp_avg_.view(shape, piece.state_offset);
     Tensor v = exp_avg_sq_.view(shape, piece.state_offset);
     device_.adam(s, {.param = value,
-                     .grad = params_.grads().view(shape, piece.begin),
+                     .grad = params_.main_grads(piece.begin, piece.length),
                      .exp_avg = m,
                      .exp_avg_sq = v,
                      .lr = lr,

@@ -211,7 +211,7 @@ std::vector<BufferBucket> layout_buffers(std::vector<Parameter>& params, const B
 }
 
 void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType compute,
-                            const MainValueShard& main) {
+                            const MainValueShard& main, DType grad) {
   buckets_ = layout_buffers(params_, layout, numel_);
   fp8_params_.clear();
   fp8_begin_ = numel_;
@@ -220,7 +220,7 @@ void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType co
       fp8_begin_ = std::min(fp8_begin_, b.begin);
       fp8_params_.insert(fp8_params_.end(), b.params.begin(), b.params.end());
     }
-  grads_ = device.allocate(Shape{numel_}, DType::fp32);
+  grads_ = device.allocate(Shape{numel_}, grad);
   // Under fp32 (the cpu binding's FP8 runs) the buffer is the main values, the FP8
   // parameters' included; under 16-bit compute it stops where the FP8 parameters begin.
   compute_ = device.allocate(Shape{compute == DType::fp32 ? numel_ : fp8_begin_}, compute);
@@ -277,6 +277,29 @@ Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
   }
   throw std::logic_error("ParameterSet: main values [" + std::to_string(begin) + ", " +
                          std::to_string(begin + length) + ") are not held by this rank");
+}
+
+Tensor ParameterSet::main_grads(std::int64_t begin, std::int64_t length) {
+  if (grads_.dtype == DType::fp32) return grads_.view(Shape{length}, begin);
+  if (!main_grads_.storage)
+    throw std::logic_error("ParameterSet: the 16-bit gradients' fp32 copy is not staged");
+  for (std::size_t k = 0; k < main_slices_.size(); ++k) {
+    const auto [lo, hi] = main_slices_[k];
+    if (begin >= lo && begin + length <= hi)
+      return main_grads_.view(Shape{length}, main_offsets_[k] + begin - lo);
+  }
+  throw std::logic_error("ParameterSet: main gradients [" + std::to_string(begin) + ", " +
+                         std::to_string(begin + length) + ") are not held by this rank");
+}
+
+void ParameterSet::stage_main_grads(Device& device, Stream& s) {
+  if (grads_.dtype == DType::fp32) return;
+  main_grads_ = device.allocate(Shape{main_.numel()}, DType::fp32);
+  for (std::size_t k = 0; k < main_slices_.size(); ++k) {
+    const auto [lo, hi] = main_slices_[k];
+    Tensor to = main_grads_.view(Shape{hi - lo}, main_offsets_[k]);
+    device.copy(s, grads_.view(Shape{hi - lo}, lo), to);
+  }
 }
 
 void ParameterSet::refresh_compute(Device& device, Stream& s) {

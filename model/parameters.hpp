@@ -127,11 +127,13 @@ class ParameterSet {
   int add(ParameterSpec spec);
   void begin_chunk(int chunk) { chunk_ = chunk; }
   // Lays the parameters out in buckets, allocates the value and gradient buffers on
-  // `device` in the `compute` dtype and fp32, and makes every parameter a view into them.
-  // With a 16-bit `compute` dtype a third, fp32 buffer holds the main values of the slices
-  // `main` names, back to back (main_values).
+  // `device` in the `compute` dtype and `grad` dtype, and makes every parameter a view into
+  // them. With a 16-bit `compute` dtype a third, fp32 buffer holds the main values of the
+  // slices `main` names, back to back (main_values). The gradient buffer is Megatron's
+  // main_grad: fp32, or 16-bit when the run reduces its gradients in 16 bits
+  // (grad_reduce_dtype), the weight-gradient GEMMs accumulating into it.
   void allocate(Device& device, const BufferLayout& layout = {}, DType compute = DType::fp32,
-                const MainValueShard& main = {});
+                const MainValueShard& main = {}, DType grad = DType::fp32);
   // Whether the fp32 main values are a buffer of their own (16-bit compute), and whether
   // it covers the whole value buffer (no distributed optimizer).
   bool separate_main() const { return compute_.storage != main_.storage; }
@@ -158,6 +160,15 @@ class ParameterSet {
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
   Tensor& grads() { return grads_; }
+  // The fp32 gradients the optimizer reads, of buffer elements [begin, begin + length) inside
+  // one held slice: a view of the gradient buffer when it is fp32; of a 16-bit one, the fp32
+  // copy stage_main_grads made (Megatron's _copy_model_grads_to_main_grads).
+  Tensor main_grads(std::int64_t begin, std::int64_t length);
+  // With a 16-bit gradient buffer: copies the held slices' gradients into a fresh fp32
+  // buffer laid out as the main values (once they are reduced), which the optimizer step
+  // reads and release_main_grads frees; nothing with an fp32 gradient buffer.
+  void stage_main_grads(Device& device, Stream& s);
+  void release_main_grads() { main_grads_ = Tensor{}; }
   // The 16-bit model parameters, elements [0, fp8_begin()) of the buffer; under fp32 the
   // whole buffer of fp32 values (the FP8 parameters' main values too, which forward does not
   // read).
@@ -194,7 +205,8 @@ class ParameterSet {
   Tensor fp8_codes_;             // ((numel_ − fp8_begin_) / 4) int32
   Tensor fp8_scale_inv_;         // (fp8_params_.size()) fp32
   std::vector<int> fp8_params_;  // indices, in buffer order
-  Tensor grads_;                 // (numel_) fp32
+  Tensor grads_;                 // (numel_) fp32, or 16-bit (allocate's `grad`)
+  Tensor main_grads_;            // (Σ held slices) fp32 while staged, with 16-bit grads_
   Tensor main_;                  // (Σ held slices) fp32 main values; compute_ itself under fp32
   std::vector<std::pair<std::int64_t, std::int64_t>> main_slices_;
   std::vector<std::int64_t> main_offsets_;  // each held slice's first element in main_

@@ -235,10 +235,7 @@ void SimDevice::run(Stream& s, OpDesc op) {
   if (contention && p.sm_bound) contention->compute_ran(start, start + seconds);
   if (observer_ && &stream == default_stream_.get())
     observer_(op, start, seconds, stream.host_starved() - starved_before);
-  if (compute_stream)
-    *p.report_total += seconds;
-  else
-    side_stream_seconds_[std::string(stream.name())] += seconds;
+  *p.report_total += seconds;
   if (const std::string& region = region_[static_cast<std::size_t>(turns_.current_task())];
       !region.empty() && &stream == default_stream_.get())
     region_seconds_[region] += seconds;

@@ -288,12 +288,9 @@ class SimDevice : public Device {
   void set_op_observer(OpObserver observer) { observer_ = std::move(observer); }
 
   const std::vector<IssuedOp>& issued_ops() const { return issued_; }
-  // Seconds per op issued on the compute (default) stream, keyed by op_report_key (the op
+  // Seconds per op over everything issued (all streams), keyed by op_report_key (the op
   // name; attention ops with Megatron's unfused softmax apart).
   const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
-  // Seconds of ops issued on other streams (the 16-bit gradient casts), by stream name:
-  // they run beside the compute stream, not in its time.
-  const std::map<std::string, double>& side_stream_seconds() const { return side_stream_seconds_; }
   // Seconds of ops run on the default stream (the compute stream).
   double compute_busy() const { return default_stream_->busy(); }
 
@@ -340,7 +337,6 @@ class SimDevice : public Device {
   std::unique_ptr<SimStream> default_stream_;
   std::vector<IssuedOp> issued_;
   std::map<std::string, double> op_seconds_;
-  std::map<std::string, double> side_stream_seconds_;
 };
 
 // The simulated time (seconds) of the calling actor.

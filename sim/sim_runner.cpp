@@ -59,7 +59,7 @@ struct RankRun {
   double start = 0;
   std::vector<double> iteration_ends;
   // The device's books when the last iteration began, to report that iteration alone.
-  std::map<std::string, double> ops_before, side_before, host_before, regions_before;
+  std::map<std::string, double> ops_before, host_before, regions_before;
   double host_bound_before = 0, contention_before = 0;
   // Exposed communication and peer waits before the first iteration (building the model:
   // the FP8 parameters' first cast and gather), which no iteration's share includes.
@@ -172,7 +172,6 @@ IterationBreakdown breakdown_of(const std::vector<RankReport>& ranks, double ite
   }
   b.optimizer_seconds = b.compute_seconds.count("optimizer") ? b.compute_seconds["optimizer"] : 0;
   b.sm_contention_seconds = worst->sm_contention_seconds;
-  b.side_stream_seconds = worst->side_stream_seconds;
   b.host_bound_seconds = worst->host_bound_seconds;
   b.exposed_seconds = worst->exposed_seconds;
   for (const auto& [kind, secs] : worst->peer_wait_seconds)
@@ -344,7 +343,6 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             rr.peer_wait_before_steps = world.stats(rank).peer_wait;
             for (int i = 0; i < o.iterations; ++i) {
               rr.ops_before = rr.device->op_seconds();
-              rr.side_before = rr.device->side_stream_seconds();
               rr.host_before = rr.device->host_seconds();
               rr.regions_before = rr.device->region_seconds();
               rr.host_bound_before = rr.device->host_bound();
@@ -444,9 +442,6 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     for (const auto& [op, secs] : run->device->op_seconds())
       rank.iteration_op_seconds[op] =
           secs - (run->ops_before.count(op) ? run->ops_before.at(op) : 0.0);
-    for (const auto& [stream, secs] : run->device->side_stream_seconds())
-      rank.side_stream_seconds[stream] =
-          secs - (run->side_before.count(stream) ? run->side_before.at(stream) : 0.0);
     for (const auto& [what, secs] : run->device->host_seconds())
       rank.host_seconds[what] =
           secs - (run->host_before.count(what) ? run->host_before.at(what) : 0.0);
@@ -517,7 +512,6 @@ nlohmann::json to_json(const SimReport& r) {
                      {"compute_busy_seconds", k.compute_busy_seconds},
                      {"op_seconds", k.op_seconds},
                      {"iteration_op_seconds", k.iteration_op_seconds},
-                     {"side_stream_seconds", k.side_stream_seconds},
                      {"host_seconds", k.host_seconds},
                      {"host_bound_seconds", k.host_bound_seconds},
                      {"bubble_fraction", k.bubble_fraction},
@@ -630,9 +624,6 @@ std::string format_report(const SimReport& r) {
   put("    waiting for peers      %10.4f s  %5.1f %%  (other groups)", b.peer_wait_seconds,
       100 * b.peer_wait_seconds / it);
   put("    other                  %10.4f s  %5.1f %%", b.other_seconds, 100 * b.other_seconds / it);
-  for (const auto& [stream, secs] : b.side_stream_seconds)
-    put("    beside it, stream %-12s %.4f s  (its ops ran alongside the compute stream)",
-        stream.c_str(), secs);
   put("  memory high-water mark   %10.2f GiB per rank (max; GPU has %.0f GiB: %s)",
       static_cast<double>(r.max_peak_memory_bytes) / (1 << 30),
       static_cast<double>(r.gpu_memory_bytes) / (1 << 30),

@@ -47,8 +47,6 @@ struct RankReport {
   double compute_busy_seconds = 0;                     // ops on the compute stream, all iterations
   std::map<std::string, double> op_seconds;            // Device op → seconds, all iterations
   std::map<std::string, double> iteration_op_seconds;  // Device op → seconds, last iteration
-  // Ops on streams beside the compute stream, by stream, last iteration (not in the above).
-  std::map<std::string, double> side_stream_seconds;
   // The issuing host in the last iteration: its work by kind ("kernel issue", "collective
   // issue", "microbatch", "iteration") and the time the compute stream starved for it.
   std::map<std::string, double> host_seconds;
@@ -83,8 +81,6 @@ struct IterationBreakdown {
   double unfused_softmax_attention_seconds = 0;
   // Of compute_seconds["gemm"] and ["attention"]: what the SMs NCCL held cost them.
   double sm_contention_seconds = 0;
-  // Ops on the rank's other streams (by stream): beside its compute, not among the parts.
-  std::map<std::string, double> side_stream_seconds;
   double host_bound_seconds = 0;
   std::map<std::string, double> exposed_seconds;  // group kind → seconds
   double pipeline_bubble_seconds = 0;             // waiting for pp peers

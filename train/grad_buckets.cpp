@@ -64,13 +64,11 @@ DType grad_reduce_dtype(const TrainingConfig& t) {
 }
 
 GradBuckets::GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-                         Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp,
-                         DType reduce_dtype)
+                         Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp)
     : params_(params),
       shard_(shard),
       dp_(dp),
       reduction_(reduction),
-      reduce_dtype_(reduce_dtype),
       device_(device),
       stream_(stream) {
   const auto& layout = params.buckets();
@@ -105,36 +103,16 @@ void GradBuckets::begin_step(int last_microbatch) {
   }
 }
 
-bool GradBuckets::converts(const Bucket& b) const {
-  // A group of one sums nothing: its gradients stay as they are, in fp32.
-  return reduce_dtype_ != DType::fp32 && b.group->size() > 1;
-}
-
 void GradBuckets::launch(Bucket& b) {
+  // The buffer is already in the dtype the run reduces in (Megatron's main_grad), so the
+  // reduction reads it as it is.
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
-  Stream* issue = &stream_;
-  if (converts(b)) {
-    // Megatron's main_grad is itself 16-bit (the weight-gradient GEMMs accumulate into it),
-    // so its reduction starts with no cast in front of the backward. tandem accumulates in
-    // fp32 and casts each bucket on a stream of its own, after the gradients are final, so
-    // the cast runs beside the backward that follows, not in front of it.
-    if (!convert_stream_) {
-      convert_stream_ = device_.create_stream("grad cast");
-      grads_final_ = device_.create_event();
-    }
-    stream_.record(*grads_final_);
-    convert_stream_->wait(*grads_final_);
-    issue = convert_stream_.get();
-    b.reduced = device_.allocate(view.shape, reduce_dtype_);
-    device_.copy(*issue, view, b.reduced);
-    view = b.reduced;
-  }
   if (reduction_ == GradReduction::all_reduce) {
-    b.work = b.group->all_reduce(*issue, view, ReduceOp::sum);
+    b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
     return;
   }
   b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, view.dtype);
-  b.work = b.group->reduce_scatter(*issue, view, b.scattered, ReduceOp::sum);
+  b.work = b.group->reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
 }
 
 void GradBuckets::on_grads_ready(int microbatch, const std::vector<int>& parameters) {
@@ -156,11 +134,6 @@ void GradBuckets::finish() {
   for (auto& b : buckets_) {
     b.work->wait();
     b.work.reset();
-    if (reduction_ == GradReduction::all_reduce && converts(b)) {
-      Tensor whole = params_.grads().view(Shape{b.end - b.begin}, b.begin);
-      device_.copy(stream_, b.reduced, whole);  // back to the fp32 gradients
-    }
-    b.reduced = Tensor{};
     if (reduction_ == GradReduction::reduce_scatter) {
       // This rank's slice of the sum goes where the optimizer reads its gradients.
       Tensor slice = params_.grads().view(Shape{b.slice_end - b.slice_begin}, b.slice_begin);

@@ -71,14 +71,11 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
  public:
   // `shard` is this dp rank's OptimizerShard (its bucket slices are what reduce_scatter
   // writes and what the parameter all-gather sends).
-  // The experts' buckets reduce over `expert_dp` (needed when there are any). With a
-  // 16-bit `reduce_dtype` (grad_reduce_dtype: Megatron's fp16 without
-  // accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) each bucket's
-  // gradients are converted to it (on a stream of the buckets' own, beside the backward),
-  // reduced, and converted back.
+  // The experts' buckets reduce over `expert_dp` (needed when there are any). The buckets
+  // are reduced in the gradient buffer's own dtype (grad_reduce_dtype, as Megatron's
+  // main_grad), in place.
   GradBuckets(ParameterSet& params, const OptimizerShard& shard, GradReduction reduction,
-              Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr,
-              DType reduce_dtype = DType::fp32);
+              Communicator& dp, Device& device, Stream& stream, Communicator* expert_dp = nullptr);
 
   // Gradients are final during the backward of microbatch `last_microbatch`.
   void begin_step(int last_microbatch);
@@ -122,7 +119,6 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
     Communicator* group = nullptr;  // dp, or expert-dp for the experts' buckets
     std::unique_ptr<Work> work;
     Tensor scattered;  // (slice) the reduce-scatter's output until it is written back
-    Tensor reduced;    // the bucket in the reduce dtype while it is reduced (16-bit only)
     std::unique_ptr<Work> gather;
     bool gather_pending = false;  // its parameters wait for a gather not yet launched
     bool fp8 = false;             // holds FP8 parameters: their codes are gathered
@@ -133,19 +129,15 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   void launch_gather(Bucket& b);
   // Gathers into `full` (numel() fp32 values) from this rank's slice of the bucket.
   void launch_gather(Bucket& b, const Tensor& full);
-  bool converts(const Bucket& b) const;  // reduced in reduce_dtype_ (16-bit, group > 1)
-  void wait_gathers();                   // every launched parameter all-gather
+  void wait_gathers();  // every launched parameter all-gather
 
   ParameterSet& params_;
   Fp8ParamCast* fp8_ = nullptr;
   OptimizerShard shard_;  // this rank's pieces: the main values it casts
   Communicator& dp_;      // the FP8 cast's amax reduction
   GradReduction reduction_;
-  DType reduce_dtype_;
   Device& device_;
   Stream& stream_;
-  std::unique_ptr<Stream> convert_stream_;  // the 16-bit casts and their reductions
-  std::unique_ptr<Event> grads_final_;      // recorded on stream_ before each cast
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // parameter index → bucket
   std::vector<bool> ready_;     // parameter index → final this step

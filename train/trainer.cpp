@@ -318,7 +318,10 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
             .dp_rank = need(groups_.dp, "dp").rank(),
             .expert_dp_size = experts ? groups_.expert_dp->size() : 0,
             .expert_dp_rank = experts ? groups_.expert_dp->rank() : 0};
-  params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute, main);
+  // The gradient buffer in the dtype dp reduces in: Megatron's main_grad is 16-bit unless
+  // the run reduces in fp32 (bf16 runs do, unless grad_reduce_in_bf16).
+  params_.allocate(device_, grad_buffer_layout(scenario, ctx, num_parameters), dims_.compute, main,
+                   grad_reduce_dtype(t));
   params_.initialize(device_, stream_, static_cast<std::uint64_t>(t.seed));
   // The first step copies too (the values it copies are those initialize rounded).
   compute_copy_stale_ = !par.use_distributed_optimizer && params_.separate_main();
@@ -374,7 +377,7 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
   buckets_ = std::make_unique<GradBuckets>(
       params_, optimizer_->shard(),
       par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
-      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp, grad_reduce_dtype(t));
+      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
   // --fp8-param-gather: the FP8 linear layers' weights cast from the main values and
   // gathered as codes, now (initialised) and after every optimizer step.
   std::vector<Fp8Weight> fp8_weights;
@@ -525,7 +528,7 @@ bool Trainer::unscale_and_find_non_finite(float inv_scale) {
   // This rank's main gradients: its slice of every bucket (all of them without the
   // distributed optimizer), padding included (zeros).
   for (const auto& [begin, end] : optimizer_->shard().bucket_slices) {
-    Tensor g = params_.grads().view(Shape{end - begin}, begin);
+    Tensor g = params_.main_grads(begin, end - begin);
     device_.check_finite_and_unscale(stream_, g, inv_scale, found);
   }
   reduce_over_gradient_holders(found, ReduceOp::max);
@@ -607,6 +610,9 @@ StepResult Trainer::train_step() {
   program_->drain_output_weight_grads();  // Megatron's finish_embedding_wgrad_compute
   buckets_->finish_param_gather();        // a stage whose forward needed none of them
   finalize_grads();
+  // A 16-bit gradient buffer's held slices in fp32 for the optimizer (Megatron's
+  // _copy_model_grads_to_main_grads), freed once the step is done or skipped.
+  params_.stage_main_grads(device_, stream_);
   update_expert_bias();
   // Megatron averages the loss over dp for its log inside the step (the loss function), so
   // it never queues behind the next step's parameter all-gathers.
@@ -619,6 +625,7 @@ StepResult Trainer::train_step() {
     const bool found = unscale_and_find_non_finite(static_cast<float>(1.0 / loss_scale));
     scaler_->update(found);
     if (found) {
+      params_.release_main_grads();
       consumed_samples_ += global;
       ++iteration_;
       return {.lm_loss = loss,
@@ -637,6 +644,7 @@ StepResult Trainer::train_step() {
   const double lr = learning_rate(lr_schedule_, optimizer_->steps());
   optimizer_->step(stream_, static_cast<float>(lr),
                    clip_coefficient(norm, scenario_.training.clip_grad));
+  params_.release_main_grads();
   if (scenario_.parallelism.use_distributed_optimizer) {
     // Every rank updated its slice: gather the parameters (Megatron's start_param_sync), the
     // 16-bit copy under mixed precision, which the gather then keeps current.

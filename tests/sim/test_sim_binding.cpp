@@ -747,6 +747,81 @@ void on_one_host(const std::function<void()>& body) {
   engine.run();
 }
 
+// A run that reduces in 16 bits holds Megatron's main_grad in 16 bits; the optimizer reads
+// an fp32 copy of the rank's slices (_copy_model_grads_to_main_grads), staged after the
+// reduction and freed after the step. The layout of tests/model/test_optimizer_shard.cpp's
+// MainValues test: a 16-element buffer of which rank 1 of dp 2 holds [6, 12) and [14, 16).
+// (The cpu binding computes in fp32 only, so the sim binding holds the 16-bit buffer here;
+// the values a copy converts are each binding's copy op's, tested with it.)
+TEST(SimParameters, SixteenBitGradsAreStagedInFp32ForTheHeldSlices) {
+  const auto j = in_child([] {
+    SimDevice device([](const OpDesc&) { return 1e-6; }, SimDeviceOptions{.record_ops = true});
+    nlohmann::json out;
+    on_one_host([&] {
+      ParameterSet p(1, 0);
+      for (std::int64_t n : {3, 5, 7})
+        p.add({"p" + std::to_string(n), Shape{n}, ShardKind::replicated, 0, 0, true, false});
+      p.allocate(device, {.bucket_elements = 12, .pad_to = 2}, DType::bf16,
+                 {.dp_size = 2, .dp_rank = 1}, DType::bf16);
+      out["allocated"] = device.memory().live().value;
+      out["grads_bf16"] = p.grads().dtype == DType::bf16;
+      try {
+        p.main_grads(6, 6);
+        out["unstaged_threw"] = false;
+      } catch (const std::logic_error&) {
+        out["unstaged_threw"] = true;
+      }
+      p.stage_main_grads(device, device.default_stream());
+      out["staged"] = device.memory().live().value;
+      {  // views keep the staged buffer alive: let them go before it is released
+        const Tensor first = p.main_grads(6, 6), second = p.main_grads(14, 2);
+        out["offsets"] = {first.offset, second.offset};
+        out["fp32"] = first.dtype == DType::fp32 && second.dtype == DType::fp32;
+        out["same_storage"] = first.storage == second.storage;
+        try {
+          p.main_grads(0, 2);  // rank 0's slice
+          out["foreign_threw"] = false;
+        } catch (const std::logic_error&) {
+          out["foreign_threw"] = true;
+        }
+      }
+      p.release_main_grads();
+      out["released"] = device.memory().live().value;
+      std::vector<std::string> copies;
+      for (const auto& op : device.issued_ops())
+        if (op.op.op == "copy") copies.push_back(std::to_string(op.op.m));
+      out["copies"] = copies;
+    });
+    return out;
+  });
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  // 16 bf16 gradients, 16 bf16 parameters, 6 + 2 fp32 main values; then 6 + 2 fp32 gradients.
+  EXPECT_EQ(j.at("allocated").get<std::int64_t>(), 16 * 2 + 16 * 2 + 8 * 4);
+  EXPECT_TRUE(j.at("grads_bf16").get<bool>());
+  EXPECT_TRUE(j.at("unstaged_threw").get<bool>());
+  EXPECT_EQ(j.at("staged").get<std::int64_t>(), 16 * 2 + 16 * 2 + 8 * 4 + 8 * 4);
+  EXPECT_EQ(j.at("offsets"), (nlohmann::json{0, 6}));  // slices back to back
+  EXPECT_TRUE(j.at("fp32").get<bool>());
+  EXPECT_TRUE(j.at("same_storage").get<bool>());
+  EXPECT_TRUE(j.at("foreign_threw").get<bool>());
+  EXPECT_EQ(j.at("released").get<std::int64_t>(), 16 * 2 + 16 * 2 + 8 * 4);
+  EXPECT_EQ(j.at("copies"), (nlohmann::json{"6", "2"}));  // one copy per held slice
+}
+
+// With fp32 gradients the buffer is what the optimizer reads: staging copies nothing.
+TEST(SimParameters, Fp32GradsAreReadInPlace) {
+  CpuDevice d;
+  ParameterSet p(1, 0);
+  for (std::int64_t n : {3, 5, 7})
+    p.add({"p" + std::to_string(n), Shape{n}, ShardKind::replicated, 0, 0, true, false});
+  p.allocate(d, {.bucket_elements = 12, .pad_to = 2}, DType::bf16, {.dp_size = 2, .dp_rank = 1});
+  const Bytes before = d.memory().live();
+  p.stage_main_grads(d, d.default_stream());
+  EXPECT_EQ(d.memory().live(), before);
+  EXPECT_EQ(p.main_grads(6, 6).storage, p.grads().storage);
+  EXPECT_EQ(p.main_grads(6, 6).offset, 6);
+}
+
 // HostTurns on the sim binding: the two tasks are actors of the rank's host, taking turns
 // as host threads do (tests/core/test_host_turns.cpp), and a task waiting for its turn lets
 // simulated time pass: b sleeps 5 µs of its turn, and a's second part starts after it.
