@@ -269,27 +269,25 @@ Tensor ParameterSet::fp8_codes(std::int64_t begin, std::int64_t length) {
   return fp8_codes_.view(Shape{length / 4}, (begin - fp8_begin_) / 4);
 }
 
-Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
+std::int64_t ParameterSet::held_offset(std::int64_t begin, std::int64_t length,
+                                       const char* what) const {
   for (std::size_t k = 0; k < main_slices_.size(); ++k) {
     const auto [lo, hi] = main_slices_[k];
-    if (begin >= lo && begin + length <= hi)
-      return main_.view(Shape{length}, main_offsets_[k] + begin - lo);
+    if (begin >= lo && begin + length <= hi) return main_offsets_[k] + begin - lo;
   }
-  throw std::logic_error("ParameterSet: main values [" + std::to_string(begin) + ", " +
-                         std::to_string(begin + length) + ") are not held by this rank");
+  throw std::logic_error("ParameterSet: " + std::string(what) + " [" + std::to_string(begin) +
+                         ", " + std::to_string(begin + length) + ") are not held by this rank");
+}
+
+Tensor ParameterSet::main_values(std::int64_t begin, std::int64_t length) {
+  return main_.view(Shape{length}, held_offset(begin, length, "main values"));
 }
 
 Tensor ParameterSet::main_grads(std::int64_t begin, std::int64_t length) {
   if (grads_.dtype == DType::fp32) return grads_.view(Shape{length}, begin);
   if (!main_grads_.storage)
     throw std::logic_error("ParameterSet: the 16-bit gradients' fp32 copy is not staged");
-  for (std::size_t k = 0; k < main_slices_.size(); ++k) {
-    const auto [lo, hi] = main_slices_[k];
-    if (begin >= lo && begin + length <= hi)
-      return main_grads_.view(Shape{length}, main_offsets_[k] + begin - lo);
-  }
-  throw std::logic_error("ParameterSet: main gradients [" + std::to_string(begin) + ", " +
-                         std::to_string(begin + length) + ") are not held by this rank");
+  return main_grads_.view(Shape{length}, held_offset(begin, length, "main gradients"));
 }
 
 void ParameterSet::stage_main_grads(Device& device, Stream& s) {

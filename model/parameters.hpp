@@ -195,6 +195,10 @@ class ParameterSet {
   void initialize(Device& device, Stream& s, std::uint64_t seed);
 
  private:
+  // Where buffer elements [begin, begin + length), inside one held slice, sit in the held
+  // slices laid back to back (main_ and main_grads_); throws naming `what` otherwise.
+  std::int64_t held_offset(std::int64_t begin, std::int64_t length, const char* what) const;
+
   int tp_size_, tp_rank_;
   int chunk_ = 0;  // of the parameters being added
   std::vector<Parameter> params_;
