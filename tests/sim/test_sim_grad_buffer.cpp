@@ -110,15 +110,22 @@ TEST(SimGradBuffer, HighBusBandwidthPaddingIsMovedAndHeld) {
 // bf16 runs reduce fp32 gradients (Megatron forces accumulate_allreduce_grads_in_fp32)
 // unless grad_reduce_in_bf16: then every dp collective's bytes halve, with the distributed
 // optimizer and without.
+struct Bf16Runs {
+  DpTraffic fp32, bf16;  // the bf16 run reducing in fp32, then with grad_reduce_in_bf16
+};
+Bf16Runs bf16_runs(bool distributed) {
+  Scenario s = dp3_gpt();
+  s.training.bf16 = true;
+  s.parallelism.use_distributed_optimizer = distributed;
+  validate(s);
+  const DpTraffic fp32 = simulate_dp(s);
+  s.training.grad_reduce_in_bf16 = true;
+  return {fp32, simulate_dp(s)};
+}
+
 TEST(SimGradBuffer, GradReduceInBf16HalvesTheDpBytes) {
   for (const bool distributed : {true, false}) {
-    Scenario s = dp3_gpt();
-    s.training.bf16 = true;
-    s.parallelism.use_distributed_optimizer = distributed;
-    validate(s);
-    const DpTraffic fp32 = simulate_dp(s);
-    s.training.grad_reduce_in_bf16 = true;
-    const DpTraffic bf16 = simulate_dp(s);
+    const auto [fp32, bf16] = bf16_runs(distributed);
     const std::int64_t fp32_bytes = distributed ? fp32.reduce_scatter : fp32.all_reduce;
     const std::int64_t bf16_bytes = distributed ? bf16.reduce_scatter : bf16.all_reduce;
     EXPECT_EQ(fp32_bytes, 4 * (distributed ? kPadded : kParameters)) << distributed;
@@ -134,13 +141,7 @@ TEST(SimGradBuffer, GradReduceInBf16HalvesTheDpBytes) {
 // falls during the backward, where the buffer is all that differs: 2 · 235,008 bytes (the
 // fp32 copy of the slice comes after the activations are freed).
 TEST(SimGradBuffer, Bf16ReductionHoldsABf16BufferAndCastsNothing) {
-  Scenario s = dp3_gpt();
-  s.training.bf16 = true;
-  s.parallelism.use_distributed_optimizer = true;
-  validate(s);
-  const DpTraffic fp32 = simulate_dp(s);
-  s.training.grad_reduce_in_bf16 = true;
-  const DpTraffic bf16 = simulate_dp(s);
+  const auto [fp32, bf16] = bf16_runs(true);
   EXPECT_EQ(bf16.copies, fp32.copies + 1);
   EXPECT_EQ(fp32.peak - bf16.peak, 2 * kPadded);
 }
