@@ -26,6 +26,7 @@
 #include "core/error.hpp"
 #include "exec/calibrate/measure_op.hpp"
 #include "exec/cpu/cpu_device.hpp"
+#include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sim_runner.hpp"
@@ -239,7 +240,7 @@ void run_calibrate(CalibrateOptions& o) {
              " back-to-back run(s) per sample)";
     if (o.device == "cpu")
       source += ", " + std::to_string(threads) + " kernel thread(s) per rank, gemm by " +
-                std::string(kernels::cpu::gemm_backend());
+                std::string(kernels::cpu::gemm_backend()) + " (" + kernels::cpu::blas_core() + ")";
   }
   const auto table = calibration_table_of(timings, topology.gpu.name, source);
   if (!o.quiet) print_rows(table, sim::CostModel(topology.gpu), o.spread_threshold);

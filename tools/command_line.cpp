@@ -8,6 +8,8 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "kernels/cpu/blas_core.hpp"
+#include "kernels/cpu/threads.hpp"
 #include "sim/simgrid_config.hpp"
 #include "tools/cli.hpp"
 #if TANDEM_WITH_CUDA
@@ -17,7 +19,11 @@
 namespace {
 
 std::string backends() {
-  std::string s = "sim (SimGrid " + tandem::sim::simgrid_version() + "), cpu (Eigen + MPI)";
+  namespace cpu = tandem::kernels::cpu;
+  const std::string gemm = cpu::gemm_backend() == "openblas"
+                               ? "GEMMs by OpenBLAS's " + cpu::blas_core() + " kernels"
+                               : "GEMMs by Eigen";
+  std::string s = "sim (SimGrid " + tandem::sim::simgrid_version() + "), cpu (MPI; " + gemm + ")";
 #if TANDEM_WITH_CUDA
   s += ", cuda (" + tandem::cuda_versions() + ")";
 #endif

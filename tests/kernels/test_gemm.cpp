@@ -6,6 +6,7 @@
 #include <limits>
 #include <tuple>
 
+#include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/threads.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
@@ -162,6 +163,36 @@ TEST(Gemm, RejectsLeadingDimensionShorterThanRow) {
 TEST(Gemm, ReportsBackendAndThreads) {
   EXPECT_TRUE(gemm_backend() == "openblas" || gemm_backend() == "eigen");
   EXPECT_GE(num_threads(), 1);
+  EXPECT_EQ(blas_core() == "eigen", gemm_backend() == "eigen") << blas_core();
+}
+
+// OpenBLAS's fallback on a CPU newer than the library (Prescott: SSE3) asks for the widest
+// kernels the CPU runs; a core that already uses them, or a narrower CPU, asks for nothing.
+TEST(BlasCore, AsksForTheWidestKernelsTheCpuRuns) {
+  const CpuVectors avx512{.avx2_fma = true, .avx512 = true};
+  const CpuVectors avx2{.avx2_fma = true, .avx512 = false};
+  const CpuVectors sse{};
+  EXPECT_EQ(wider_blas_core("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(wider_blas_core("Haswell", avx512), "SkylakeX");
+  EXPECT_EQ(wider_blas_core("Zen", avx512), "SkylakeX");  // Zen 4 has AVX-512
+  EXPECT_EQ(wider_blas_core("Prescott", avx2), "Haswell");
+  EXPECT_EQ(wider_blas_core("Sandybridge", avx2), "Haswell");
+  EXPECT_EQ(wider_blas_core("SkylakeX", avx512), "");
+  EXPECT_EQ(wider_blas_core("SapphireRapids", avx512), "");
+  EXPECT_EQ(wider_blas_core("Cooperlake", avx512), "");
+  EXPECT_EQ(wider_blas_core("Haswell", avx2), "");
+  EXPECT_EQ(wider_blas_core("Zen", avx2), "");
+  EXPECT_EQ(wider_blas_core("Prescott", sse), "");
+  EXPECT_EQ(wider_blas_core("eigen", avx512), "");
+  // The name as OpenBLAS spells it or in any case.
+  EXPECT_EQ(wider_blas_core("PRESCOTT", avx512), "SkylakeX");
+  EXPECT_EQ(wider_blas_core("skylakex", avx512), "");
+}
+
+// An AVX-512 CPU has AVX2 and FMA too, as every x86-64 CPU with F/BW/DQ/VL does.
+TEST(BlasCore, CpuVectorsAreConsistent) {
+  const CpuVectors v = cpu_vectors();
+  EXPECT_TRUE(!v.avx512 || v.avx2_fma);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "core/trace.hpp"
+#include "kernels/cpu/blas_core.hpp"
+#include "kernels/cpu/threads.hpp"
 #include "tests/tools/run_tandem.hpp"
 #include "tests/tools/scratch_files.hpp"
 
@@ -195,6 +197,19 @@ TEST(Cli, InfoAndHelp) {
   const auto info = run("info");
   EXPECT_EQ(info.exit_code, 0);
   EXPECT_NE(info.output.find("sim (SimGrid 3.32)"), std::string::npos) << info.output;
+  // The tandem process runs OpenBLAS's widest kernels for this CPU, whatever the library
+  // chose when it loaded (kernels/cpu/blas_core.hpp: Prescott on Emerald Rapids).
+  namespace kcpu = tandem::kernels::cpu;
+  if (kcpu::gemm_backend() == "openblas") {
+    const std::string tag = "GEMMs by OpenBLAS's ";
+    const auto at = info.output.find(tag);
+    ASSERT_NE(at, std::string::npos) << info.output;
+    const auto begin = at + tag.size();
+    const std::string core = info.output.substr(begin, info.output.find(' ', begin) - begin);
+    EXPECT_EQ(kcpu::wider_blas_core(core, kcpu::cpu_vectors()), "") << info.output;
+  } else {
+    EXPECT_NE(info.output.find("GEMMs by Eigen"), std::string::npos) << info.output;
+  }
   for (const char* sub : {"layout", "schedule", "scenario", "trace"}) {
     const auto h = run(std::string(sub) + " --help");
     EXPECT_EQ(h.exit_code, 0) << sub;
