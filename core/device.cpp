@@ -132,15 +132,16 @@ std::string_view fp8_format_name(Fp8Format f) {
   return f == Fp8Format::e4m3 ? "e4m3" : "e5m2";
 }
 
-Fp8Tensor allocate_fp8(Device& d, std::int64_t rows, std::int64_t cols, const Fp8Layout& layout) {
+Fp8Tensor allocate_fp8(Device& d, std::int64_t rows, std::int64_t cols, const Fp8Layout& layout,
+                       MemoryUse use) {
   Fp8Layout l = layout;
   if (l.scaling == Fp8Scaling::tensor) l.block_rows = l.block_cols = 0;
   auto blocks = [](std::int64_t dim, std::int64_t block) {
     return block > 0 ? (dim + block - 1) / block : 1;
   };
-  return {.codes = d.allocate(Shape{(rows * cols + 3) / 4}, DType::int32),
+  return {.codes = d.allocate(Shape{(rows * cols + 3) / 4}, DType::int32, use),
           .scale_inv = d.allocate(Shape{blocks(rows, l.block_rows), blocks(cols, l.block_cols)},
-                                  DType::fp32),
+                                  DType::fp32, use),
           .rows = rows,
           .cols = cols,
           .layout = l};

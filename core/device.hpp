@@ -516,7 +516,8 @@ const std::vector<std::string>& device_op_names();
 
 class Device;
 // An Fp8Tensor of `layout` for a (rows, cols) matrix, its codes and scales allocated on d.
-Fp8Tensor allocate_fp8(Device& d, std::int64_t rows, std::int64_t cols, const Fp8Layout& layout);
+Fp8Tensor allocate_fp8(Device& d, std::int64_t rows, std::int64_t cols, const Fp8Layout& layout,
+                       MemoryUse use = MemoryUse::activations);
 
 class Device {
  public:
@@ -528,8 +529,12 @@ class Device {
   // 1F1B). Host threads unless the binding says otherwise.
   virtual HostTurns& host_turns();
 
-  // Memory: every allocation goes through the tracker, identically on all bindings.
-  virtual Tensor allocate(const Shape& shape, DType dtype) = 0;
+  // Memory: every allocation goes through the tracker, identically on all bindings, counted
+  // under what it holds (activations unless the step says otherwise).
+  virtual Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) = 0;
+  Tensor allocate(const Shape& shape, DType dtype) {
+    return allocate(shape, dtype, MemoryUse::activations);
+  }
   virtual const MemoryTracker& memory() const = 0;
 
   virtual Stream& default_stream() = 0;

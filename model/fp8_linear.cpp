@@ -39,9 +39,9 @@ void Fp8LayerState::prepare(Device& d, Stream& s) {
 }
 
 void Fp8LayerState::allocate(Device& d) {
-  history_ = d.allocate(Shape{config_.amax_history_len, kSlots}, DType::fp32);
-  scale_ = d.allocate(Shape{kSlots}, DType::fp32);
-  amax_ = d.allocate(Shape{kSlots}, DType::fp32);
+  history_ = d.allocate(Shape{config_.amax_history_len, kSlots}, DType::fp32, MemoryUse::fp8);
+  scale_ = d.allocate(Shape{kSlots}, DType::fp32, MemoryUse::fp8);
+  amax_ = d.allocate(Shape{kSlots}, DType::fp32, MemoryUse::fp8);
   for (int s = 0; s < kSlots; ++s) {
     scale_views_[s] = scale_.view(Shape{1}, s);
     amax_views_[s] = amax_.view(Shape{1}, s);
@@ -68,7 +68,10 @@ Fp8Tensor Fp8Linear::quantize(ModelEnv& env, const Tensor& t, std::int64_t rows,
     layout.block_rows = along_rows ? 32 : 1;
     layout.block_cols = along_rows ? 1 : 32;
   }
-  Fp8Tensor q = allocate_fp8(env.device, rows, cols, layout);
+  // A weight's copies live the whole step (quantize_weight); inputs and gradients one pass.
+  Fp8Tensor q =
+      allocate_fp8(env.device, rows, cols, layout,
+                   role == Fp8LayerState::weight ? MemoryUse::fp8 : MemoryUse::activations);
   env.device.fp8_quantize(env.stream, {.input = t,
                                        .output = q,
                                        .scale = state_->scale(slot(role)),
@@ -87,7 +90,7 @@ void Fp8Linear::quantize_weight(ModelEnv& env, const Parameter& w) {
     // An FP8 parameter: fprop reads it; dgrad a copy of its codes (TE's transpose cache, made
     // from the FP8 data), with its scale.
     weight_rowwise_ = w.fp8;
-    weight_columnwise_ = allocate_fp8(env.device, out, in, w.fp8.layout);
+    weight_columnwise_ = allocate_fp8(env.device, out, in, w.fp8.layout, MemoryUse::fp8);
     env.device.copy(env.stream, w.fp8.codes, weight_columnwise_.codes);
     env.device.copy(env.stream, w.fp8.scale_inv, weight_columnwise_.scale_inv);
     return;

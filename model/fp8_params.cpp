@@ -50,8 +50,8 @@ void Fp8ParamCast::cast(Device& d, Stream& s, const OptimizerShard& shard, Commu
     }
   } else {
     if (!amax_.storage) {
-      amax_ = d.allocate(Shape{n}, DType::fp32);
-      scale_ = d.allocate(Shape{n}, DType::fp32);
+      amax_ = d.allocate(Shape{n}, DType::fp32, MemoryUse::fp8);
+      scale_ = d.allocate(Shape{n}, DType::fp32, MemoryUse::fp8);
     }
     d.fill(s, amax_, 0.0f);
     for (const ShardPiece& p : shard.pieces) {

@@ -8,8 +8,8 @@ namespace tandem {
 
 AdamW::AdamW(Device& device, ParameterSet& params, AdamConfig config, OptimizerShard shard)
     : device_(device), params_(params), config_(config), shard_(std::move(shard)) {
-  exp_avg_ = device.allocate(Shape{shard_.state_numel}, DType::fp32);
-  exp_avg_sq_ = device.allocate(Shape{shard_.state_numel}, DType::fp32);
+  exp_avg_ = device.allocate(Shape{shard_.state_numel}, DType::fp32, MemoryUse::optimizer);
+  exp_avg_sq_ = device.allocate(Shape{shard_.state_numel}, DType::fp32, MemoryUse::optimizer);
   device.fill(device.default_stream(), exp_avg_, 0.0f);
   device.fill(device.default_stream(), exp_avg_sq_, 0.0f);
 }

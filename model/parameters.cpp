@@ -220,14 +220,16 @@ void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType co
       fp8_begin_ = std::min(fp8_begin_, b.begin);
       fp8_params_.insert(fp8_params_.end(), b.params.begin(), b.params.end());
     }
-  grads_ = device.allocate(Shape{numel_}, grad);
+  grads_ = device.allocate(Shape{numel_}, grad, MemoryUse::gradients);
   // Under fp32 (the cpu binding's FP8 runs) the buffer is the main values, the FP8
   // parameters' included; under 16-bit compute it stops where the FP8 parameters begin.
-  compute_ = device.allocate(Shape{compute == DType::fp32 ? numel_ : fp8_begin_}, compute);
+  compute_ = device.allocate(Shape{compute == DType::fp32 ? numel_ : fp8_begin_}, compute,
+                             MemoryUse::weights);
   if (has_fp8()) {
-    fp8_codes_ = device.allocate(Shape{(numel_ - fp8_begin_) / 4}, DType::int32);
-    fp8_scale_inv_ =
-        device.allocate(Shape{static_cast<std::int64_t>(fp8_params_.size())}, DType::fp32);
+    fp8_codes_ =
+        device.allocate(Shape{(numel_ - fp8_begin_) / 4}, DType::int32, MemoryUse::weights);
+    fp8_scale_inv_ = device.allocate(Shape{static_cast<std::int64_t>(fp8_params_.size())},
+                                     DType::fp32, MemoryUse::weights);
   }
   main_slices_.clear();
   main_offsets_.clear();
@@ -244,7 +246,7 @@ void ParameterSet::allocate(Device& device, const BufferLayout& layout, DType co
       main_offsets_.push_back(held);
       held += end - begin;
     }
-    main_ = device.allocate(Shape{held}, DType::fp32);
+    main_ = device.allocate(Shape{held}, DType::fp32, MemoryUse::optimizer);
   }
   for (auto& p : params_) {
     if (compute == DType::fp32) p.value = compute_.view(p.local_shape, p.value_offset);
@@ -292,7 +294,7 @@ Tensor ParameterSet::main_grads(std::int64_t begin, std::int64_t length) {
 
 void ParameterSet::stage_main_grads(Device& device, Stream& s) {
   if (grads_.dtype == DType::fp32) return;
-  main_grads_ = device.allocate(Shape{main_.numel()}, DType::fp32);
+  main_grads_ = device.allocate(Shape{main_.numel()}, DType::fp32, MemoryUse::gradients);
   for (std::size_t k = 0; k < main_slices_.size(); ++k) {
     const auto [lo, hi] = main_slices_[k];
     Tensor to = main_grads_.view(Shape{hi - lo}, main_offsets_[k]);

@@ -15,16 +15,17 @@ namespace {
 // exactly as HostStorage does on the cpu binding.
 class PhantomStorage : public Storage {
  public:
-  PhantomStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker)
-      : bytes_(bytes), tracker_(std::move(tracker)) {
-    tracker_->on_allocate(bytes_);
+  PhantomStorage(Bytes bytes, MemoryUse use, std::shared_ptr<MemoryTracker> tracker)
+      : bytes_(bytes), use_(use), tracker_(std::move(tracker)) {
+    tracker_->on_allocate(bytes_, use_);
   }
-  ~PhantomStorage() override { tracker_->on_release(bytes_); }
+  ~PhantomStorage() override { tracker_->on_release(bytes_, use_); }
   void* data() override { return nullptr; }
   Bytes bytes() const override { return bytes_; }
 
  private:
   Bytes bytes_;
+  MemoryUse use_;
   std::shared_ptr<MemoryTracker> tracker_;
 };
 
@@ -133,11 +134,11 @@ MemoryLimitExceeded::MemoryLimitExceeded(std::int64_t would_be, std::int64_t lim
                          ", over the limit of " + std::to_string(limit)),
       live_bytes(would_be) {}
 
-Tensor SimDevice::allocate(const Shape& shape, DType dtype) {
+Tensor SimDevice::allocate(const Shape& shape, DType dtype, MemoryUse use) {
   const Bytes bytes = dtype_size(dtype) * shape.numel();
   if (memory_->live().value > memory_limit_ - bytes.value)
     throw MemoryLimitExceeded(memory_->live().value + bytes.value, memory_limit_);
-  return Tensor{shape, dtype, std::make_shared<PhantomStorage>(bytes, memory_), 0};
+  return Tensor{shape, dtype, std::make_shared<PhantomStorage>(bytes, use, memory_), 0};
 }
 
 std::unique_ptr<Stream> SimDevice::create_stream(std::string name) {

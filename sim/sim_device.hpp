@@ -157,7 +157,8 @@ class SimDevice : public Device {
   std::string_view kind() const override { return "sim"; }
   // The two tasks of a combined 1F1B step as actors of this rank's host.
   HostTurns& host_turns() override { return turns_; }
-  Tensor allocate(const Shape& shape, DType dtype) override;
+  using Device::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override;
   const MemoryTracker& memory() const override { return *memory_; }
   // From now on an allocation that would take the live bytes above `bytes` throws
   // MemoryLimitExceeded instead (nothing is allocated).

@@ -11,6 +11,9 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/trace.hpp"
@@ -437,6 +440,7 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     rank.rank = run->ctx.rank;
     rank.coords = run->ctx.coords;
     rank.peak_memory_bytes = run->device->memory().peak().value;
+    rank.peak_memory_by_use = run->device->memory().peak_by_use();
     rank.compute_busy_seconds = run->device->compute_busy();
     rank.op_seconds = run->device->op_seconds();
     for (const auto& [op, secs] : run->device->op_seconds())
@@ -477,7 +481,11 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     }
     if (const auto& c = world.stats(run->ctx.rank).contention)
       rank.sm_contention_seconds = c->total_delay() - run->contention_before;
-    r.max_peak_memory_bytes = std::max(r.max_peak_memory_bytes, rank.peak_memory_bytes);
+    if (r.ranks.empty() || rank.peak_memory_bytes > r.max_peak_memory_bytes) {
+      r.max_peak_memory_bytes = rank.peak_memory_bytes;
+      r.max_peak_memory_rank = rank.rank;
+      r.max_peak_memory_by_use = rank.peak_memory_by_use;
+    }
     r.ranks.push_back(std::move(rank));
   }
   r.bubble_fraction = runs.empty() ? 0 : bubble_sum / static_cast<double>(runs.size());
@@ -501,6 +509,18 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
   return r;
 }
 
+namespace {
+
+// {"weights": bytes, …}: every use, zeros included, so a reader finds each key.
+nlohmann::json memory_by_use_json(const MemoryByUse& by_use) {
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < kMemoryUses; ++i)
+    j[std::string(memory_use_name(static_cast<MemoryUse>(i)))] = by_use[i].value;
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const SimReport& r) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& k : r.ranks) {
@@ -509,6 +529,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"pp", k.coords.pp},
                      {"dp", k.coords.dp},
                      {"peak_memory_bytes", k.peak_memory_bytes},
+                     {"peak_memory_by_use", memory_by_use_json(k.peak_memory_by_use)},
                      {"compute_busy_seconds", k.compute_busy_seconds},
                      {"op_seconds", k.op_seconds},
                      {"iteration_op_seconds", k.iteration_op_seconds},
@@ -557,6 +578,8 @@ nlohmann::json to_json(const SimReport& r) {
             {"other_seconds", r.breakdown.other_seconds}}},
           {"region_seconds", r.region_seconds},
           {"max_peak_memory_bytes", r.max_peak_memory_bytes},
+          {"max_peak_memory_rank", r.max_peak_memory_rank},
+          {"max_peak_memory_by_use", memory_by_use_json(r.max_peak_memory_by_use)},
           {"gpu_memory_bytes", r.gpu_memory_bytes},
           {"fits_in_memory", r.fits_in_memory},
           {"wall_seconds", r.wall_seconds},
@@ -628,6 +651,25 @@ std::string format_report(const SimReport& r) {
       static_cast<double>(r.max_peak_memory_bytes) / (1 << 30),
       static_cast<double>(r.gpu_memory_bytes) / (1 << 30),
       r.fits_in_memory ? "fits" : "DOES NOT FIT");
+  {
+    // What held the high-water mark on that rank, largest first.
+    std::vector<std::pair<std::int64_t, MemoryUse>> uses;
+    for (std::size_t i = 0; i < kMemoryUses; ++i)
+      if (r.max_peak_memory_by_use[i].value > 0)
+        uses.emplace_back(r.max_peak_memory_by_use[i].value, static_cast<MemoryUse>(i));
+    std::stable_sort(uses.begin(), uses.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    std::string held;
+    for (const auto& [bytes, use] : uses) {
+      char part[64];
+      std::snprintf(part, sizeof part, "%s%s %.2f", held.empty() ? "" : ", ",
+                    std::string(memory_use_name(use)).c_str(),
+                    static_cast<double>(bytes) / (1 << 30));
+      held += part;
+    }
+    if (!held.empty())
+      put("    held at that mark (rank %d, GiB): %s", r.max_peak_memory_rank, held.c_str());
+  }
   put("  simulated in             %10.2f s wall", r.wall_seconds);
   return out.str();
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_tracker.hpp"
 #include "core/scenario.hpp"
 #include "sim/sim_device.hpp"
 #include "sim/sim_world.hpp"
@@ -44,6 +45,7 @@ struct RankReport {
   int rank = 0;
   RankCoordinates coords;
   std::int64_t peak_memory_bytes = 0;                  // the MemoryTracker's high-water mark
+  MemoryByUse peak_memory_by_use{};                    // what held it (they sum to it)
   double compute_busy_seconds = 0;                     // ops on the compute stream, all iterations
   std::map<std::string, double> op_seconds;            // Device op → seconds, all iterations
   std::map<std::string, double> iteration_op_seconds;  // Device op → seconds, last iteration
@@ -118,6 +120,8 @@ struct SimReport {
   // region → max over ranks of RankReport::region_seconds ("mtp": multi-token prediction).
   std::map<std::string, double> region_seconds;
   std::int64_t max_peak_memory_bytes = 0;
+  int max_peak_memory_rank = 0;  // the rank with that high-water mark (the first, if several)
+  MemoryByUse max_peak_memory_by_use{};
   std::int64_t gpu_memory_bytes = 0;
   bool fits_in_memory = true;
   double wall_seconds = 0;

@@ -111,7 +111,8 @@ void GradBuckets::launch(Bucket& b) {
     b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
     return;
   }
-  b.scattered = device_.allocate(Shape{b.slice_end - b.slice_begin}, view.dtype);
+  b.scattered =
+      device_.allocate(Shape{b.slice_end - b.slice_begin}, view.dtype, MemoryUse::communication);
   b.work = b.group->reduce_scatter(stream_, view, b.scattered, ReduceOp::sum);
 }
 
@@ -243,7 +244,7 @@ void GradBuckets::finish_param_gather() {
 
 Tensor GradBuckets::gather_main_values() {
   finish_param_gather();
-  Tensor full = device_.allocate(Shape{params_.numel()}, DType::fp32);
+  Tensor full = device_.allocate(Shape{params_.numel()}, DType::fp32, MemoryUse::communication);
   params_.store_main_values(device_, stream_, full);
   // Holding every main value (fp32 compute), a rank's are current where the step gathers
   // them, all but the FP8 parameters' (the step gathers their codes).

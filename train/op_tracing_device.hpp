@@ -39,8 +39,9 @@ class OpTracingDevice : public Device {
 
   std::string_view kind() const override { return inner_.kind(); }
   HostTurns& host_turns() override { return inner_.host_turns(); }
-  Tensor allocate(const Shape& shape, DType dtype) override {
-    return inner_.allocate(shape, dtype);
+  using Device::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override {
+    return inner_.allocate(shape, dtype, use);
   }
   const MemoryTracker& memory() const override { return inner_.memory(); }
   Stream& default_stream() override { return inner_.default_stream(); }

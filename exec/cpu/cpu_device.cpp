@@ -76,19 +76,20 @@ namespace k = kernels::cpu;
 
 class HostStorage : public Storage {
  public:
-  HostStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker,
+  HostStorage(Bytes bytes, MemoryUse use, std::shared_ptr<MemoryTracker> tracker,
               std::shared_ptr<BlockCache> cache)
       : bytes_(bytes),
+        use_(use),
         block_bytes_(
             static_cast<std::size_t>(std::max<std::int64_t>(64, (bytes.value + 63) / 64 * 64))),
         tracker_(std::move(tracker)),
         cache_(std::move(cache)) {
     data_ = cache_->take(block_bytes_);
-    tracker_->on_allocate(bytes_);
+    tracker_->on_allocate(bytes_, use_);
   }
   ~HostStorage() override {
     cache_->give(block_bytes_, data_);
-    tracker_->on_release(bytes_);
+    tracker_->on_release(bytes_, use_);
   }
   void* data() override { return data_; }
   Bytes bytes() const override { return bytes_; }
@@ -96,6 +97,7 @@ class HostStorage : public Storage {
  private:
   void* data_;
   Bytes bytes_;
+  MemoryUse use_;
   std::size_t block_bytes_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::shared_ptr<BlockCache> cache_;
@@ -138,9 +140,9 @@ CpuDevice::CpuDevice()
 
 CpuDevice::~CpuDevice() = default;
 
-Tensor CpuDevice::allocate(const Shape& shape, DType dtype) {
+Tensor CpuDevice::allocate(const Shape& shape, DType dtype, MemoryUse use) {
   const Bytes bytes = dtype_size(dtype) * shape.numel();
-  return Tensor{shape, dtype, std::make_shared<HostStorage>(bytes, memory_, cache_), 0};
+  return Tensor{shape, dtype, std::make_shared<HostStorage>(bytes, use, memory_, cache_), 0};
 }
 
 std::unique_ptr<Stream> CpuDevice::create_stream(std::string name) {

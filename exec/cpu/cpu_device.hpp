@@ -19,7 +19,8 @@ class CpuDevice : public Device {
   ~CpuDevice() override;
 
   std::string_view kind() const override { return "cpu"; }
-  Tensor allocate(const Shape& shape, DType dtype) override;
+  using Device::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override;
   const MemoryTracker& memory() const override { return *memory_; }
   Stream& default_stream() override { return *default_stream_; }
   std::unique_ptr<Stream> create_stream(std::string name) override;

@@ -37,15 +37,15 @@ using op_arguments::same_numel;
 
 class DeviceStorage final : public Storage {
  public:
-  DeviceStorage(Bytes bytes, std::shared_ptr<MemoryTracker> tracker,
+  DeviceStorage(Bytes bytes, MemoryUse use, std::shared_ptr<MemoryTracker> tracker,
                 std::shared_ptr<DeviceMemoryPool> pool)
-      : bytes_(bytes), tracker_(std::move(tracker)), pool_(std::move(pool)) {
+      : bytes_(bytes), use_(use), tracker_(std::move(tracker)), pool_(std::move(pool)) {
     data_ = pool_->take(static_cast<std::size_t>(bytes.value));
-    tracker_->on_allocate(bytes_);
+    tracker_->on_allocate(bytes_, use_);
   }
   ~DeviceStorage() override {
     pool_->give(static_cast<std::size_t>(bytes_.value), data_);
-    tracker_->on_release(bytes_);
+    tracker_->on_release(bytes_, use_);
   }
   DeviceStorage(const DeviceStorage&) = delete;
   DeviceStorage& operator=(const DeviceStorage&) = delete;
@@ -55,6 +55,7 @@ class DeviceStorage final : public Storage {
  private:
   void* data_ = nullptr;
   Bytes bytes_;
+  MemoryUse use_;
   std::shared_ptr<MemoryTracker> tracker_;
   std::shared_ptr<DeviceMemoryPool> pool_;
 };
@@ -161,9 +162,9 @@ Stream& CudaDevice::default_stream() {
   return *default_stream_;
 }
 
-Tensor CudaDevice::allocate(const Shape& shape, DType dtype) {
+Tensor CudaDevice::allocate(const Shape& shape, DType dtype, MemoryUse use) {
   const Bytes bytes = dtype_size(dtype) * shape.numel();
-  return Tensor{shape, dtype, std::make_shared<DeviceStorage>(bytes, memory_, pool_), 0};
+  return Tensor{shape, dtype, std::make_shared<DeviceStorage>(bytes, use, memory_, pool_), 0};
 }
 
 std::unique_ptr<Stream> CudaDevice::create_stream(std::string name) {

@@ -42,7 +42,8 @@ class CudaDevice final : public Device {
   std::string_view kind() const override { return "cuda"; }
   // Host threads, the second one on this GPU too (cudaSetDevice is per thread).
   HostTurns& host_turns() override { return turns_; }
-  Tensor allocate(const Shape& shape, DType dtype) override;
+  using Device::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override;
   const MemoryTracker& memory() const override { return *memory_; }
   Stream& default_stream() override;
   std::unique_ptr<Stream> create_stream(std::string name) override;

@@ -100,6 +100,30 @@ TEST(MemoryTracker, LiveAndPeak) {
   EXPECT_THROW(m.on_release(71_B), std::logic_error);
 }
 
+// The bytes of each use live at the high-water mark, kept until a higher mark replaces them.
+TEST(MemoryTracker, PeakIsSplitByUse) {
+  MemoryTracker m;
+  m.on_allocate(100_B, MemoryUse::weights);
+  m.on_allocate(50_B);  // activations
+  m.on_release(50_B);
+  m.on_allocate(30_B, MemoryUse::optimizer);
+  const auto at = [&](MemoryUse u) { return m.peak_by_use()[static_cast<std::size_t>(u)]; };
+  EXPECT_EQ(m.peak(), 150_B);
+  EXPECT_EQ(at(MemoryUse::weights), 100_B);
+  EXPECT_EQ(at(MemoryUse::activations), 50_B);
+  EXPECT_EQ(at(MemoryUse::optimizer), 0_B);   // allocated after the mark
+  m.on_allocate(40_B, MemoryUse::gradients);  // 170: a new mark
+  EXPECT_EQ(at(MemoryUse::activations), 0_B);
+  EXPECT_EQ(at(MemoryUse::optimizer), 30_B);
+  EXPECT_EQ(at(MemoryUse::gradients), 40_B);
+  EXPECT_EQ(m.live_by_use()[static_cast<std::size_t>(MemoryUse::weights)], 100_B);
+  // Released under another use than it was allocated under: a bookkeeping error.
+  EXPECT_THROW(m.on_release(40_B, MemoryUse::fp8), std::logic_error);
+  m.reset_peak();
+  EXPECT_EQ(at(MemoryUse::gradients), 40_B);
+  EXPECT_EQ(memory_use_name(MemoryUse::communication), "communication");
+}
+
 TEST(MemoryTracker, ThreadSafe) {
   MemoryTracker m;
   std::vector<std::thread> threads;

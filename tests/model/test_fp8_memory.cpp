@@ -59,6 +59,11 @@ constexpr std::int64_t kWeights[4][2] = {{3 * C, C}, {C, C}, {2 * F, C}, {C, F}}
 TEST(Fp8Memory, LayerHoldsTheFp8InputsAndTwoWeightCopies) {
   Fp8Layer l(Fp8Config{.format = "hybrid", .recipe = "delayed"});
   const Bytes before = l.device.memory().live();
+  const MemoryByUse uses_before = l.device.memory().live_by_use();
+  const auto grown = [&](MemoryUse u) {
+    const auto i = static_cast<std::size_t>(u);
+    return l.device.memory().live_by_use()[i].value - uses_before[i].value;
+  };
   LayerActivations saved;
   Tensor out = l.layer.forward(l.env, l.x, saved);
 
@@ -79,6 +84,12 @@ TEST(Fp8Memory, LayerHoldsTheFp8InputsAndTwoWeightCopies) {
       + fp8_bytes(N, F);        // fc2's input (not SwiGLU's output)
   const std::int64_t output = N * C * kFp32;
   EXPECT_EQ(l.device.memory().live().value - before.value, weights + state + activations + output);
+  // Counted under what they hold: the weights' FP8 copies and the scaling state as fp8, the
+  // rest as activations; the model's own weights and gradients were there before.
+  EXPECT_EQ(grown(MemoryUse::fp8), weights + state);
+  EXPECT_EQ(grown(MemoryUse::activations), activations + output);
+  EXPECT_EQ(grown(MemoryUse::weights), 0);
+  EXPECT_EQ(grown(MemoryUse::gradients), 0);
   EXPECT_TRUE(saved.ln1_out.shape.dims().empty());
   EXPECT_TRUE(saved.ln2_out.shape.dims().empty());
   EXPECT_TRUE(saved.gelu_out.shape.dims().empty());

@@ -16,9 +16,10 @@ class RecordingDevice : public Device {
   const std::vector<std::string>& log() const { return log_; }
 
   std::string_view kind() const override { return inner_.kind(); }
-  Tensor allocate(const Shape& shape, DType dtype) override {
+  using Device::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override {
     log_.push_back("allocate " + shape.to_string() + " " + std::string(dtype_name(dtype)));
-    return inner_.allocate(shape, dtype);
+    return inner_.allocate(shape, dtype, use);
   }
   const MemoryTracker& memory() const override { return inner_.memory(); }
   Stream& default_stream() override { return inner_.default_stream(); }

@@ -6,6 +6,7 @@
 // the model below, not taken from the layout code.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -47,6 +48,7 @@ struct DpTraffic {
   std::int64_t reduce_scatter = 0, all_reduce = 0;  // bytes rank 0 reduces over dp
   std::int64_t peak = 0;                            // rank 0's memory high-water mark
   int copies = 0;                                   // rank 0's copy ops
+  std::map<std::string, std::int64_t> held;         // what held the peak, by memory use
 };
 
 // One iteration of `s` on the A100 preset (in a child: one SimGrid engine per process).
@@ -66,12 +68,20 @@ DpTraffic simulate_dp(const Scenario& s) {
     }
     int copies = 0;
     for (const auto& op : r.ranks.at(0).ops) copies += op.op.op == "copy";
-    return nlohmann::json{
-        {"rs", rs}, {"ar", ar}, {"peak", r.ranks.at(0).peak_memory_bytes}, {"copies", copies}};
+    nlohmann::json held;
+    for (std::size_t i = 0; i < kMemoryUses; ++i)
+      held[std::string(memory_use_name(static_cast<MemoryUse>(i)))] =
+          r.ranks.at(0).peak_memory_by_use[i].value;
+    return nlohmann::json{{"rs", rs},
+                          {"ar", ar},
+                          {"peak", r.ranks.at(0).peak_memory_bytes},
+                          {"copies", copies},
+                          {"held", held}};
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());
   return {j.at("rs").get<std::int64_t>(), j.at("ar").get<std::int64_t>(),
-          j.at("peak").get<std::int64_t>(), j.at("copies").get<int>()};
+          j.at("peak").get<std::int64_t>(), j.at("copies").get<int>(),
+          j.at("held").get<std::map<std::string, std::int64_t>>()};
 }
 
 TEST(SimGradBuffer, ReduceScatterMovesTheBucketPaddedToLcmOfDpAnd128) {
@@ -144,6 +154,28 @@ TEST(SimGradBuffer, Bf16ReductionHoldsABf16BufferAndCastsNothing) {
   const auto [fp32, bf16] = bf16_runs(true);
   EXPECT_EQ(bf16.copies, fp32.copies + 1);
   EXPECT_EQ(fp32.peak - bf16.peak, 2 * kPadded);
+}
+
+// What holds rank 0's high-water mark (the last backward), by use, counted by hand: the
+// bf16 weights and the gradient buffer (2 or 4 bytes) over the whole padded buffer; the
+// optimizer's fp32 main values and Adam's two moments (12 bytes) over rank 0's third of it,
+// 78,336 elements; no FP8. The uses add up to the peak, and the two runs differ only in the
+// gradients.
+TEST(SimGradBuffer, TheHighWaterMarkIsSplitByWhatHoldsIt) {
+  const auto [fp32, bf16] = bf16_runs(true);
+  for (const auto* run : {&fp32, &bf16}) {
+    const bool sixteen = run == &bf16;
+    EXPECT_EQ(run->held.at("weights"), 2 * kPadded);
+    EXPECT_EQ(run->held.at("gradients"), (sixteen ? 2 : 4) * kPadded);
+    EXPECT_EQ(run->held.at("optimizer"), 12 * 78'336);
+    EXPECT_EQ(run->held.at("fp8"), 0);
+    std::int64_t sum = 0;
+    for (const auto& [use, bytes] : run->held) sum += bytes;
+    EXPECT_EQ(sum, run->peak);
+    EXPECT_GT(run->held.at("activations"), 0);
+  }
+  EXPECT_EQ(fp32.held.at("activations"), bf16.held.at("activations"));
+  EXPECT_EQ(fp32.held.at("communication"), bf16.held.at("communication") * 2);
 }
 
 }  // namespace

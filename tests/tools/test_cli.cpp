@@ -609,11 +609,28 @@ TEST(CliSimulate, ContextParallelismSplitsTheSequenceAndItsActivations) {
     std::ifstream in(out);
     const auto j = nlohmann::json::parse(in);
     std::filesystem::remove(out);
-    return j["max_peak_memory_bytes"].get<double>();
+    return j;
   };
-  const double cp1 = peak(1), cp2 = peak(2);
+  const auto j1 = peak(1), j2 = peak(2);
+  const double cp1 = j1["max_peak_memory_bytes"].get<double>();
+  const double cp2 = j2["max_peak_memory_bytes"].get<double>();
   EXPECT_LT(cp2, cp1);
   EXPECT_LT(cp2, 80.0 * (1 << 30));  // fits an H100
+  // What held each mark adds up to it; cp 2 halves each rank's sequence, so the activations
+  // shrink, while the weights and gradients (same tp and pp) stay, and so does the
+  // distributed optimizer's share: Megatron shards it over dp × cp, 16 ranks either way.
+  for (const auto* j : {&j1, &j2}) {
+    double sum = 0;
+    for (const auto& [use, bytes] : (*j)["max_peak_memory_by_use"].items())
+      sum += bytes.get<double>();
+    EXPECT_EQ(sum, (*j)["max_peak_memory_bytes"].get<double>()) << j->dump();
+  }
+  const auto& u1 = j1["max_peak_memory_by_use"];
+  const auto& u2 = j2["max_peak_memory_by_use"];
+  EXPECT_LT(u2["activations"].get<double>(), u1["activations"].get<double>());
+  EXPECT_EQ(u2["weights"], u1["weights"]);
+  EXPECT_EQ(u2["gradients"], u1["gradients"]);
+  EXPECT_EQ(u2["optimizer"], u1["optimizer"]);
 }
 
 // The Llama scenarios' parameter counts, as `tandem scenario` prints them, against the

@@ -40,9 +40,10 @@ Scenario tiny_scenario() {
 // then come from scales near fp32's own limit). Runs in fp32 never ask for 16 bits.
 class Fp32CpuDevice : public CpuDevice {
  public:
-  Tensor allocate(const Shape& shape, DType dtype) override {
+  using CpuDevice::allocate;
+  Tensor allocate(const Shape& shape, DType dtype, MemoryUse use) override {
     const bool sixteen = dtype == DType::bf16 || dtype == DType::fp16;
-    return CpuDevice::allocate(shape, sixteen ? DType::fp32 : dtype);
+    return CpuDevice::allocate(shape, sixteen ? DType::fp32 : dtype, use);
   }
 };
 
