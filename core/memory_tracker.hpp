@@ -25,9 +25,9 @@ enum class MemoryUse : int {
   optimizer,      // the optimizer's state: fp32 main parameters, Adam's two moments
   fp8,            // weights quantized for FP8 once a step (reused by every microbatch), and
                   // the FP8 scaling state (amax histories, scales)
-  communication,  // scratch of the gradient reduction and the parameter gather
+  communication,  // scratch of the gradient reduction and the parameter gather (the last)
 };
-inline constexpr std::size_t kMemoryUses = 6;
+inline constexpr std::size_t kMemoryUses = static_cast<std::size_t>(MemoryUse::communication) + 1;
 std::string_view memory_use_name(MemoryUse use);
 
 using MemoryByUse = std::array<Bytes, kMemoryUses>;
