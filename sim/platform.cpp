@@ -1,6 +1,7 @@
 // Building the SimGrid platform of platform.hpp, in one of two layouts. Fat tree (and a
-// single domain): a star zone of full zones, one per NVLink domain, routes by table lookup.
-// Rail-optimized: one Dijkstra zone of hosts, domain switches and rail routers joined by
+// single domain, and a rail-optimized fabric whose spine is not oversubscribed): a star zone
+// of full zones, one per NVLink domain, routes by table lookup. Rail-optimized with an
+// oversubscribed spine: one Dijkstra zone of hosts, domain switches and rail routers joined by
 // directed edges. SimGrid's Dijkstra weighs an edge by its number of links and forbids
 // empty edges, so every edge carries at least one link and the intended path is the unique
 // shortest one: inside a domain 2 links (vs 4 through a rail); same rail 4 (vs 5 over the
@@ -169,6 +170,10 @@ void attach_nccl(const Topology& t, Platform& p) {
 
 }  // namespace
 
+bool rail_routes_matter(const Topology& t) {
+  return t.fabric.kind == FabricKind::rail_optimized && t.fabric.oversubscription > 1.0;
+}
+
 const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host) {
   if (host == nullptr) return nullptr;
   const auto* data = host->extension(nccl_slot());
@@ -192,7 +197,7 @@ Platform build_platform(const Topology& t, int world_size) {
   p.nvlink_domains = p.placement.back().nvlink_domain + 1;
   // NICs only join domains: the ranks of one domain never send through them.
   const int nics = p.nvlink_domains > 1 ? t.fabric.nics_per_node : 0;
-  if (nics > 0 && t.fabric.kind == FabricKind::rail_optimized)
+  if (nics > 0 && rail_routes_matter(t))
     build_rail(t, p, nics);
   else
     build_hierarchical(t, p, nics);

@@ -2,13 +2,18 @@
 // split-duplex link into its NVLink domain's switch (the node's NVSwitch, or the NVSwitch
 // trays of a GB200 NVL72 rack joining 18 nodes), each node's NICs, and the fabric between
 // domains. Building is linear in the ranks. Routes (a fat tree is a star of node zones, so a
-// route is a table lookup; rail-optimized is one Dijkstra zone, so a route costs a
-// shortest-path search, about 2 ms at 3072 ranks, the first time its source sends):
+// route is a table lookup; a rail-optimized fabric with an oversubscribed spine is one
+// Dijkstra zone, so a route costs a shortest-path search, about 2 ms at 3072 ranks, the
+// first time its source sends):
 //
 //   same domain       GPU link ↑ → domain switch → GPU link ↓ (same node or not)
 //   fat tree          GPU link ↑ → NIC ↑ → core → NIC ↓ → GPU link ↓
 //   rail, same rail   GPU link ↑ → NIC ↑ → rail switch → NIC ↓ → GPU link ↓
 //   rail, cross rail  GPU link ↑ → NIC ↑ → rail switch → spine → rail switch → NIC ↓ → GPU link ↓
+//
+// A rail-optimized fabric whose spine is not oversubscribed (every preset's) is built as the
+// fat tree, its spine in every route between domains: there it never binds and adds no
+// latency, so every flow takes the time the rail routes give (rail_routes_matter).
 //
 // GPU g of a node sends and receives through its node's NIC nic_of_gpu(g) (g itself on
 // DGX nodes). NICs carry only traffic between domains: two trays of one NVL72 rack talk
@@ -60,6 +65,13 @@ struct NcclPlatformInfo {
 // The NCCL information build_platform attached to `host`; null when the host has none or
 // the topology has no enabled "nccl" section (then collectives stay ideal rings).
 const NcclPlatformInfo* nccl_info(const simgrid::s4u::Host* host);
+
+// Whether a rail-optimized fabric needs its own routes (the Dijkstra zone): only when its
+// spine is oversubscribed. A spine of nodes · nics · nic bandwidth cannot be saturated by
+// the NICs feeding it and adds no latency, so whether a route crosses it changes no flow's
+// time; such a fabric is built as a fat tree, whose routes are table lookups (a Dijkstra
+// search per sending rank took three quarters of a 6144-rank H100 simulation).
+bool rail_routes_matter(const Topology& topology);
 
 // Builds the platform into the engine's (empty) platform and seals it. Call once per
 // engine, after configure_network_model (sim/simgrid_config.hpp). Throws ConfigError when

@@ -119,12 +119,59 @@ TEST(PlatformRoutes, FatTreeGoesThroughTheGpusOwnNicAndTheCore) {
             (Names{"core", "gpu-13_DOWN", "gpu-3_UP", "nic-0-3_UP", "nic-1-5_DOWN"}));
 }
 
+// dgx-h100's rail-optimized fabric under a 2:1 spine, where the routes matter.
+Topology oversubscribed_rails() {
+  Topology t = load_topology("dgx-h100");
+  t.fabric.oversubscription = 2;
+  return t;
+}
+
 TEST(PlatformRoutes, RailOptimizedStaysOnItsRailOrCrossesTheSpine) {
-  const Topology t = load_topology("dgx-h100");
+  const Topology t = oversubscribed_rails();
+  ASSERT_TRUE(rail_routes_matter(t));
   EXPECT_EQ(route(t, 24, 2, 18), (Names{"gpu-18_DOWN", "gpu-2_UP", "nic-0-2_UP", "nic-2-2_DOWN"}));
   EXPECT_EQ(route(t, 24, 2, 9),
             (Names{"gpu-2_UP", "gpu-9_DOWN", "nic-0-2_UP", "nic-1-1_DOWN", "spine"}));
   EXPECT_EQ(route(t, 24, 2, 5), (Names{"gpu-2_UP", "gpu-5_DOWN"}));
+}
+
+TEST(PlatformRoutes, NonBlockingRailsAreBuiltAsAFatTree) {
+  // The preset's spine is not oversubscribed: every route between nodes holds it, same rail
+  // or not, as the fat tree's hold its core.
+  const Topology t = load_topology("dgx-h100");
+  ASSERT_FALSE(rail_routes_matter(t));
+  EXPECT_EQ(route(t, 24, 2, 18),
+            (Names{"gpu-18_DOWN", "gpu-2_UP", "nic-0-2_UP", "nic-2-2_DOWN", "spine"}));
+  EXPECT_EQ(route(t, 24, 2, 9),
+            (Names{"gpu-2_UP", "gpu-9_DOWN", "nic-0-2_UP", "nic-1-1_DOWN", "spine"}));
+  EXPECT_EQ(route(t, 24, 2, 5), (Names{"gpu-2_UP", "gpu-5_DOWN"}));
+  EXPECT_FALSE(rail_routes_matter(load_topology("dgx-a100-80g")));  // a fat tree
+}
+
+TEST(PlatformFlows, NonBlockingRailsGiveEveryFlowTheTimeTheRailRoutesGive) {
+  // The same flows on dgx-h100 built both ways: as a fat tree (spine 1:1) and as rails
+  // (spine just above 1:1, so its capacity is the same to a part in 10^9 and never binds).
+  // Same rail, cross rail, two flows sharing a NIC, a flow inside a node, and flows crossing
+  // in both directions: each arrives at the same time.
+  const std::vector<Flow> flows = {{0, 8, kBytes},  {2, 9, kBytes},     {2, 18, kBytes / 2},
+                                   {3, 12, kBytes}, {3, 21, kBytes},    {1, 5, kBytes},
+                                   {9, 2, kBytes},  {17, 0, kBytes / 3}};
+  const Topology star = load_topology("dgx-h100");
+  Topology rails = star;
+  rails.fabric.oversubscription = 1 + 1e-9;
+  ASSERT_FALSE(rail_routes_matter(star));
+  ASSERT_TRUE(rail_routes_matter(rails));
+  const auto a = flow_times(star, 24, flows);
+  const auto b = flow_times(rails, 24, flows);
+  ASSERT_EQ(a.size(), flows.size());
+  ASSERT_EQ(b.size(), flows.size());
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    EXPECT_GT(a[i], 0.0) << "flow " << i;
+    EXPECT_NEAR(a[i], b[i], 1e-9 * b[i]) << "flow " << i;
+  }
+  // Rank 3 sends twice through NIC 3 of node 0: those two take twice a lone flow's time.
+  const double shared = kNvlinkLatency + kNicLatency + 2 * kBytes / 50e9;
+  EXPECT_NEAR(a[3], shared, shared * 1e-6);
 }
 
 TEST(PlatformRoutes, CpuHostKeepsEveryRankOnOneNode) {
@@ -211,7 +258,8 @@ TEST_P(PlatformScale, ThreeThousandRanksBuildWithTheirRoutes) {
   EXPECT_EQ(engine_hosts, 3072U);
   EXPECT_EQ(nodes, 384U);
   EXPECT_EQ(nics, 384U * 8);
-  // GPU, NIC, core or spine (rank 0 is on rail 0, rank 3071 on rail 7), NIC, GPU.
+  // GPU, NIC, core or spine (rank 0 is on rail 0, rank 3071 on rail 7), NIC, GPU; the same
+  // links on both presets, since dgx-h100's spine is non-blocking (rail_routes_matter).
   EXPECT_EQ(hops, 5U);
   EXPECT_NEAR(latency, kNvlinkLatency + kNicLatency, 1e-12);
   std::cout << "build_platform(" << GetParam() << ", 3072 ranks): " << build << " s\n";
