@@ -52,7 +52,7 @@ void softmax_rows(float* att, std::int64_t T, std::int64_t i0, std::int64_t i1) 
     float* row = att + i * T;
     float max = row[0];
 #pragma omp simd reduction(max : max)
-    for (std::int64_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
+    for (std::int64_t j = 1; j <= i; ++j) max = row[j] > max ? row[j] : max;  // vectorises
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (std::int64_t j = 0; j <= i; ++j) {
