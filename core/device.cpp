@@ -112,16 +112,20 @@ GemmShape check_gemm(const GemmArgs& a) {
                     .n = a.transpose_b ? a.b.shape[0] : a.b.shape[1],
                     .k = a.transpose_a ? a.a.shape[0] : a.a.shape[1]};
   const std::int64_t kb = a.transpose_b ? a.b.shape[1] : a.b.shape[0];
-  const std::string what = "gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") + " · " +
-                           a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") + " into " +
-                           a.c.shape.to_string();
-  if (g.k != kb || a.c.numel() != g.m * g.n) throw std::invalid_argument(what + " do not conform");
+  // Spelled only on failure: every GEMM of every simulated step passes here, and building
+  // the text each time took about a fifth of a search's dry runs (Llama 3 8B on 64 GPUs).
+  const auto what = [&a] {
+    return "gemm: " + a.a.shape.to_string() + (a.transpose_a ? "ᵀ" : "") + " · " +
+           a.b.shape.to_string() + (a.transpose_b ? "ᵀ" : "") + " into " + a.c.shape.to_string();
+  };
+  if (g.k != kb || a.c.numel() != g.m * g.n)
+    throw std::invalid_argument(what() + " do not conform");
   if (a.bias != nullptr && (a.bias->numel() != g.n || a.beta != 0))
-    throw std::invalid_argument(what + ": a bias epilogue needs " + std::to_string(g.n) +
+    throw std::invalid_argument(what() + ": a bias epilogue needs " + std::to_string(g.n) +
                                 " values and beta 0; has " + std::to_string(a.bias->numel()) +
                                 " and beta " + std::to_string(a.beta));
   if (a.bias_grad != nullptr && (a.bias_grad->numel() != g.m || !a.transpose_a))
-    throw std::invalid_argument(what + ": a bias-gradient epilogue needs " + std::to_string(g.m) +
+    throw std::invalid_argument(what() + ": a bias-gradient epilogue needs " + std::to_string(g.m) +
                                 " values and A held (K, M) (transpose_a); has " +
                                 std::to_string(a.bias_grad->numel()) +
                                 (a.transpose_a ? "" : " and A held (M, K)"));

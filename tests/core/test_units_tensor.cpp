@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/memory_tracker.hpp"
 #include "core/parallel_context.hpp"
 #include "core/tensor.hpp"
@@ -85,6 +86,34 @@ TEST(Tensor, ViewsAndTypedAccess) {
   EXPECT_EQ(row2.data<float>()[3], 11.0f);
   EXPECT_THROW(t.view({4}, 13), std::out_of_range);
   EXPECT_THROW(t.data<std::int32_t>(), std::invalid_argument);
+}
+
+TEST(CheckGemm, ShapesThatConformGiveMnkAndThoseThatDoNotAreNamed) {
+  const Tensor a{{4, 8}, DType::fp32, nullptr, 0};
+  const Tensor b{{6, 8}, DType::fp32, nullptr, 0};  // held (N, K): transpose_b
+  Tensor c{{4, 6}, DType::fp32, nullptr, 0};
+  const GemmShape g = check_gemm({a, b, c, false, true});
+  EXPECT_EQ(g.m, 4);
+  EXPECT_EQ(g.n, 6);
+  EXPECT_EQ(g.k, 8);
+  // Without the transpose, K (8 columns of A) meets B's 6 rows: the message names all three.
+  try {
+    check_gemm({a, b, c});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm: (4, 8) · (6, 8) into (4, 6) do not conform"),
+              std::string::npos)
+        << e.what();
+  }
+  const Tensor bias{{5}, DType::fp32, nullptr, 0};
+  try {
+    check_gemm({a, b, c, false, true, 1.0f, 0.0f, &bias});
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("(6, 8)ᵀ into (4, 6): a bias epilogue needs 6 values"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MemoryTracker, LiveAndPeak) {
