@@ -23,11 +23,11 @@ void check_known(const OpDesc& op) {
   const auto& ops = device_op_names();
   if (std::find(ops.begin(), ops.end(), op.op) == ops.end()) {
     const std::string best = closest_match(op.op, ops);
-    throw std::invalid_argument("CostModel: unknown op \"" + op.op + "\"" +
+    throw std::invalid_argument("CostModel: unknown op \"" + std::string(op.op) + "\"" +
                                 (best.empty() ? "" : "; did you mean \"" + best + "\"?"));
   }
   if (op.m < 0 || op.n < 0 || op.k < 0 || op.batch < 0 || op.flops < 0 || op.bytes < 0)
-    throw std::invalid_argument("CostModel: op \"" + op.op + "\" has a negative size");
+    throw std::invalid_argument("CostModel: op \"" + std::string(op.op) + "\" has a negative size");
 }
 
 // 2·m·n·k·batch over the dtype's element size, read A and B, write C.
@@ -41,8 +41,8 @@ double gemm_bytes(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, s
 
 }  // namespace
 
-std::string op_class(const std::string& key) {
-  const std::string op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
+std::string op_class(std::string_view key) {
+  const std::string_view op = key.substr(0, key.find(':'));  // op_report_key's suffix aside
   if (op == "gemm" || op == "fp8_gemm") return "gemm";
   if (op == "attention" || op == "attention_backward" || is_fused_attention(op)) return "attention";
   if (op == "adam" || op == "sum_squares" || op == "check_finite_and_unscale") return "optimizer";
@@ -79,7 +79,8 @@ bool megatron_fused_softmax(const OpDesc& op) {
 }
 
 std::string op_report_key(const OpDesc& op) {
-  return megatron_fused_softmax(op) ? op.op : op.op + ":unfused-softmax";
+  std::string key(op.op);
+  return megatron_fused_softmax(op) ? key : key + ":unfused-softmax";
 }
 
 GemmTiling gemm_tiling(const GpuSpec& gpu, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -129,10 +130,10 @@ double CostModel::calibration_scale(const std::string& op, DType dtype) const {
 
 double CostModel::seconds(const OpDesc& op) const {
   check_known(op);
-  if (const auto it = measured_.find({op.op, op.dtype, op.m, op.n, op.k, op.batch});
+  if (const auto it = measured_.find({std::string(op.op), op.dtype, op.m, op.n, op.k, op.batch});
       it != measured_.end())
     return it->second + dropout_seconds(op);  // tandem calibrate measures without dropout
-  return model_seconds(op) * calibration_scale(op.op, op.dtype);
+  return model_seconds(op) * calibration_scale(std::string(op.op), op.dtype);
 }
 
 double CostModel::model_seconds(const OpDesc& op) const {

@@ -68,6 +68,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -79,7 +80,10 @@ namespace tandem::sim {
 
 // One Device op as the sim binding sees it.
 struct OpDesc {
-  std::string op;  // the Device method name: "gemm", "layer_norm", … (device_op_names())
+  // The Device method name: "gemm", "layer_norm", … (device_op_names()). A view, so that
+  // describing an op allocates nothing (the simulator prices millions in a search): it
+  // names a string literal, or a calibration table's row where one is priced.
+  std::string_view op;
   DType dtype = DType::fp32;  // the precision the op computes in
   // gemm: C(m, n) = A(m, k) · B(k, n), per batch entry.
   // attention, attention_backward: batch = B · heads, m = T (sequence), k = head_dim
@@ -92,8 +96,8 @@ struct OpDesc {
   float dropout = 0;       // attention, attention_backward: dropout probability (rule 3c)
   // The library whose kernel runs the op, where the run chooses among several: fused
   // attention "flash_attn" (the flash-attn package) or "" (cuDNN's, Transformer Engine's
-  // FusedAttention).
-  std::string library;
+  // FusedAttention). A view, as `op`: a literal, or a string the simulator's options hold.
+  std::string_view library;
 };
 
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem
@@ -102,7 +106,7 @@ struct OpDesc {
 // elementwise, embedding, cross entropy: bandwidth + launch); "moe dispatch" (the MoE token
 // dispatcher's dropping, permutations and regrouping: memory-bound too, apart); "optimizer"
 // (adam and the gradient-norm reduction); "transfer" (upload, download over PCIe).
-std::string op_class(const std::string& op);
+std::string op_class(std::string_view op);
 
 // Kernels the host launches for one Device op: the parts rule 3 prices attention from
 // (5 forward, 7 backward; 4 more each way when the softmax runs unfused, rule 3b; 1 more

@@ -118,11 +118,11 @@ OpDesc flash_attention_backward_desc(DType dtype, const FlashAttentionBackwardAr
   return flash_desc("flash_attention_backward", dtype, a, true);
 }
 
-bool is_fused_attention(const std::string& op) {
+bool is_fused_attention(std::string_view op) {
   return op == "flash_attention" || op == "flash_attention_backward";
 }
 
-double fused_attention_fraction(const GpuSpec& gpu, const std::string& library, bool backward) {
+double fused_attention_fraction(const GpuSpec& gpu, std::string_view library, bool backward) {
   const double flash_attn =
       backward ? gpu.flash_attn_backward_fraction : gpu.flash_attn_forward_fraction;
   const double cudnn =

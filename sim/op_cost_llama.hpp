@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/device.hpp"
 #include "sim/cost_model.hpp"
@@ -52,10 +53,10 @@ OpDesc flash_attention_backward_desc(DType dtype, const FlashAttentionBackwardAr
 // reaches on `gpu`: cuDNN's ("") the preset's fused_attention fractions, the flash-attn
 // package's ("flash_attn") its flash_attn fractions; a missing figure falls back to the
 // flash-attn package's, then to kFlash*Fraction.
-double fused_attention_fraction(const GpuSpec& gpu, const std::string& library, bool backward);
+double fused_attention_fraction(const GpuSpec& gpu, std::string_view library, bool backward);
 
 // Seconds of a fused-attention OpDesc on `gpu` (the rate and traffic above, one launch).
-bool is_fused_attention(const std::string& op);
+bool is_fused_attention(std::string_view op);
 double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op);
 
 }  // namespace tandem::sim

@@ -85,7 +85,7 @@ struct RankRun {
       trace.slice("host-bound", "host", kOpsThread, at(begin - starved), at(begin));
     }
     if (trace_ops) {
-      trace.slice(op.op, "op", kOpsThread, at(begin), at(begin + seconds),
+      trace.slice(std::string(op.op), "op", kOpsThread, at(begin), at(begin + seconds),
                   {{"class", op_class(op.op)},
                    {"dtype", std::string(dtype_name(op.dtype))},
                    {"m", op.m},

@@ -12,7 +12,7 @@
 namespace tandem::cli {
 
 calibrate::OpShape op_shape_of(const sim::OpDesc& op) {
-  return {.op = op.op,
+  return {.op = std::string(op.op),
           .dtype = op.dtype,
           .m = op.m,
           .n = op.n,

@@ -100,7 +100,7 @@ int run_sim(const Scenario& s) {
   const auto r = sim::simulate(s, t, o);
   for (const auto& rank : r.ranks) {
     std::vector<std::string> ops;
-    for (const auto& op : rank.ops) ops.push_back(op.op.op);
+    for (const auto& op : rank.ops) ops.emplace_back(op.op.op);
     std::cout << report(rank.rank, rank.peak_memory_bytes, ops) << std::endl;
   }
   return 0;

@@ -169,7 +169,7 @@ TEST(OpCostLlama, TheScenariosAttentionBackendReachesTheOps) {
   std::vector<std::string> libraries;
   SimDevice device(
       [&libraries](const OpDesc& op) {
-        libraries.push_back(op.op + ":" + op.library);
+        libraries.push_back(std::string(op.op) + ":" + std::string(op.library));
         return 1e-3;
       },
       options);

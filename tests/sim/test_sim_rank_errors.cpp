@@ -38,7 +38,7 @@ nlohmann::json simulate_raising(Raise raise, int after) {
       if (++*calls == after) {
         if (raise == Raise::config_error)
           throw ConfigError("test_field", "7", "a rule broken inside a rank");
-        throw std::runtime_error("op " + op.op + " failed inside the rank");
+        throw std::runtime_error("op " + std::string(op.op) + " failed inside the rank");
       }
       return cost->seconds(op);
     };
