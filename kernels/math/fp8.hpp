@@ -9,8 +9,9 @@
 //   tensorwise   scale = fp8_max / amax of the tensor itself (TE's Float8CurrentScaling)
 //   blockwise    per 1×128 or 128×128 block, scale = 2^floor(log2(fp8_max / amax))
 //                (TE's Float8BlockScaling, power-of-two scales)
-//   mxfp8        per 32 elements, an E8M0 scale 2^(floor(log2 amax) − emax of the element
-//                format), OCP Microscaling Formats v1.0 §6.3
+//   mxfp8        per 32 elements, an E8M0 scale_inv 2^ceil(log2(amax / fp8_max)), the
+//                exponent rounded up as TE's MXFP8 casts round it (float_to_e8m0), so no
+//                element saturates; OCP MX v1.0 §6.3 rounds down instead
 // A quantized element is q = encode(x · scale); it stands for decode(q) · scale_inv.
 #pragma once
 
@@ -183,12 +184,20 @@ TANDEM_HOST_DEVICE inline float block_scale(float amax, float fp8_max_value) {
   return pow2(e);
 }
 
-// MXFP8 (OCP MX v1.0): the block's shared scale X = 2^(floor(log2 amax) − emax), emax the
-// element format's largest exponent (8 for E4M3, 15 for E5M2), as an E8M0 code; elements
-// are x / X, saturated. An all-zero block gets the least scale.
+// MXFP8 as Transformer Engine quantizes it: the block's shared scale X is the E8M0 code of
+// amax · (1 / fp8_max) (that product in fp32, as TE's max_norm_rcp) with the exponent
+// rounded up — TE's float_to_e8m0 (transformer_engine/common/utils.cuh): one more unless
+// the mantissa is 0, the exponent is already 254, or the value is a subnormal at most half
+// the least normal — so the block's elements x / X stay at or below fp8_max. OCP MX v1.0
+// §6.3 takes 2^(floor(log2 amax) − emax) instead, which lets elements between 1.75·2^k
+// and 2^(k+1) times X saturate. An all-zero (or non-finite) block gets the least scale.
 TANDEM_HOST_DEVICE inline std::uint8_t mx_scale_code(float amax, Fp8Format element) {
   if (!finite_positive(amax)) return 0;
-  return e8m0_from_exponent(floor_log2(amax) - fp8_spec(element).max_exponent);
+  const std::uint32_t bits = bits_from_float(amax * (1.0f / fp8_max(element)));
+  std::uint32_t exponent = bits >> 23;
+  const std::uint32_t mantissa = bits & 0x7fffffu;
+  if (mantissa > 0 && exponent != 0xfe && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
+  return static_cast<std::uint8_t>(exponent);
 }
 
 // Which rule gives a block its scale: the one given (delayed scaling), the block's own amax

@@ -143,13 +143,20 @@ TEST(Fp8, RecipeScales) {
   EXPECT_EQ(block_scale(448.0f, 448.0f), 1.0f);
   EXPECT_EQ(block_scale(449.0f, 448.0f), 0.5f);
   EXPECT_EQ(block_scale(0.0f, 448.0f), 1.0f);
-  // MX: 2^(floor(log2 amax) − emax), emax 8 (E4M3) or 15 (E5M2).
-  EXPECT_EQ(mx_scale_code(448.0f, e4m3), 127);  // 2^0
-  EXPECT_EQ(mx_scale_code(1.0f, e4m3), 119);    // 2^−8
-  EXPECT_EQ(mx_scale_code(1.9f, e4m3), 119);
-  EXPECT_EQ(mx_scale_code(1.0f, e5m2), 112);  // 2^−15
+  // MX, as Transformer Engine's float_to_e8m0: 2^ceil(log2(amax / fp8_max)).
+  EXPECT_EQ(mx_scale_code(448.0f, e4m3), 127);  // 2^0: 448 / 448 = 1 exactly
+  EXPECT_EQ(mx_scale_code(449.0f, e4m3), 128);  // 2^1
+  EXPECT_EQ(mx_scale_code(1.0f, e4m3), 119);    // 1/448 = 2^−8.8 → 2^−8
+  // 1.9/448 = 2^−7.9 → 2^−7, so 1.9 lands at 243 (OCP's round-down rule would give 2^−8
+  // and saturate it at 448 for 486).
+  EXPECT_EQ(mx_scale_code(1.9f, e4m3), 120);
+  EXPECT_EQ(mx_scale_code(1.75f, e4m3), 119);  // 1.75/448 = 2^−8 exactly
+  EXPECT_EQ(mx_scale_code(1.0f, e5m2), 112);   // 1/57344 = 2^−15.8 → 2^−15
   EXPECT_EQ(mx_scale_code(0.0f, e4m3), 0);
-  EXPECT_EQ(floor_log2(std::ldexp(1.0f, -140)), -140);  // an fp32 subnormal
+  // A quotient below the least normal rounds up only past half of it, as TE's rule.
+  EXPECT_EQ(mx_scale_code(std::ldexp(1.0f, -140), e4m3), 0);
+  EXPECT_EQ(mx_scale_code(std::ldexp(336.0f, -126), e4m3), 1);  // 0.75 · 2^−126 → 2^−126
+  EXPECT_EQ(floor_log2(std::ldexp(1.0f, -140)), -140);          // an fp32 subnormal
 }
 
 // The cpu kernels: per-tensor with a given scale, current scaling, 1×128 / 128×128 blocks
