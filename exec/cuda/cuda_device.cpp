@@ -269,7 +269,10 @@ bool CudaDevice::gemm_with_epilogue(Stream& s, const GemmArgs& a, const GemmShap
        .aligned = aligned(first.data) && aligned(second.data) && aligned(out.data) &&
                   (!a.bias || aligned(address(*a.bias)))});
   if (!plan.runs()) return false;
-  if (!lt().has_algorithm(plan, a.beta != 0)) return false;
+  if (!lt().has_algorithm(
+          plan, a.beta != 0,
+          kc::LtMatmul::alignments({.first = first.data, .second = second.data, .out = out.data})))
+    return false;
   const std::size_t element = out.precision == kc::Precision::fp32 ? 4 : 2;
   std::optional<Scratch> sums;
   if (a.bias_grad) sums.emplace(pool_, static_cast<std::size_t>(g.m) * element);
@@ -740,7 +743,12 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
        .compute_capability = compute_capability_,
        .aligned = aligned(address(a.a.codes)) && aligned(address(a.b.codes)) && aligned(out.data)});
   if (plan.runs()) {
-    if (lt().has_algorithm(plan, a.beta != 0)) {
+    // Operands transposed first are read from scratch, which the pool aligns to 256 bytes.
+    const kc::LtAlignments aligned_as{
+        .first = plan.transpose_b_first ? 256 : kc::lt_alignment(address(a.b.codes)),
+        .second = plan.transpose_a_first ? 256 : kc::lt_alignment(address(a.a.codes)),
+        .out = kc::lt_alignment(out.data)};
+    if (lt().has_algorithm(plan, a.beta != 0, aligned_as)) {
       fp8_gemm_tensor_cores(s, a, plan);
       return;
     }
@@ -810,9 +818,14 @@ std::uint64_t e5m2_mask(std::span<const Fp8Format> formats, std::size_t first = 
 
 void CudaDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
   const auto shape = check_fp8_update_scale("fp8_update_scale", a);
-  const std::uint64_t e5m2 = e5m2_mask(a.formats);
-  kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history), shape.length, shape.tensors,
-                       f32(a.scale), f32(a.amax), e5m2, a.use_max, a.margin);
+  // 64 tensors a launch (the formats travel as a bit mask), as fp8_compute_scale.
+  for (std::int64_t first = 0; first < shape.tensors; first += 64) {
+    const std::int64_t count = std::min<std::int64_t>(64, shape.tensors - first);
+    const std::uint64_t e5m2 = e5m2_mask(a.formats, static_cast<std::size_t>(first));
+    kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history) + first, shape.length,
+                         shape.tensors, count, f32(a.scale) + first, f32(a.amax) + first, e5m2,
+                         a.use_max, a.margin);
+  }
 }
 
 void CudaDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {

@@ -27,6 +27,7 @@ CublasLtLibrary open_cublaslt() {
   resolve("cublasLtMatmulPreferenceCreate", l.preference_create);
   resolve("cublasLtMatmulPreferenceDestroy", l.preference_destroy);
   resolve("cublasLtMatmulPreferenceSetAttribute", l.preference_set_attribute);
+  resolve("cublasLtMatmulPreferenceGetAttribute", l.preference_get_attribute);
   resolve("cublasLtMatmulAlgoGetHeuristic", l.algo_get_heuristic);
   resolve("cublasLtMatmul", l.matmul);
   return l;  // never closed: the table points into the library

@@ -23,6 +23,7 @@ struct CublasLtLibrary {
   decltype(&::cublasLtMatmulPreferenceCreate) preference_create;
   decltype(&::cublasLtMatmulPreferenceDestroy) preference_destroy;
   decltype(&::cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
+  decltype(&::cublasLtMatmulPreferenceGetAttribute) preference_get_attribute;
   decltype(&::cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic;
   decltype(&::cublasLtMatmul) matmul;
 };

@@ -77,19 +77,20 @@ __global__ void decode_kernel(const std::uint8_t* codes, const float* scale_inv,
   }
 }
 
-// One thread per tensor t: its column of the (length, n) history shifts down by one row.
-__global__ void update_scale_kernel(float* history, std::int64_t length, std::int64_t n,
-                                    float* scale, float* amax, std::uint64_t e5m2_mask,
-                                    bool use_max, int margin) {
+// One thread per tensor t: its column of the (length, stride) history shifts down by one row.
+__global__ void update_scale_kernel(float* history, std::int64_t length, std::int64_t stride,
+                                    std::int64_t n, float* scale, float* amax,
+                                    std::uint64_t e5m2_mask, bool use_max, int margin) {
   TANDEM_GRID_STRIDE(t, n) {
-    for (std::int64_t i = length - 1; i > 0; --i) history[i * n + t] = history[(i - 1) * n + t];
+    for (std::int64_t i = length - 1; i > 0; --i)
+      history[i * stride + t] = history[(i - 1) * stride + t];
     history[t] = amax[t];
     amax[t] = 0.0f;
     float used = history[t];
     if (use_max) {
       used = 0.0f;
       for (std::int64_t i = 0; i < length; ++i) {
-        const float h = history[i * n + t];
+        const float h = history[i * stride + t];
         if (h != h) {
           used = h;
           break;
@@ -199,11 +200,13 @@ void fp8_transpose(Context c, const std::uint8_t* codes, std::int64_t rows, std:
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t n, float* scale,
-                      float* amax, std::uint64_t e5m2_mask, bool use_max, int margin) {
+void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t stride,
+                      std::int64_t n, float* scale, float* amax, std::uint64_t e5m2_mask,
+                      bool use_max, int margin) {
   if (n < 1 || n > 64) throw std::invalid_argument("fp8_update_scale: 1 to 64 tensors per call");
-  update_scale_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(history, length, n, scale, amax,
-                                                              e5m2_mask, use_max, margin);
+  if (stride < n) throw std::invalid_argument("fp8_update_scale: stride below the tensor count");
+  update_scale_kernel<<<grid_for(n), kThreads, 0, c.stream>>>(history, length, stride, n, scale,
+                                                              amax, e5m2_mask, use_max, margin);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -81,6 +81,30 @@ void LtDescriptors::release() {
   matmul_ = nullptr;
 }
 
+std::uint32_t lt_alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+cublasLtMatmulPreference_t lt_preference(const LtAlignments& a) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  TANDEM_CUBLAS_CHECK(cublaslt().preference_create(&preference));
+  auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
+    const cublasStatus_t status =
+        cublaslt().preference_set_attribute(preference, attribute, &value, sizeof(value));
+    if (status != CUBLAS_STATUS_SUCCESS) cublaslt().preference_destroy(preference);
+    TANDEM_CUBLAS_CHECK(status);
+  };
+  set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kLtWorkspaceBytes});
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a.first);
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, a.second);
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, a.out);
+  set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, a.out);
+  return preference;
+}
+
 LtMatmul::LtMatmul() {
   TANDEM_CUBLAS_CHECK(cublaslt().create(&handle_));
 }
@@ -93,16 +117,12 @@ const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Key& key,
                                                                const LtDescriptors& d) {
   auto found = algos_.find(key);
   if (found != algos_.end()) return found->second;
-  cublasLtMatmulPreference_t preference = nullptr;
-  TANDEM_CUBLAS_CHECK(cublaslt().preference_create(&preference));
-  const std::uint64_t bytes = kLtWorkspaceBytes;
+  cublasLtMatmulPreference_t preference = lt_preference(std::get<LtAlignments>(key));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  cublasStatus_t status = cublaslt().preference_set_attribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes));
-  if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublaslt().algo_get_heuristic(handle_, d.matmul(), d.first(), d.second(), d.out(),
-                                           d.out(), preference, 1, &result, &returned);
+  const cublasStatus_t status =
+      cublaslt().algo_get_heuristic(handle_, d.matmul(), d.first(), d.second(), d.out(), d.out(),
+                                    preference, 1, &result, &returned);
   cublaslt().preference_destroy(preference);
   // NOT_SUPPORTED: no kernel for this combination here; the caller runs it another way.
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) TANDEM_CUBLAS_CHECK(status);
@@ -112,16 +132,24 @@ const std::optional<cublasLtMatmulAlgo_t>& LtMatmul::algorithm(const Key& key,
 
 namespace {
 
-LtMatmul::Key fp8_key(const Fp8LtPlan& p, bool accumulate) {
-  return {p.rows,       p.cols,        p.depth,
-          p.first_type, p.second_type, p.out_type,
-          CUBLAS_OP_T,  CUBLAS_OP_N,   CUBLASLT_EPILOGUE_DEFAULT,
-          accumulate};
+LtMatmul::Key fp8_key(const Fp8LtPlan& p, bool accumulate, const LtAlignments& a) {
+  return {p.rows,
+          p.cols,
+          p.depth,
+          p.first_type,
+          p.second_type,
+          p.out_type,
+          CUBLAS_OP_T,
+          CUBLAS_OP_N,
+          CUBLASLT_EPILOGUE_DEFAULT,
+          accumulate,
+          a};
 }
 
-LtMatmul::Key gemm_key(const GemmLtPlan& p, bool accumulate) {
-  return {p.rows,     p.cols,     p.depth,     p.operand_type, p.operand_type,
-          p.out_type, p.op_first, p.op_second, p.epilogue,     accumulate};
+LtMatmul::Key gemm_key(const GemmLtPlan& p, bool accumulate, const LtAlignments& a) {
+  return {p.rows,         p.cols,     p.depth,    p.operand_type,
+          p.operand_type, p.out_type, p.op_first, p.op_second,
+          p.epilogue,     accumulate, a};
 }
 
 // Heuristics depend on whether a pointer is given and on its alignment, not on its value.
@@ -129,13 +157,13 @@ const auto* const kAligned = reinterpret_cast<const float*>(std::uintptr_t{256})
 
 }  // namespace
 
-bool LtMatmul::has_algorithm(const Fp8LtPlan& plan, bool accumulate) {
-  return algorithm(fp8_key(plan, accumulate), LtDescriptors::fp8(plan, kAligned, kAligned))
+bool LtMatmul::has_algorithm(const Fp8LtPlan& plan, bool accumulate, const LtAlignments& a) {
+  return algorithm(fp8_key(plan, accumulate, a), LtDescriptors::fp8(plan, kAligned, kAligned))
       .has_value();
 }
 
-bool LtMatmul::has_algorithm(const GemmLtPlan& plan, bool accumulate) {
-  return algorithm(gemm_key(plan, accumulate), LtDescriptors::gemm(plan, kAligned)).has_value();
+bool LtMatmul::has_algorithm(const GemmLtPlan& plan, bool accumulate, const LtAlignments& a) {
+  return algorithm(gemm_key(plan, accumulate, a), LtDescriptors::gemm(plan, kAligned)).has_value();
 }
 
 void LtMatmul::run(cudaStream_t stream, const Key& key, const LtDescriptors& d, const Operands& x,
@@ -153,14 +181,14 @@ void LtMatmul::run(cudaStream_t stream, const Key& key, const LtDescriptors& d, 
 void LtMatmul::fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Operands& x,
                         const float* scale_first, const float* scale_second, float alpha,
                         float beta, void* workspace) {
-  run(stream, fp8_key(plan, beta != 0), LtDescriptors::fp8(plan, scale_first, scale_second), x,
-      alpha, beta, workspace);
+  run(stream, fp8_key(plan, beta != 0, alignments(x)),
+      LtDescriptors::fp8(plan, scale_first, scale_second), x, alpha, beta, workspace);
 }
 
 void LtMatmul::gemm(cudaStream_t stream, const GemmLtPlan& plan, const Operands& x,
                     const void* vector, float alpha, float beta, void* workspace) {
-  run(stream, gemm_key(plan, beta != 0), LtDescriptors::gemm(plan, vector), x, alpha, beta,
-      workspace);
+  run(stream, gemm_key(plan, beta != 0, alignments(x)), LtDescriptors::gemm(plan, vector), x, alpha,
+      beta, workspace);
 }
 
 }  // namespace tandem::kernels::cuda

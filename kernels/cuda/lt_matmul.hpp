@@ -12,12 +12,16 @@
 //
 // LtMatmul holds a cuBLASLt handle (creating one needs a GPU) and, per problem, the
 // algorithm cuBLASLt's heuristic picked the first time (or that it offered none), so later
-// calls ask nothing.
+// calls ask nothing. A problem includes the alignment of its operands' addresses: the
+// heuristic assumes 256-byte alignment unless told less (CUBLASLT_MATMUL_PREF_MIN_
+// ALIGNMENT_*_BYTES default 256), and may then pick a kernel that fails on a tensor that
+// starts 16 or 128 bytes into a bucket (an FP8 weight's codes in its parameter buffer).
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -58,6 +62,21 @@ class LtDescriptors {
 // The workspace an LtMatmul call may use: cuBLAS's guidance for Hopper (32 MiB).
 inline constexpr std::size_t kLtWorkspaceBytes = std::size_t{32} << 20;
 
+// The largest power of two up to 256 that divides the address (256 for nullptr): what a
+// heuristic may assume of it.
+std::uint32_t lt_alignment(const void* p);
+
+// The alignments of a call's operands, as LtMatmul::Operands names them.
+struct LtAlignments {
+  std::uint32_t first = 256, second = 256, out = 256;
+  auto operator<=>(const LtAlignments&) const = default;
+};
+
+// A heuristic preference: at most kLtWorkspaceBytes of workspace, and no more alignment
+// than `a` of A (cuBLASLt's first operand), B (its second), C and D (the output, in place).
+// Host only; the caller destroys it (cublaslt().preference_destroy).
+cublasLtMatmulPreference_t lt_preference(const LtAlignments& a);
+
 class LtMatmul {
  public:
   LtMatmul();  // throws CudaError without a GPU
@@ -65,16 +84,20 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
-  // Whether cuBLASLt's heuristic offers an algorithm for the plan on this GPU, with C
-  // accumulated (beta ≠ 0) or not; asked once per problem and remembered.
-  bool has_algorithm(const Fp8LtPlan& plan, bool accumulate);
-  bool has_algorithm(const GemmLtPlan& plan, bool accumulate);
-
   struct Operands {
     const void* first = nullptr;   // tandem's B
     const void* second = nullptr;  // tandem's A
     void* out = nullptr;           // C and D, in place
   };
+  static LtAlignments alignments(const Operands& x) {
+    return {lt_alignment(x.first), lt_alignment(x.second), lt_alignment(x.out)};
+  }
+
+  // Whether cuBLASLt's heuristic offers an algorithm for the plan on this GPU, with C
+  // accumulated (beta ≠ 0) or not, for operands aligned as `a`; asked once per problem
+  // and remembered.
+  bool has_algorithm(const Fp8LtPlan& plan, bool accumulate, const LtAlignments& a);
+  bool has_algorithm(const GemmLtPlan& plan, bool accumulate, const LtAlignments& a);
   // D = alpha · op(first) · op(second) + beta · C on `stream` with the descriptors of a
   // plan that has an algorithm (else CudaError); `workspace` holds kLtWorkspaceBytes.
   void fp8_gemm(cudaStream_t stream, const Fp8LtPlan& plan, const Operands& x,
@@ -84,9 +107,9 @@ class LtMatmul {
             float alpha, float beta, void* workspace);
 
   // A problem as the algorithm cache knows it: rows, cols, depth, first / second / out
-  // types, first / second operations, epilogue, accumulate.
-  using Key =
-      std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int, bool>;
+  // types, first / second operations, epilogue, accumulate, the operands' alignments.
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int,
+                         bool, LtAlignments>;
 
  private:
   const std::optional<cublasLtMatmulAlgo_t>& algorithm(const Key& key, const LtDescriptors& d);

@@ -149,11 +149,13 @@ void fp8_dequantize(Context c, const std::uint8_t* codes, const float* scale_inv
 // cuBLASLt's FP8 GEMM takes (fp8_lt_plan.hpp), made from a per-tensor-scaled tensor.
 void fp8_transpose(Context c, const std::uint8_t* codes, std::int64_t rows, std::int64_t cols,
                    std::uint8_t* out);
-// Delayed scaling of n ≤ 64 tensors: each amax into its column of the (length, n) history
-// (row 0 the newest) and zeroed, each scale from its column; bit t of e5m2_mask set: tensor t
-// is E5M2 (else E4M3).
-void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t n, float* scale,
-                      float* amax, std::uint64_t e5m2_mask, bool use_max, int margin);
+// Delayed scaling of n ≤ 64 tensors: each amax into its column of the (length, stride)
+// history (row 0 the newest; `history` points at the first tensor's column, so a caller
+// updates more than 64 tensors 64 columns at a time) and zeroed, each scale from its
+// column; bit t of e5m2_mask set: tensor t is E5M2 (else E4M3).
+void fp8_update_scale(Context c, float* history, std::int64_t length, std::int64_t stride,
+                      std::int64_t n, float* scale, float* amax, std::uint64_t e5m2_mask,
+                      bool use_max, int margin);
 
 // amax (device, 1) raised to max |x| over n elements (a NaN kept); scratch holds
 // fp8_amax_scratch(n) floats (one per chunk of kAmaxChunk elements).

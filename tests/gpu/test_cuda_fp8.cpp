@@ -167,6 +167,37 @@ TEST_F(CudaFp8, BlockScaledGemmsAreDecodedAndMatchTheCpu) {
   EXPECT_EQ(gpu().fp8_tensor_core_gemms(), before);
 }
 
+// FP8 weights live in the parameter buffer, where a tensor may start 16 or 128 bytes past a
+// 256-byte boundary (buckets end on multiples of lcm(4·dp, 128) codes): cuBLASLt must be
+// told (lt_preference), or its heuristic may pick a kernel that needs 256 bytes.
+TEST_F(CudaFp8, GemmsOnOperandsThatStartInsideABufferMatchTheCpu) {
+  const std::int64_t M = 64, N = 48, K = 96;
+  const auto x = d().random({M, K}, DType::fp32, 71);
+  const auto w = d().random({N, K}, DType::fp32, 72, -2, 2);
+  // GPU codes as views 128 and 16 bytes (32 and 4 int32 words) into larger buffers.
+  auto offset_codes = [&](std::int64_t rows, std::int64_t cols, std::int64_t words_in) {
+    Fp8Tensor t = allocate_fp8(gpu(), rows, cols, {});
+    const Tensor buffer =
+        gpu().allocate(Shape{t.codes.numel() + words_in + 64}, DType::int32, MemoryUse::fp8);
+    t.codes = buffer.view(t.codes.shape, words_in);
+    return t;
+  };
+  Fp8Pair qx{allocate_fp8(cpu(), M, K, {}), offset_codes(M, K, 32)};
+  Fp8Pair qw{allocate_fp8(cpu(), N, K, {}), offset_codes(N, K, 4)};
+  cpu().fp8_quantize(cs(), {.input = x.cpu, .output = qx.cpu});
+  gpu().fp8_quantize(gs(), {.input = x.gpu, .output = qx.gpu});
+  cpu().fp8_quantize(cs(), {.input = w.cpu, .output = qw.cpu});
+  gpu().fp8_quantize(gs(), {.input = w.gpu, .output = qw.gpu});
+  EXPECT_TRUE(d().same_ints<std::int32_t>({qx.cpu.codes, qx.gpu.codes}));
+  const std::int64_t before = gpu().fp8_tensor_core_gemms();
+  auto y = d().poisoned({M, N}, DType::bf16);
+  cpu().fp8_gemm(cs(), {.a = qx.cpu, .b = qw.cpu, .c = y.cpu, .transpose_b = true});
+  gpu().fp8_gemm(gs(), {.a = qx.gpu, .b = qw.gpu, .c = y.gpu, .transpose_b = true});
+  EXPECT_TRUE(d().close(y, 1e-2));
+  const std::int64_t expected = gpu().compute_capability() >= 89 ? 1 : 0;
+  EXPECT_EQ(gpu().fp8_tensor_core_gemms() - before, expected);
+}
+
 TEST_F(CudaFp8, ScaleUpdateAmaxAndCurrentScalesMatchTheCpu) {
   const std::vector<Fp8Format> formats = {Fp8Format::e4m3, Fp8Format::e5m2, Fp8Format::e4m3};
   for (bool use_max : {false, true}) {
@@ -188,6 +219,30 @@ TEST_F(CudaFp8, ScaleUpdateAmaxAndCurrentScalesMatchTheCpu) {
     EXPECT_TRUE(d().close(history, 0)) << "use_max " << use_max;
     EXPECT_TRUE(d().close(scale, 0)) << "use_max " << use_max;
     EXPECT_TRUE(d().close(amax, 0)) << "use_max " << use_max;
+  }
+  // More tensors than one launch takes (64): the GPU updates them 64 columns at a time.
+  {
+    const std::int64_t tensors = 150, length = 5;
+    std::vector<Fp8Format> many(static_cast<std::size_t>(tensors), Fp8Format::e4m3);
+    for (std::size_t t = 0; t < many.size(); t += 3) many[t] = Fp8Format::e5m2;
+    auto history = d().random({length, tensors}, DType::fp32, 31, 0, 50);
+    auto scale = d().random({tensors}, DType::fp32, 32, 0.5f, 4);
+    auto amax = d().random({tensors}, DType::fp32, 33, 0, 80);
+    for (bool use_max : {false, true}) {
+      cpu().fp8_update_scale(cs(), {.amax_history = history.cpu,
+                                    .scale = scale.cpu,
+                                    .amax = amax.cpu,
+                                    .formats = many,
+                                    .use_max = use_max});
+      gpu().fp8_update_scale(gs(), {.amax_history = history.gpu,
+                                    .scale = scale.gpu,
+                                    .amax = amax.gpu,
+                                    .formats = many,
+                                    .use_max = use_max});
+      EXPECT_TRUE(d().close(history, 0)) << tensors << " tensors, use_max " << use_max;
+      EXPECT_TRUE(d().close(scale, 0)) << tensors << " tensors, use_max " << use_max;
+      EXPECT_TRUE(d().close(amax, 0)) << tensors << " tensors, use_max " << use_max;
+    }
   }
   // amax over more than one chunk of the GPU's reduction, then current scaling's scales.
   const std::int64_t n = 3 * (1 << 16) + 17;

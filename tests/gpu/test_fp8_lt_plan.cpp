@@ -314,5 +314,52 @@ TEST(LtDescriptors, HoldAnEpiloguePlan) {
   EXPECT_EQ(layout_attribute<std::int64_t>(d.out(), CUBLASLT_MATRIX_LAYOUT_LD), 48);
 }
 
+TEST(LtAlignment, IsTheLargestPowerOfTwoUpTo256ThatDividesTheAddress) {
+  auto at = [](std::uintptr_t address) {
+    return lt_alignment(reinterpret_cast<const void*>(address));
+  };
+  EXPECT_EQ(at(0x10000), 256u);
+  EXPECT_EQ(at(0x10100), 256u);
+  EXPECT_EQ(at(0x10080), 128u);  // an FP8 weight 384 bytes into its bucket
+  EXPECT_EQ(at(0x10010), 16u);
+  EXPECT_EQ(at(0x10002), 2u);
+  EXPECT_EQ(at(0x10001), 1u);
+  EXPECT_EQ(lt_alignment(nullptr), 256u);
+}
+
+TEST(LtAlignment, ThePreferenceTellsTheHeuristicEachOperandsAlignment) {
+  // Left at cuBLASLt's default (256) the heuristic may pick a kernel that needs it.
+  const cublasLtMatmulPreference_t p = lt_preference({.first = 128, .second = 16, .out = 64});
+  auto read = [&](cublasLtMatmulPreferenceAttributes_t attribute) {
+    std::uint32_t value = 0;
+    std::size_t written = 0;
+    EXPECT_EQ(cublaslt().preference_get_attribute(p, attribute, &value, sizeof(value), &written),
+              CUBLAS_STATUS_SUCCESS);
+    return value;
+  };
+  EXPECT_EQ(read(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES), 128u);
+  EXPECT_EQ(read(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES), 16u);
+  EXPECT_EQ(read(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES), 64u);
+  EXPECT_EQ(read(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES), 64u);
+  std::uint64_t workspace = 0;
+  std::size_t written = 0;
+  EXPECT_EQ(cublaslt().preference_get_attribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &workspace, sizeof(workspace), &written),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(workspace, kLtWorkspaceBytes);
+  cublaslt().preference_destroy(p);
+}
+
+TEST(LtAlignment, OperandsAlignedDifferentlyAreDifferentProblems) {
+  const LtMatmul::Operands aligned{.first = reinterpret_cast<const void*>(std::uintptr_t{0x1000}),
+                                   .second = reinterpret_cast<const void*>(std::uintptr_t{0x2000}),
+                                   .out = reinterpret_cast<void*>(std::uintptr_t{0x3000})};
+  LtMatmul::Operands offset = aligned;
+  offset.first = reinterpret_cast<const void*>(std::uintptr_t{0x1080});
+  EXPECT_EQ(LtMatmul::alignments(aligned), (LtAlignments{256, 256, 256}));
+  EXPECT_EQ(LtMatmul::alignments(offset), (LtAlignments{128, 256, 256}));
+  EXPECT_NE(LtMatmul::alignments(aligned), LtMatmul::alignments(offset));
+}
+
 }  // namespace
 }  // namespace tandem::kernels::cuda
