@@ -484,6 +484,11 @@ struct Fp8GemmArgs {
   bool transpose_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  // Hopper's FP8 tensor cores keep partial sums in less than fp32 between promotions unless
+  // the GEMM splits its accumulator (cuBLASLt's FAST_ACCUM off). Transformer Engine splits
+  // it for dgrad and wgrad and not for the forward GEMM (_2X_ACC_FPROP False, _DGRAD and
+  // _WGRAD True). The cuda binding follows the flag; the cpu binding sums in fp32 either way.
+  bool split_accumulator = true;
 };
 
 // Delayed scaling's update of n tensors at once (TE's fused amax-and-scale update): each

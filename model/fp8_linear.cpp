@@ -113,7 +113,11 @@ Tensor Fp8Linear::forward(ModelEnv& env, const Tensor& x, const Parameter& w,
     *saved_input = per_tensor() ? xq : quantize(env, x, rows, in, Fp8LayerState::input, true);
   }
   Tensor y = allocate_like(env, Shape{rows, out});
-  env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});
+  env.device.fp8_gemm(env.stream, {.a = xq,
+                                   .b = weight_rowwise_,
+                                   .c = y,
+                                   .transpose_b = true,
+                                   .split_accumulator = false});  // TE's fprop
   return y;
 }
 
@@ -157,7 +161,11 @@ Fp8Tensor Fp8Linear::quantize_shard(ModelEnv& env, const Tensor& t, Fp8LayerStat
 Tensor Fp8Linear::forward_quantized(ModelEnv& env, const Fp8Tensor& xq, const Parameter& w) {
   quantize_weight(env, w);
   Tensor y = allocate_like(env, Shape{xq.rows, w.local_shape[0]});
-  env.device.fp8_gemm(env.stream, {.a = xq, .b = weight_rowwise_, .c = y, .transpose_b = true});
+  env.device.fp8_gemm(env.stream, {.a = xq,
+                                   .b = weight_rowwise_,
+                                   .c = y,
+                                   .transpose_b = true,
+                                   .split_accumulator = false});  // TE's fprop
   return y;
 }
 

@@ -51,8 +51,13 @@ Tensor ring_exchange_gather_fp8_gemm(ModelEnv& env, const Fp8Tensor& x, const Fp
       exchange = env.tp.batch_p2p(env.stream, ops);
     }
     Tensor y_block = row_block(y, held, n);
-    env.device.fp8_gemm(env.stream,
-                        {.a = block_of(held), .b = w, .c = y_block, .transpose_b = transpose_w});
+    // The forward GEMM (W held (out, in), transposed) accumulates fast as TE's fprop; the
+    // row-parallel dgrad (W as held) splits its accumulator.
+    env.device.fp8_gemm(env.stream, {.a = block_of(held),
+                                     .b = w,
+                                     .c = y_block,
+                                     .transpose_b = transpose_w,
+                                     .split_accumulator = !transpose_w});
     if (exchange) exchange->wait();
   }
   if (gathered) {
@@ -73,8 +78,11 @@ Tensor fp8_gemm_pipelined_reduce_scatter(ModelEnv& env, const Fp8Tensor& x, cons
   for (int k = 0; k < tp; ++k) {
     const int block = ((r - 1 - k) % tp + tp) % tp;
     Tensor part = allocate_like(env, Shape{n, out_cols});
-    env.device.fp8_gemm(env.stream,
-                        {.a = fp8_row_block(x, block, n), .b = w, .c = part, .transpose_b = true});
+    env.device.fp8_gemm(env.stream, {.a = fp8_row_block(x, block, n),
+                                     .b = w,
+                                     .c = part,
+                                     .transpose_b = true,
+                                     .split_accumulator = false});  // TE's fprop
     if (exchange) {
       exchange->wait();
       env.device.add(env.stream, part, received, part);

@@ -741,7 +741,8 @@ void CudaDevice::fp8_gemm(Stream& s, const Fp8GemmArgs& a) {
        .per_tensor_scales = a.a.scale_inv.numel() == 1 && a.b.scale_inv.numel() == 1,
        .out = out.precision,
        .compute_capability = compute_capability_,
-       .aligned = aligned(address(a.a.codes)) && aligned(address(a.b.codes)) && aligned(out.data)});
+       .aligned = aligned(address(a.a.codes)) && aligned(address(a.b.codes)) && aligned(out.data),
+       .split_accumulator = a.split_accumulator});
   if (plan.runs()) {
     // Operands transposed first are read from scratch, which the pool aligns to 256 bytes.
     const kc::LtAlignments aligned_as{

@@ -21,6 +21,7 @@ Fp8LtPlan plan_fp8_lt_gemm(const Fp8LtProblem& p) {
   plan.first_type = cuda_data_type(p.format_b);
   plan.second_type = cuda_data_type(p.format_a);
   plan.out_type = cuda_data_type(p.out);
+  plan.fast_accumulate = !p.split_accumulator;
   plan.transpose_a_first = p.transpose_a;
   plan.transpose_b_first = !p.transpose_b;
   auto refuse = [&](std::string why) {

@@ -33,8 +33,9 @@ struct Fp8LtProblem {
   math::Fp8Format format_a = math::Fp8Format::e4m3, format_b = math::Fp8Format::e4m3;
   bool per_tensor_scales = true;  // both operands: one scale each
   Precision out = Precision::bf16;
-  int compute_capability = 90;  // major · 10 + minor
-  bool aligned = true;          // the codes' and C's addresses are multiples of 16 bytes
+  int compute_capability = 90;    // major · 10 + minor
+  bool aligned = true;            // the codes' and C's addresses are multiples of 16 bytes
+  bool split_accumulator = true;  // Fp8GemmArgs::split_accumulator
 };
 
 // The column-major call: D (rows × cols) = first (rows × depth, held transposed: depth ×
@@ -48,6 +49,7 @@ struct Fp8LtPlan {
   cudaDataType_t first_type = CUDA_R_8F_E4M3;  // B's format
   cudaDataType_t second_type = CUDA_R_8F_E4M3;  // A's format
   cudaDataType_t out_type = CUDA_R_16BF;
+  bool fast_accumulate = false;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM: not split_accumulator
 
   bool runs() const { return unsupported.empty(); }
 };

@@ -34,7 +34,7 @@ LtDescriptors LtDescriptors::fp8(const Fp8LtPlan& plan, const float* scale_first
   TANDEM_CUBLAS_CHECK(cublaslt().matmul_desc_create(&d.matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set(d.matmul_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set(d.matmul_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t{0});
+  set(d.matmul_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<std::int8_t>(plan.fast_accumulate));
   if (scale_first) set(d.matmul_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_first);
   if (scale_second) set(d.matmul_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_second);
   // op(first) = firstᵀ: held (depth × rows), column-major.
@@ -143,13 +143,13 @@ LtMatmul::Key fp8_key(const Fp8LtPlan& p, bool accumulate, const LtAlignments& a
           CUBLAS_OP_N,
           CUBLASLT_EPILOGUE_DEFAULT,
           accumulate,
+          p.fast_accumulate,
           a};
 }
 
 LtMatmul::Key gemm_key(const GemmLtPlan& p, bool accumulate, const LtAlignments& a) {
-  return {p.rows,         p.cols,     p.depth,    p.operand_type,
-          p.operand_type, p.out_type, p.op_first, p.op_second,
-          p.epilogue,     accumulate, a};
+  return {p.rows,     p.cols,      p.depth,    p.operand_type, p.operand_type, p.out_type,
+          p.op_first, p.op_second, p.epilogue, accumulate,     false,          a};
 }
 
 // Heuristics depend on whether a pointer is given and on its alignment, not on its value.

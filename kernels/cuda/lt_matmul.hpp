@@ -107,9 +107,10 @@ class LtMatmul {
             float alpha, float beta, void* workspace);
 
   // A problem as the algorithm cache knows it: rows, cols, depth, first / second / out
-  // types, first / second operations, epilogue, accumulate, the operands' alignments.
+  // types, first / second operations, epilogue, accumulate (beta ≠ 0), fast accumulation,
+  // the operands' alignments.
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int,
-                         bool, LtAlignments>;
+                         bool, bool, LtAlignments>;
 
  private:
   const std::optional<cublasLtMatmulAlgo_t>& algorithm(const Key& key, const LtDescriptors& d);

@@ -4,8 +4,9 @@
 // bf16, in the layout of a linear layer's forward (A (M, K), B (N, K) transposed), which
 // cuBLASLt takes as it is held (kernels/cuda/fp8_lt_plan.hpp); the quantization is done
 // once, outside the timing. Registered bf16, FP8, bf16, FP8 (A B A B) so the ratio is read
-// from neighbours. Argument: M = N = K. Counters: TFLOP/s (2·M·N·K a GEMM) and, for FP8,
-// whether it ran on the tensor cores. Without a GPU it prints SKIPPED and exits 0.
+// from neighbours. Arguments: M = N = K; for FP8, split accumulation (1, as TE's dgrad and
+// wgrad) or fast (0, as TE's forward GEMM). Counters: TFLOP/s (2·M·N·K a GEMM) and, for
+// FP8, whether it ran on the tensor cores. Without a GPU it prints SKIPPED and exits 0.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -73,17 +74,27 @@ void BM_GemmFp8(benchmark::State& state) {
   g.d.fp8_quantize(s, {.input = g.a, .output = qa});
   g.d.fp8_quantize(s, {.input = g.b, .output = qb});
   const std::int64_t before = g.d.fp8_tensor_core_gemms();
-  g.time(state,
-         [&](Stream& on) { g.d.fp8_gemm(on, {.a = qa, .b = qb, .c = g.c, .transpose_b = true}); });
+  const bool split = state.range(1) != 0;
+  g.time(state, [&](Stream& on) {
+    g.d.fp8_gemm(on, {.a = qa, .b = qb, .c = g.c, .transpose_b = true, .split_accumulator = split});
+  });
   const auto gemms = static_cast<std::int64_t>(state.iterations()) * kGemmsPerIteration + 1;
   state.counters["on_tensor_cores"] = g.d.fp8_tensor_core_gemms() - before == gemms;
   state.counters["compute_capability"] = g.d.compute_capability();
 }
 
 BENCHMARK(BM_GemmBf16)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_GemmFp8)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GemmFp8)
+    ->Args({8192, 0})
+    ->Args({8192, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_GemmBf16)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_GemmFp8)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GemmFp8)
+    ->Args({8192, 0})
+    ->Args({8192, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tandem

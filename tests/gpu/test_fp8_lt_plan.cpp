@@ -218,6 +218,18 @@ TEST(LtDescriptors, HoldTheFp8Plan) {
   }
 }
 
+TEST(LtDescriptors, TheForwardGemmAccumulatesFastAsTransformerEngines) {
+  // TE splits the accumulator for dgrad and wgrad, not for fprop (_2X_ACC_FPROP False).
+  Fp8LtProblem problem = linear_forward(64, 48, 96);
+  const Fp8LtPlan split = plan_fp8_lt_gemm(problem);
+  problem.split_accumulator = false;
+  const Fp8LtPlan fast = plan_fp8_lt_gemm(problem);
+  EXPECT_FALSE(split.fast_accumulate);
+  EXPECT_TRUE(fast.fast_accumulate);
+  const LtDescriptors d = LtDescriptors::fp8(fast, nullptr, nullptr);
+  EXPECT_EQ(matmul_attribute<std::int8_t>(d.matmul(), CUBLASLT_MATMUL_DESC_FAST_ACCUM), 1);
+}
+
 TEST(LtDescriptors, RefuseAnFp8PlanThatDoesNotRun) {
   const Fp8LtPlan plan = plan_fp8_lt_gemm(linear_forward(64, 48, 100));
   try {
