@@ -3,7 +3,8 @@
 // block per scale block, a fixed reduction order), the tensor's amax, each block's scale by
 // math::fp8_scale_for, then one code per element — and the inverse (decoding into fp32 or
 // bf16) and delayed scaling's history update. Plain CUDA, no FP8 tensor-core intrinsics:
-// the FP8 GEMM of the cuda binding decodes its operands and runs cuBLAS on them.
+// the FP8 GEMM of the cuda binding runs on cuBLASLt's FP8 tensor cores where it can
+// (fp8_lt_plan.hpp), else decodes its operands and runs cuBLAS on them.
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/math/fp8.hpp"
@@ -46,11 +47,29 @@ __global__ void block_amax_kernel(ConstFloats in, Grid g, float* block_amax) {
   }
 }
 
-// Raises *amax to the tensor's (a step's quantizations max-accumulate into it).
+// Threads for a scale block of `elements`: a warp for MX's 32, up to kThreads, so small
+// blocks do not leave most of a 256-thread block idle.
+int amax_threads(std::int64_t elements) {
+  int threads = 32;
+  while (threads < kThreads && threads < elements) threads *= 2;
+  return threads;
+}
+
+// Raises *amax to the tensor's (a step's quantizations max-accumulate into it): one thread
+// block of kThreads, each thread over a stride of the block maxima, then combined in thread
+// order (a blockwise recipe's tensor has up to millions of scale blocks).
 __global__ void tensor_amax_kernel(const float* block_amax, std::int64_t blocks, float* amax) {
-  float all = *amax;
-  for (std::int64_t b = 0; b < blocks; ++b) all = math::amax_step(all, block_amax[b]);
-  *amax = all;
+  float m = 0.0f;
+  for (std::int64_t b = threadIdx.x; b < blocks; b += blockDim.x)
+    m = math::amax_step(m, block_amax[b]);
+  __shared__ float partial[kThreads];
+  partial[threadIdx.x] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float all = *amax;
+    for (int t = 0; t < blockDim.x; ++t) all = math::amax_step(all, partial[t]);
+    *amax = all;
+  }
 }
 
 // block_amax is overwritten with each block's scale.
@@ -129,7 +148,7 @@ void fp8_amax(Context c, ConstFloats x, std::int64_t n, float* amax, float* scra
   const std::int64_t blocks = fp8_amax_scratch(n);
   block_amax_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, c.stream>>>(x, g, scratch);
   TANDEM_CUDA_CHECK_LAUNCH();
-  tensor_amax_kernel<<<1, 1, 0, c.stream>>>(scratch, blocks, amax);
+  tensor_amax_kernel<<<1, kThreads, 0, c.stream>>>(scratch, blocks, amax);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -146,11 +165,12 @@ void fp8_quantize(Context c, const Fp8Quantize& q, std::uint8_t* codes, float* s
   const Grid g = make_grid(q.rows, q.cols, q.blocks);
   const std::int64_t blocks = ((q.rows + g.block_rows - 1) / g.block_rows) * g.grid_cols;
   if (q.rows * q.cols == 0) return;
-  block_amax_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, c.stream>>>(q.input, g,
-                                                                                  scratch);
+  const int threads = amax_threads(g.block_rows * g.block_cols);
+  block_amax_kernel<<<static_cast<unsigned int>(blocks), threads, 0, c.stream>>>(q.input, g,
+                                                                                 scratch);
   TANDEM_CUDA_CHECK_LAUNCH();
   if (amax) {
-    tensor_amax_kernel<<<1, 1, 0, c.stream>>>(scratch, blocks, amax);
+    tensor_amax_kernel<<<1, kThreads, 0, c.stream>>>(scratch, blocks, amax);
     TANDEM_CUDA_CHECK_LAUNCH();
   }
   scale_kernel<<<grid_for(blocks), kThreads, 0, c.stream>>>(scratch, blocks, q.rule, q.scale,
