@@ -133,8 +133,9 @@ struct SimDeviceOptions {
   // Blackwell, whose FP8 GEMMs take only the "TN" layout.
   bool fp8_transposed_copy = true;
   // OpDesc::library of the fused attention ops: "flash_attn" or "" (cuDNN's); the run's
-  // choice (core/scenario.hpp fused_attention_library).
-  std::string fused_attention_library;
+  // choice (core/scenario.hpp fused_attention_library). A literal, since the OpDescs that
+  // name it (SimDevice::issued_ops) may outlive the device.
+  std::string_view fused_attention_library;
   // Megatron-DeepSpeed's runs (training.deepspeed): DeepSpeed's fused fp16 optimizer reads an
   // overflow off the gradient norm and unscales inside its Adam kernel, so the loss-scale
   // check of Megatron's optimizer (check_finite_and_unscale) costs no kernel of its own.
