@@ -216,6 +216,7 @@ class RecordingDevice : public Device {
   }
   void fp8_gemm(Stream& s, const Fp8GemmArgs& a) override {
     note("fp8_gemm", a.a.codes, a.b.codes, a.c);
+    if (!a.split_accumulator) log_.back() += " fast-accumulate";
     inner_.fp8_gemm(s, a);
   }
   void fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) override {
