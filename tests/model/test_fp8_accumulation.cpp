@@ -10,10 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/cpu/cpu_device.hpp"
-#include "exec/cpu/self_communicator.hpp"
-#include "model/transformer_layer.hpp"
-#include "tests/sim/recording_device.hpp"
+#include "tests/model/fp8_layer.hpp"
 
 namespace tandem {
 namespace {
@@ -38,42 +35,19 @@ Fp8GemmCount count_fp8_gemms(const std::vector<std::string>& log, std::size_t fi
 
 TEST(Fp8Accumulation, ForwardGemmsAccumulateFastAndBackwardOnesSplit) {
   for (const char* recipe : {"delayed", "tensorwise"}) {
-    CpuDevice cpu;
-    testing::RecordingDevice device{cpu};
-    SelfCommunicator tp{cpu, "tp"};
-    ModelEnv env{device, device.default_stream(), tp, false, DType::fp32};
-    ParameterSet params{1, 0};
-    const std::int64_t hidden = 32, seq = 16, batch = 2;
-    TransformerLayer layer(
-        params, 0,
-        LayerDims{.hidden = hidden,
-                  .heads = 2,
-                  .ffn = 64,
-                  .seq = seq,
-                  .micro_batch = batch,
-                  .num_layers = 1,
-                  .options = {.swiglu = true,
-                              .normalization = Normalization::rms_norm,
-                              .rope = true,
-                              .add_bias_linear = false,
-                              .flash_attn = true,
-                              .fp8 = Fp8Config{.format = "hybrid", .recipe = recipe}}},
-        Recompute::none);
-    params.allocate(device);
-    params.initialize(device, device.default_stream(), 3);
-    Tensor x = device.allocate(Shape{seq * batch, hidden}, DType::fp32);
-    device.fill(device.default_stream(), x, 0.25f);
-
+    testing::Fp8Layer l(Fp8Config{.format = "hybrid", .recipe = recipe});
+    const auto& log = l.device.log();
     LayerActivations saved;
-    const std::size_t start = device.log().size();
-    Tensor out = layer.forward(env, x, saved);
-    const std::size_t forward_end = device.log().size();
-    Tensor grad = device.allocate(Shape{seq * batch, hidden}, DType::fp32);
-    device.fill(device.default_stream(), grad, 1e-3f);
-    Tensor dx = layer.backward(env, grad, saved);
+    const std::size_t start = log.size();
+    Tensor out = l.layer.forward(l.env, l.x, saved);
+    const std::size_t forward_end = log.size();
+    Tensor grad =
+        l.device.allocate(Shape{testing::Fp8Layer::rows, testing::Fp8Layer::hidden}, DType::fp32);
+    l.device.fill(l.device.default_stream(), grad, 1e-3f);
+    Tensor dx = l.layer.backward(l.env, grad, saved);
 
-    const Fp8GemmCount forward = count_fp8_gemms(device.log(), start, forward_end);
-    const Fp8GemmCount backward = count_fp8_gemms(device.log(), forward_end, device.log().size());
+    const Fp8GemmCount forward = count_fp8_gemms(log, start, forward_end);
+    const Fp8GemmCount backward = count_fp8_gemms(log, forward_end, log.size());
     EXPECT_EQ(forward.fast, 4) << recipe;
     EXPECT_EQ(forward.split, 0) << recipe;
     EXPECT_EQ(backward.fast, 0) << recipe;

@@ -6,45 +6,15 @@
 // inputs of its linear layers, or a single weight copy, misses these counts.
 #include <gtest/gtest.h>
 
-#include "exec/cpu/cpu_device.hpp"
-#include "exec/cpu/self_communicator.hpp"
-#include "model/transformer_layer.hpp"
+#include "tests/model/fp8_layer.hpp"
 
 namespace tandem {
 namespace {
 
-constexpr std::int64_t C = 64, kHeads = 4, F = 96, T = 32, B = 2, N = T * B;  // N rows
+using testing::Fp8Layer;
+constexpr std::int64_t C = Fp8Layer::hidden, kHeads = Fp8Layer::heads, F = Fp8Layer::ffn,
+                       T = Fp8Layer::seq, B = Fp8Layer::batch, N = Fp8Layer::rows;
 constexpr std::int64_t kFp32 = 4;  // the cpu binding computes in fp32
-
-struct Fp8Layer {
-  CpuDevice device;
-  SelfCommunicator tp{device, "tp"};
-  ModelEnv env{device, device.default_stream(), tp, false, DType::fp32};
-  ParameterSet params{1, 0};
-  TransformerLayer layer;
-  Tensor x;
-
-  explicit Fp8Layer(Fp8Config fp8)
-      : layer(params, 0,
-              LayerDims{.hidden = C,
-                        .heads = kHeads,
-                        .ffn = F,
-                        .seq = T,
-                        .micro_batch = B,
-                        .num_layers = 1,
-                        .options = {.swiglu = true,
-                                    .normalization = Normalization::rms_norm,
-                                    .rope = true,
-                                    .add_bias_linear = false,
-                                    .flash_attn = true,
-                                    .fp8 = std::move(fp8)}},
-              Recompute::none) {
-    params.allocate(device);
-    params.initialize(device, device.default_stream(), 5);
-    x = device.allocate(Shape{N, C}, DType::fp32);
-    device.fill(device.default_stream(), x, 0.5f);
-  }
-};
 
 // An FP8 copy of a (rows, cols) matrix under per-tensor scaling: a byte per element, one
 // fp32 inverse scale.
