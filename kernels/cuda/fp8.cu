@@ -108,12 +108,9 @@ __global__ void update_scale_kernel(float* history, std::int64_t length, std::in
     float used = history[t];
     if (use_max) {
       used = 0.0f;
+      // math::history_amax over a strided column: a NaN entry passed over.
       for (std::int64_t i = 0; i < length; ++i) {
         const float h = history[i * stride + t];
-        if (h != h) {
-          used = h;
-          break;
-        }
         used = h > used ? h : used;
       }
     }

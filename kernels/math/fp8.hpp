@@ -141,24 +141,23 @@ TANDEM_HOST_DEVICE inline bool finite_positive(float x) {
 
 // Delayed scaling (TE's DelayedScaling, _default_sf_compute): the new scale from the amax
 // the history gives (its max, or its most recent entry), fp8_max / amax / 2^margin; the
-// previous scale stays when amax is 0 or the result is not finite.
+// previous scale stays when amax is 0, inf or NaN.
 TANDEM_HOST_DEVICE inline float delayed_scale(float amax, float previous_scale, float fp8_max_value,
                                               int margin) {
   if (!finite_positive(amax)) return previous_scale;
-  const float scale = fp8_max_value / amax / pow2(margin);
-  return finite_positive(scale) ? scale : previous_scale;
+  // TE's order: (fp8_max · 2^−margin) / amax, and the largest float where that overflows
+  // (an amax too tiny for fp32: transformer_engine/common/recipe/delayed_scaling.cu).
+  const float scale = fp8_max_value / pow2(margin) / amax;
+  return scale < float_from_bits(0x7f800000) ? scale : float_from_bits(0x7f7fffff);
 }
 
 // The amax delayed scaling uses from its history (newest first, n ≥ 1): the largest entry
-// (amax_compute_algo max) or the newest (most_recent). A NaN entry makes the result NaN.
+// (amax_compute_algo max), a NaN entry passed over as TE's fmaxf passes it, or the newest
+// (most_recent), whatever it is.
 TANDEM_HOST_DEVICE inline float history_amax(const float* history, long long n, bool use_max) {
   if (!use_max) return history[0];
   float amax = 0.0f;
-  for (long long i = 0; i < n; ++i) {
-    const float h = history[i];
-    if (h != h) return h;
-    amax = h > amax ? h : amax;
-  }
+  for (long long i = 0; i < n; ++i) amax = history[i] > amax ? history[i] : amax;  // NaN: false
   return amax;
 }
 

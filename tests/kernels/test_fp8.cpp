@@ -134,6 +134,15 @@ TEST(Fp8, RecipeScales) {
   EXPECT_EQ(delayed_scale(0.0f, 3.0f, 448.0f, 0), 3.0f);
   EXPECT_EQ(delayed_scale(std::numeric_limits<float>::infinity(), 3.0f, 448.0f, 0), 3.0f);
   EXPECT_EQ(delayed_scale(std::numeric_limits<float>::quiet_NaN(), 3.0f, 448.0f, 0), 3.0f);
+  // As TE's delayed_scaling.cu: an amax too tiny for fp32 gives the largest float, not the
+  // old scale; the history's max passes over a NaN entry (fmaxf); most_recent takes it.
+  EXPECT_EQ(delayed_scale(1e-38f, 3.0f, 448.0f, 0), std::numeric_limits<float>::max());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float history[] = {1.0f, nan, 3.0f, 2.0f};
+  EXPECT_EQ(history_amax(history, 4, true), 3.0f);
+  EXPECT_TRUE(std::isnan(history_amax(history + 1, 3, false)));
+  const float all_nan[] = {nan, nan};
+  EXPECT_EQ(history_amax(all_nan, 2, true), 0.0f);  // then the old scale stays
   // Current: 448 / amax, 1 for a zero tensor.
   EXPECT_EQ(current_scale(448.0f, 448.0f), 1.0f);
   EXPECT_EQ(current_scale(0.0f, 448.0f), 1.0f);
