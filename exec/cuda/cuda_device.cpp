@@ -92,7 +92,7 @@ float from_sixteen_bits(kc::Precision p, std::uint16_t b) {
 
 // cuBLASLt's rule for its operands, C and vectors: 16-byte aligned addresses.
 bool aligned(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+  return kc::lt_alignment(p) >= 16;
 }
 
 float* f32(const Tensor& t) {
@@ -815,18 +815,25 @@ std::uint64_t e5m2_mask(std::span<const Fp8Format> formats, std::size_t first = 
     if (formats[first + t] == Fp8Format::e5m2) mask |= std::uint64_t{1} << t;
   return mask;
 }
+
+// The per-tensor FP8 kernels take 64 tensors a launch (their formats travel as a bit mask):
+// launch(first, count, e5m2 mask) for each group of up to 64 of the n tensors.
+template <typename Launch>
+void in_groups_of_64(std::int64_t n, std::span<const Fp8Format> formats, Launch launch) {
+  for (std::int64_t first = 0; first < n; first += 64)
+    launch(first, std::min<std::int64_t>(64, n - first),
+           e5m2_mask(formats, static_cast<std::size_t>(first)));
+}
 }  // namespace
 
 void CudaDevice::fp8_update_scale(Stream& s, const Fp8ScaleUpdateArgs& a) {
   const auto shape = check_fp8_update_scale("fp8_update_scale", a);
-  // 64 tensors a launch (the formats travel as a bit mask), as fp8_compute_scale.
-  for (std::int64_t first = 0; first < shape.tensors; first += 64) {
-    const std::int64_t count = std::min<std::int64_t>(64, shape.tensors - first);
-    const std::uint64_t e5m2 = e5m2_mask(a.formats, static_cast<std::size_t>(first));
-    kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history) + first, shape.length,
-                         shape.tensors, count, f32(a.scale) + first, f32(a.amax) + first, e5m2,
-                         a.use_max, a.margin);
-  }
+  in_groups_of_64(shape.tensors, a.formats,
+                  [&](std::int64_t first, std::int64_t count, std::uint64_t e5m2) {
+                    kc::fp8_update_scale({cuda_stream_of(s), blas_}, f32(a.amax_history) + first,
+                                         shape.length, shape.tensors, count, f32(a.scale) + first,
+                                         f32(a.amax) + first, e5m2, a.use_max, a.margin);
+                  });
 }
 
 void CudaDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {
@@ -839,13 +846,10 @@ void CudaDevice::fp8_amax(Stream& s, const Tensor& x, Tensor& amax) {
 
 void CudaDevice::fp8_compute_scale(Stream& s, const Fp8ComputeScaleArgs& a) {
   const std::int64_t n = check_fp8_compute_scale("fp8_compute_scale", a);
-  // 64 tensors a launch (the formats travel as a bit mask).
-  for (std::int64_t first = 0; first < n; first += 64) {
-    const std::int64_t count = std::min<std::int64_t>(64, n - first);
-    const std::uint64_t e5m2 = e5m2_mask(a.formats, static_cast<std::size_t>(first));
+  in_groups_of_64(n, a.formats, [&](std::int64_t first, std::int64_t count, std::uint64_t e5m2) {
     kc::fp8_compute_scale({cuda_stream_of(s), blas_}, a.amax ? f32(*a.amax) + first : nullptr,
                           f32(a.scale) + first, f32(a.scale_inv) + first, count, e5m2);
-  }
+  });
 }
 
 }  // namespace tandem
