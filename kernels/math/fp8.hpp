@@ -196,7 +196,7 @@ TANDEM_HOST_DEVICE inline std::uint8_t mx_scale_code(float amax, Fp8Format eleme
   std::uint32_t exponent = bits >> 23;
   const std::uint32_t mantissa = bits & 0x7fffffu;
   if (mantissa > 0 && exponent != 0xfe && !(exponent == 0 && mantissa <= 0x400000u)) ++exponent;
-  return static_cast<std::uint8_t>(exponent);
+  return e8m0_from_exponent(static_cast<int>(exponent) - 127);
 }
 
 // Which rule gives a block its scale: the one given (delayed scaling), the block's own amax
