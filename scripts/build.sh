@@ -23,4 +23,7 @@ fi
 targets=()
 for t in ${TANDEM_TARGETS:-}; do targets+=(--target "$t"); done
 export NINJA_STATUS="${NINJA_STATUS:-[%f/%t %es] }"
+# The test programs share a precompiled header (tests/CMakeLists.txt): ccache caches their
+# objects only when told that the header's macros and timestamps may be trusted.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
