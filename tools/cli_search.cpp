@@ -1048,7 +1048,8 @@ void add_search_command(CLI::App& app) {
                   "distopt, overlap_grad, overlap_param, order, embed_split, loss_split, "
                   "moe_overlap, or the "
                   "Megatron names; precision=bf16,fp8,fp8-tensorwise,fp8-blockwise,mxfp8 "
-                  "compares bf16 with FP8 recipes)");
+                  "compares bf16 with FP8 recipes; a bare FIELD, e.g. --vary precision or "
+                  "--vary sp, takes every value the field has)");
   cmd->add_option("--fix", opts->fix, "FIELD=VALUE: search only this value");
   cmd->add_option("--only", opts->only,
                   "FIELD,…: search only these fields (as --vary names them); every other "

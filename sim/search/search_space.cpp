@@ -273,7 +273,37 @@ void check_values(const std::string& field, const std::vector<std::string>& valu
 }
 }  // namespace
 
+std::vector<std::string> every_value(const std::string& field) {
+  const std::vector<std::string> flag{"false", "true"};
+  if (field == "sequence_parallel" || field == "use_distributed_optimizer" ||
+      field == "overlap_grad_reduce" || field == "overlap_param_gather" ||
+      field == "account_for_embedding_in_pipeline_split" ||
+      field == "account_for_loss_in_pipeline_split" || field == "overlap_moe_expert_parallel_comm")
+    return flag;
+  if (field == "recompute_granularity") return {"none", "selective", "full"};
+  if (field == "order") return {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
+  if (field == "pipeline_schedule") return {"auto", "zb-h1"};
+  if (field == "num_layers_per_virtual_pipeline_stage") return {"auto"};
+  if (field == "precision") {
+    std::vector<std::string> values;  // one word per recipe: "fp8" is "fp8-delayed"
+    for (const auto& [word, _] : precision_values())
+      if (word != "fp8") values.push_back(word);
+    return values;
+  }
+  return {};  // the sizes: the default space already spans what divides the world
+}
+
 void vary(SearchSpace& space, const std::string& assignment) {
+  if (assignment.find('=') == std::string::npos) {
+    const std::string field = field_of(assignment);
+    auto values = every_value(field);
+    if (values.empty())
+      throw ConfigError("--vary", assignment,
+                        "needs its values (FIELD=V1,V2,…): a size has no fixed list, and the "
+                        "default search already tries every one that divides the world");
+    space.values[field] = std::move(values);
+    return;
+  }
   auto [field, values] = parse_assignment(assignment);
   check_values(field, values);
   space.values[field] = values;
@@ -427,10 +457,22 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
       return;
     }
     const std::string label = candidate_label(s);
-    // The label names FP8 only; fp16 and bf16 layouts differ too.
-    const std::string key = label + " " + precision_of(s);
-    if (seen.count(key)) {
-      ++e.pruned[baseline ? "duplicate: the baseline" : "duplicate: the baseline's layout"];
+    // The label names FP8 only; fp16 and bf16 layouts differ too. Two rank orders that
+    // list the dimensions of size > 1 in the same sequence place every rank alike (at pp 1,
+    // tp-cp-ep-dp-pp and tp-cp-ep-pp-dp), so the key holds that sequence, not the order.
+    std::string key = label + " " + precision_of(s);
+    const std::string order = " " + s.parallelism.order;
+    if (const auto at = key.find(order); at != std::string::npos)
+      key.replace(at, order.size(), " placed " + placement_key(s, 0));
+    if (const auto it = seen.find(key); it != seen.end()) {
+      const bool same_order =
+          e.valid[static_cast<std::size_t>(it->second)].scenario.parallelism.order ==
+          s.parallelism.order;
+      ++e.pruned[baseline ? "duplicate: the baseline"
+                 : same_order
+                     ? "duplicate: the baseline's layout"
+                     : "duplicate: order places the ranks as an order already tried (the same "
+                       "sequence of dimensions of size > 1)"];
       return;
     }
     const int id = static_cast<int>(e.valid.size());

@@ -44,8 +44,14 @@ SearchSpace default_space(const Scenario& base, int world_size);
 // "FIELD=V1,V2,…": replaces the field's values (a Megatron name, its flag spelling or the
 // short names tp, pp, cp, vp, schedule, mbs, recompute, sp, distopt, overlap_grad,
 // overlap_param, precision).
+// A bare FIELD takes every value the field has: false and true for the switches, none /
+// selective / full, both rank orders, auto and zb-h1, vp "auto", and for precision bf16 and
+// every FP8 recipe (the validator prunes those the GPU cannot run). The sizes (tp, pp, cp,
+// mbs) have no such list and need theirs.
 // Throws ConfigError naming the field for an unknown field or an empty list.
 void vary(SearchSpace& space, const std::string& assignment);
+// Every value of a field, as a bare --vary FIELD takes them (empty for the sizes).
+std::vector<std::string> every_value(const std::string& field);
 void fix(SearchSpace& space, const std::string& assignment);  // "FIELD=VALUE"
 
 // `base`'s value of a searched field as flag text ("none" for no interleaving, "base" for a

@@ -254,6 +254,41 @@ TEST(SearchSpace, ComparesPrecisionsWhenVariedAndPrunesWhatTheGpuLacks) {
   EXPECT_THROW(vary(space, "precision=fp4"), ConfigError);
 }
 
+// A bare --vary FIELD takes every value a switch or a named choice has; a size (tp, pp, cp,
+// mbs) has no such list and is refused with the field named.
+TEST(SearchSpace, BareVaryTakesEveryValueOfTheField) {
+  Scenario s = small_model();  // fp16
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=1");
+  vary(space, "sp");
+  EXPECT_EQ(space.values.at("sequence_parallel"), (std::vector<std::string>{"false", "true"}));
+  vary(space, "--recompute-granularity");
+  EXPECT_EQ(space.values.at("recompute_granularity"),
+            (std::vector<std::string>{"none", "selective", "full"}));
+  fix(space, "recompute=none");
+  vary(space, "precision");
+  // Each recipe once: "fp8" is another word for fp8-delayed.
+  EXPECT_EQ(space.values.at("precision"),
+            (std::vector<std::string>{"bf16", "fp8-blockwise", "fp8-delayed", "fp8-tensorwise",
+                                      "mxfp8"}));
+  const GpuSpec h100 = load_topology("dgx-h100").gpu;
+  const Enumeration e = enumerate(s, 16, space, [&](const Scenario& c) { check_fp8_gpu(c, h100); });
+  // The fp16 baseline, then bf16 and the three Hopper recipes; MXFP8 pruned on Hopper.
+  std::vector<std::string> got;
+  for (const auto& c : e.valid) got.push_back(precision_of(c.scenario));
+  EXPECT_EQ(got, (std::vector<std::string>{"fp16", "bf16", "fp8-blockwise", "fp8-delayed",
+                                           "fp8-tensorwise"}));
+  try {
+    vary(space, "mbs");
+    FAIL() << "a bare size was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("mbs"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("FIELD=V1,V2"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(vary(space, "precison"), ConfigError);
+}
+
 // A base with FP8 parameters (--fp8-param-gather, delayed) keeps them for the per-tensor
 // recipes; the block recipes, whose weights the step gathers in bf16, drop them instead of
 // being refused.
@@ -586,6 +621,29 @@ TEST(PlacementKey, TwinsSimulateToTheSameTime) {
               placement_key(with_layout(m, world, tp, pp, "tp-cp-ep-pp-dp"), 8));
     EXPECT_DOUBLE_EQ(times[0], times[1]) << "world " << world << ", tp " << tp << ", pp " << pp;
   }
+}
+
+// Two rank orders whose dimensions of size > 1 come in the same sequence give every rank
+// the same coordinates (tp-cp-ep-dp-pp and tp-cp-ep-pp-dp at pp 1, or at dp 1): one
+// candidate, the other counted as a duplicate order.
+TEST(SearchSpace, OrdersThatPlaceEveryRankAlikeAreOneCandidate) {
+  Scenario s = small_model();
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=2");
+  fix(space, "pp=1");
+  vary(space, "order=tp-cp-ep-dp-pp,tp-cp-ep-pp-dp");
+  s.training.global_batch_size = 64;
+  const Enumeration e = enumerate(s, 16, space);
+  std::vector<std::string> labels;
+  for (const auto& c : e.valid)
+    if (!c.baseline) labels.push_back(c.label);
+  EXPECT_EQ(labels, std::vector<std::string>{"tp2 pp1 mbs1 none tp-cp-ep-dp-pp"});
+  EXPECT_EQ(e.pruned.at("duplicate: order places the ranks as an order already tried (the "
+                        "same sequence of dimensions of size > 1)"),
+            1);
+  // Where dp and pp both exceed 1 the orders differ, and both are candidates.
+  EXPECT_NE(placement_key(with_layout(s, 16, 2, 2, "tp-cp-ep-dp-pp"), 0),
+            placement_key(with_layout(s, 16, 2, 2, "tp-cp-ep-pp-dp"), 0));
 }
 
 }  // namespace
