@@ -305,8 +305,9 @@ void add_train_command(CLI::App& app) {
   auto opts = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand(
       "train",
-      "Pretrain a GPT for real on the cpu binding (Eigen/OpenBLAS kernels, MPI across "
-      "ranks): mpirun -np N tandem train [SCENARIO] [--megatron-flags…] --data-path PREFIX");
+      "Pretrain a GPT for real: on the cpu binding (Eigen/OpenBLAS kernels, MPI across "
+      "ranks) or with --device cuda on GPUs (cuBLAS, NCCL): mpirun -np N tandem train "
+      "[SCENARIO] [--megatron-flags…] --data-path PREFIX");
   cmd->add_option("--data-path", opts->data_path,
                   "Indexed dataset prefix(es) from tandem preprocess, optionally weighted: "
                   "'PREFIX' or 'W1 PREFIX1 W2 PREFIX2'");
