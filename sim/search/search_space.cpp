@@ -89,19 +89,25 @@ bool to_bool(const std::string& field, const std::string& v) {
   throw ConfigError(field, v, "must be true or false");
 }
 
-// The rule with its numbers dropped, so that one rule broken by many sizes counts once.
+// The rule with each number written N, so that one rule broken by many sizes counts once
+// and still reads whole ("… but there are N (virtual pipeline); use …"). A number starts
+// where a digit follows a non-alphanumeric character ("MXFP8" and "bf16" are words).
 std::string rule_class(const Violation& v) {
-  std::string rule = v.rule;
-  // A number starts where a digit follows a non-alphanumeric character ("MXFP8" is a word).
-  std::size_t cut = 0;
-  for (; cut < rule.size(); ++cut) {
-    const char c = rule[cut];
-    if (c == '=' || c == '(') break;
-    if (std::isdigit(static_cast<unsigned char>(c)) &&
-        (cut == 0 || !std::isalnum(static_cast<unsigned char>(rule[cut - 1]))))
-      break;
+  std::string rule;
+  for (std::size_t i = 0; i < v.rule.size();) {
+    const char c = v.rule[i];
+    const bool starts_number = std::isdigit(static_cast<unsigned char>(c)) &&
+                               (i == 0 || !std::isalnum(static_cast<unsigned char>(v.rule[i - 1])));
+    if (!starts_number) {
+      rule += c;
+      ++i;
+      continue;
+    }
+    rule += 'N';
+    while (i < v.rule.size() &&
+           (std::isdigit(static_cast<unsigned char>(v.rule[i])) || v.rule[i] == '.'))
+      ++i;
   }
-  rule = rule.substr(0, cut);
   while (!rule.empty() && (rule.back() == ' ' || rule.back() == ',')) rule.pop_back();
   return v.field + ": " + rule;
 }

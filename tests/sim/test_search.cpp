@@ -145,6 +145,14 @@ TEST(SearchSpace, ZeroBubbleScheduleIsADimension) {
   for (const auto& [rule, n] : e.pruned)
     if (rule.rfind("invalid: pipeline_schedule", 0) == 0) refused += n;
   EXPECT_EQ(refused, 1 + 2);  // zb-h1 at pp 1, and at pp 2 with vp 1 and 2
+  // Each rule is counted once whatever its numbers, and reads whole: vp 1 and vp 2 at pp 2
+  // break one rule ("N" for the number of chunks).
+  EXPECT_EQ(e.pruned.at("invalid: pipeline_schedule: runs one model chunk per stage, but there "
+                        "are N (virtual pipeline); use \"interleaved\" or \"auto\""),
+            2);
+  EXPECT_EQ(e.pruned.at("invalid: pipeline_schedule: fills a pipeline's bubble and needs "
+                        "pipeline_model_parallel_size ≥ N; use \"none\" or \"auto\" at N"),
+            1);
 }
 
 // Megatron-Core's combined 1F1B is a dimension for a mixture of experts (false and true;
