@@ -139,6 +139,12 @@ void run_measured(const ValidateCliOptions& o) {
     for (const auto& [rows, parameters] : by_rows)
       std::cout << "fitted on " << set << " (" << rows << "): " << name << " " << parameters
                 << "\n";
+    // The preset's rows are the hash half, which holds both sizes: a split by hidden size
+    // judges the other size on parameters that saw some of its rows.
+    if (o.calibration_hidden && !by_rows.empty())
+      std::cout << "  (so the hidden-size split's validation half is not held out from " << name
+                << "'s fitted parameters; scripts/fit_host_model.py --calibration-hidden "
+                << *o.calibration_hidden << " fits them on the calibration size alone)\n";
   }
   if (!o.json.empty()) {
     nlohmann::json j = to_json(result);

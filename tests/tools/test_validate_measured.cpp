@@ -248,4 +248,28 @@ TEST(ValidateMeasured, VtrainSetSplitsByHiddenSize) {
       << none.output;
 }
 
+// A split by hidden size says that the preset's host costs saw rows of both sizes (they were
+// fitted on the hash half of this table), so its validation half is not held out from them.
+TEST(ValidateMeasured, HiddenSplitSaysWhatThePresetWasFittedOn) {
+  const auto dir = fresh_dir("tandem_validate_measured_hidden");
+  // The set is the file's stem: the preset's fitted_on names vtrain_single_node.
+  write(dir / "vtrain_single_node.csv",
+        "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+        "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+        "2,16,8,1024,16,24,1024,1,1,2,372.160408\n"
+        "4,16,4,2048,16,24,1024,1,2,2,410.490577\n");
+  const auto r = run("validate " + (dir / "vtrain_single_node.csv").string() +
+                     " --calibration-hidden 1024 --jobs 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fitted on vtrain_single_node ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("validation half is not held out from dgx-a100-80g's fitted "
+                          "parameters; scripts/fit_host_model.py --calibration-hidden 1024"),
+            std::string::npos)
+      << r.output;
+  // Split by hash, the note has nothing to say.
+  const auto h = run("validate " + (dir / "vtrain_single_node.csv").string() + " --jobs 2");
+  EXPECT_EQ(h.exit_code, 0) << h.output;
+  EXPECT_EQ(h.output.find("not held out"), std::string::npos) << h.output;
+}
+
 }  // namespace
