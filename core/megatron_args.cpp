@@ -45,7 +45,8 @@ std::vector<std::string> all_flags() {
 }  // namespace
 
 std::optional<ModelledArgument> modelled_argument(const MegatronArgument& a) {
-  if (a.flag == "--recompute-activations") return ModelledArgument{"recompute_granularity", ""};
+  if (a.flag == "--recompute-activations")
+    return ModelledArgument{"recompute_granularity", "selective"};
   if (a.flag == "--train-samples") return ModelledArgument{"train_iters", "", true};
   if (a.flag == "--lr-decay-samples") return ModelledArgument{"lr_decay_iters", "", true};
   if (a.flag == "--lr-warmup-samples" || a.flag == "--lr-warmup-fraction")
@@ -153,9 +154,7 @@ MegatronCommandLine parse_megatron_args(const std::vector<std::string>& args) {
       continue;
     }
     std::string text;
-    if (a->flag == "--recompute-activations")
-      text = "selective";
-    else if (want_max == 0)
+    if (want_max == 0)
       text = m->switch_value;
     else
       for (const auto& v : values) text += (text.empty() ? "" : " ") + v;

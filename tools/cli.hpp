@@ -42,6 +42,13 @@ struct ScenarioOptions {
   std::vector<std::pair<std::string, std::string>> overrides;  // filled after parsing
   std::vector<std::pair<std::string, CLI::Option*>> flags;     // field name → option
   std::vector<std::string> values;                             // storage for flag values
+  // Megatron's switches that set a field without a flag of that field's name
+  // (--no-fp8-wgrad, --no-masked-softmax-fusion, …), as they are taken after --.
+  struct Switch {
+    std::string field, value;
+    CLI::Option* option = nullptr;
+  };
+  std::vector<Switch> switches;
 };
 
 // Registers SCENARIO and every scenario field's flag on `cmd`.

@@ -46,6 +46,18 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& opts) {
       o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
     opts.flags.emplace_back(f.name, o);
   }
+  // Megatron's switches whose flag is not a field's (store_false --no-…, and shorthands such
+  // as --recompute-activations): a Megatron user types them as pretrain_gpt.py takes them.
+  for (const auto& a : megatron_arguments()) {
+    const std::string flag(a.flag);
+    if (a.nargs != "0" || cmd.get_option_no_throw(flag) != nullptr) continue;
+    const auto m = modelled_argument(a);
+    if (!m || m->sample_based) continue;
+    auto* o =
+        cmd.add_flag(flag)->description("Megatron's switch: " + m->field + " = " + m->switch_value);
+    o->group("Megatron switches (as pretrain_gpt.py takes them)");
+    opts.switches.push_back({m->field, m->switch_value, o});
+  }
 }
 
 namespace {
@@ -98,9 +110,12 @@ bool megatron_flag_given(const ScenarioOptions& opts) {
       if (const auto m = modelled_argument(a)) fields.insert(m->field);
     return fields;
   }();
-  return std::any_of(opts.flags.begin(), opts.flags.end(), [](const auto& flag) {
-    return flag.second->count() > 0 && megatron_fields.count(flag.first) > 0;
-  });
+  return std::any_of(opts.flags.begin(), opts.flags.end(),
+                     [](const auto& flag) {
+                       return flag.second->count() > 0 && megatron_fields.count(flag.first) > 0;
+                     }) ||
+         std::any_of(opts.switches.begin(), opts.switches.end(),
+                     [](const auto& sw) { return sw.option->count() > 0; });
 }
 
 }  // namespace
@@ -119,6 +134,9 @@ Scenario resolve_scenario(ScenarioOptions& opts, bool validate_it) {
                                   : default_scenario();
   if (from_megatron) s.cluster.world_size = opts.default_world_size;
   opts.overrides.clear();
+  // Megatron's switches go with its other arguments: a field's own flag, tandem's, wins.
+  for (const auto& sw : opts.switches)
+    if (sw.option->count() > 0) kv.emplace_back(sw.field, sw.value);
   const auto& fields = scenario_fields();
   for (std::size_t i = 0; i < fields.size(); ++i) {
     auto* o = opts.flags[i].second;

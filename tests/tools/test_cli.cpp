@@ -141,6 +141,28 @@ TEST(Cli, ScenarioFlagsOverrideMegatronsDefaults) {
   EXPECT_EQ(j["derived"]["data_parallel_size"], 2);  // 8 / (4 · 1)
 }
 
+// Megatron's switches that set a field under another name (store_false --no-…, the
+// --recompute-activations shorthand) are taken as flags too, as after --; a field's own
+// flag, given with them, wins.
+TEST(Cli, MegatronSwitchesAreFlags) {
+  const auto j = run_json("scenario --no-fp8-wgrad --no-bias-gelu-fusion --recompute-activations");
+  EXPECT_EQ(j["name"], "megatron");  // Megatron flags alone: Megatron's defaults
+  EXPECT_EQ(j["training"]["fp8_wgrad"], false);
+  EXPECT_EQ(j["training"]["recompute_granularity"], "selective");
+  EXPECT_EQ(j["training"]["bias_gelu_fusion"], false);
+  const auto after = run_json(
+      "scenario -- --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length "
+      "1024 --max-position-embeddings 1024 --micro-batch-size 1 --no-fp8-wgrad "
+      "--no-bias-gelu-fusion --recompute-activations");
+  EXPECT_EQ(after["training"]["fp8_wgrad"], j["training"]["fp8_wgrad"]);
+  EXPECT_EQ(after["training"]["recompute_granularity"], j["training"]["recompute_granularity"]);
+  EXPECT_EQ(after["training"]["bias_gelu_fusion"], false);
+  const auto won = run_json("scenario --no-fp8-wgrad --fp8-wgrad true");
+  EXPECT_EQ(won["training"]["fp8_wgrad"], true);
+  const auto help = run("simulate --help");
+  EXPECT_NE(help.output.find("--no-fp8-wgrad"), std::string::npos) << help.output;
+}
+
 // Megatron flags without a scenario file mean Megatron's defaults in every subcommand, as
 // in train (pretrain_gpt.py: one rank, tp 1, pp 1, global batch = micro batch × dp); bare,
 // or with tandem's own flags (world size, topology) alone, they keep the built-in default
