@@ -223,62 +223,6 @@ std::string precision_of(const Scenario& s) {
   return t.fp8.recipe == "mxfp8" ? "mxfp8" : "fp8-" + t.fp8.recipe;
 }
 
-SearchSpace default_space(const Scenario& base, int world_size) {
-  auto texts = [](const std::vector<int>& v) {
-    std::vector<std::string> t;
-    for (int x : v) t.push_back(std::to_string(x));
-    return t;
-  };
-  SearchSpace sp;
-  auto& v = sp.values;
-  v["tensor_model_parallel_size"] =
-      texts(divisors_up_to(world_size, std::max(1, base.cluster.gpus_per_node)));
-  v["pipeline_model_parallel_size"] = texts(divisors_up_to(world_size, base.model.num_layers));
-  v["context_parallel_size"] = base.model.seq_length >= 8192
-                                   ? std::vector<std::string>{"1", "2", "4", "8"}
-                                   : std::vector<std::string>{"1"};
-  v["num_layers_per_virtual_pipeline_stage"] = {"auto"};
-  // Megatron's choice for the layout, and the zero-bubble schedule where it applies (pp ≥ 2,
-  // one chunk per stage; the validator prunes it elsewhere).
-  v["pipeline_schedule"] = {"auto", "zb-h1"};
-  v["micro_batch_size"] = {"1", "2", "4", "8"};
-  v["recompute_granularity"] = {"none", "selective", "full"};
-  v["sequence_parallel"] = {"false", "true"};
-  v["use_distributed_optimizer"] = {"false", "true"};
-  v["overlap_grad_reduce"] = {"false", "true"};
-  v["overlap_param_gather"] = {"false", "true"};
-  v["order"] = {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
-  // Where the embedding and loss sit: the base's choice unless --vary widens it (each
-  // doubles the space).
-  auto flag = [](bool b) { return std::vector<std::string>{b ? "true" : "false"}; };
-  v["account_for_embedding_in_pipeline_split"] =
-      flag(base.parallelism.account_for_embedding_in_pipeline_split);
-  v["account_for_loss_in_pipeline_split"] =
-      flag(base.parallelism.account_for_loss_in_pipeline_split);
-  // The base's precision unless --vary precision=bf16,fp8,… compares them (fp16 and fp32
-  // bases keep theirs: "base" leaves the training precision as it is).
-  const std::string own = precision_of(base);
-  v["precision"] = {precision_values().count(own) ? own : "base"};
-  // Megatron-Core's combined 1F1B for a mixture of experts (the validator prunes the
-  // layouts its rules refuse: ep 1, pp > 1 without interleaving, full recomputation).
-  v["overlap_moe_expert_parallel_comm"] =
-      base.model.num_experts ? std::vector<std::string>{"false", "true"}
-                             : flag(base.parallelism.overlap_moe_expert_parallel_comm);
-  return sp;
-}
-
-namespace {
-// The values checked before any work where a bad one would otherwise surface only once a
-// candidate is built.
-void check_values(const std::string& field, const std::vector<std::string>& values) {
-  if (field != "precision") return;
-  for (const auto& v : values) {
-    Scenario probe;
-    if (v != "base") set_precision(probe, v);
-  }
-}
-}  // namespace
-
 std::vector<std::string> every_value(const std::string& field) {
   const std::vector<std::string> flag{"false", "true"};
   if (field == "sequence_parallel" || field == "use_distributed_optimizer" ||
@@ -298,6 +242,60 @@ std::vector<std::string> every_value(const std::string& field) {
   }
   return {};  // the sizes: the default space already spans what divides the world
 }
+
+SearchSpace default_space(const Scenario& base, int world_size) {
+  auto texts = [](const std::vector<int>& v) {
+    std::vector<std::string> t;
+    for (int x : v) t.push_back(std::to_string(x));
+    return t;
+  };
+  SearchSpace sp;
+  auto& v = sp.values;
+  v["tensor_model_parallel_size"] =
+      texts(divisors_up_to(world_size, std::max(1, base.cluster.gpus_per_node)));
+  v["pipeline_model_parallel_size"] = texts(divisors_up_to(world_size, base.model.num_layers));
+  v["context_parallel_size"] = base.model.seq_length >= 8192
+                                   ? std::vector<std::string>{"1", "2", "4", "8"}
+                                   : std::vector<std::string>{"1"};
+  v["num_layers_per_virtual_pipeline_stage"] = {"auto"};
+  // Megatron's choice for the layout, and the zero-bubble schedule where it applies (pp ≥ 2,
+  // one chunk per stage; the validator prunes it elsewhere).
+  v["pipeline_schedule"] = every_value("pipeline_schedule");
+  v["micro_batch_size"] = {"1", "2", "4", "8"};
+  for (const char* field :
+       {"recompute_granularity", "sequence_parallel", "use_distributed_optimizer",
+        "overlap_grad_reduce", "overlap_param_gather", "order"})
+    v[field] = every_value(field);
+  // Where the embedding and loss sit: the base's choice unless --vary widens it (each
+  // doubles the space).
+  auto flag = [](bool b) { return std::vector<std::string>{b ? "true" : "false"}; };
+  v["account_for_embedding_in_pipeline_split"] =
+      flag(base.parallelism.account_for_embedding_in_pipeline_split);
+  v["account_for_loss_in_pipeline_split"] =
+      flag(base.parallelism.account_for_loss_in_pipeline_split);
+  // The base's precision unless --vary precision=bf16,fp8,… compares them (fp16 and fp32
+  // bases keep theirs: "base" leaves the training precision as it is).
+  const std::string own = precision_of(base);
+  v["precision"] = {precision_values().count(own) ? own : "base"};
+  // Megatron-Core's combined 1F1B for a mixture of experts (the validator prunes the
+  // layouts its rules refuse: ep 1, pp > 1 without interleaving, full recomputation).
+  v["overlap_moe_expert_parallel_comm"] =
+      base.model.num_experts ? every_value("overlap_moe_expert_parallel_comm")
+                             : flag(base.parallelism.overlap_moe_expert_parallel_comm);
+  return sp;
+}
+
+namespace {
+// The values checked before any work where a bad one would otherwise surface only once a
+// candidate is built.
+void check_values(const std::string& field, const std::vector<std::string>& values) {
+  if (field != "precision") return;
+  for (const auto& v : values) {
+    Scenario probe;
+    if (v != "base") set_precision(probe, v);
+  }
+}
+}  // namespace
 
 void vary(SearchSpace& space, const std::string& assignment) {
   if (assignment.find('=') == std::string::npos) {
