@@ -360,7 +360,10 @@ void only(SearchSpace& space, const Scenario& base, const std::vector<std::strin
       space.values[field] = {value_of(base, field)};
 }
 
-std::string candidate_label(const Scenario& s) {
+namespace {
+
+// candidate_label with `order` in the place of the rank order.
+std::string label_with_order(const Scenario& s, const std::string& order) {
   const auto& p = s.parallelism;
   std::string l = "tp" + std::to_string(p.tensor_model_parallel_size) + " pp" +
                   std::to_string(p.pipeline_model_parallel_size);
@@ -391,9 +394,15 @@ std::string candidate_label(const Scenario& s) {
   if (p.use_distributed_optimizer) l += " distopt";
   if (p.overlap_grad_reduce) l += " ogr";
   if (p.overlap_param_gather) l += " opg";
-  l += " " + p.order;
+  l += " " + order;
   if (s.training.fp8.enabled()) l += " " + precision_of(s);
   return l;
+}
+
+}  // namespace
+
+std::string candidate_label(const Scenario& s) {
+  return label_with_order(s, s.parallelism.order);
 }
 
 std::string placement_key(const Scenario& s, int gpus_per_node) {
@@ -464,10 +473,8 @@ Enumeration enumerate(const Scenario& base_in, int world_size, const SearchSpace
     // The label names FP8 only; fp16 and bf16 layouts differ too. Two rank orders that
     // list the dimensions of size > 1 in the same sequence place every rank alike (at pp 1,
     // tp-cp-ep-dp-pp and tp-cp-ep-pp-dp), so the key holds that sequence, not the order.
-    std::string key = label + " " + precision_of(s);
-    const std::string order = " " + s.parallelism.order;
-    if (const auto at = key.find(order); at != std::string::npos)
-      key.replace(at, order.size(), " placed " + placement_key(s, 0));
+    const std::string key =
+        label_with_order(s, "placed " + placement_key(s, 0)) + " " + precision_of(s);
     if (const auto it = seen.find(key); it != seen.end()) {
       const bool same_order =
           e.valid[static_cast<std::size_t>(it->second)].scenario.parallelism.order ==

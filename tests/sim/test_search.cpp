@@ -40,6 +40,14 @@ nlohmann::json h100_bounds(const std::vector<Scenario>& picked) {
   });
 }
 
+// The labels of the candidates other than the baseline, in enumeration order.
+std::vector<std::string> searched_labels(const Enumeration& e) {
+  std::vector<std::string> labels;
+  for (const auto& c : e.valid)
+    if (!c.baseline) labels.push_back(c.label);
+  return labels;
+}
+
 SearchSpace fixed_space(const Scenario& s) {
   SearchSpace space = default_space(s, s.cluster.world_size);
   for (const char* f :
@@ -80,9 +88,7 @@ TEST(SearchSpace, InterleavingAutoTriesEveryDivisorOfTheStageDepth) {
   s.training.global_batch_size = 64;  // m = 64 / 8 = 8, a multiple of pp
   const Enumeration e = enumerate(s, 16, space);
   // 8 layers / pp 2 = 4 per stage: none, 1, 2 (4 would be one chunk per stage).
-  std::vector<std::string> labels;
-  for (const auto& c : e.valid)
-    if (!c.baseline) labels.push_back(c.label);
+  const std::vector<std::string> labels = searched_labels(e);
   EXPECT_EQ(labels, (std::vector<std::string>{"tp1 pp2 mbs1 none tp-cp-ep-dp-pp",
                                               "tp1 pp2 vp1 mbs1 none tp-cp-ep-dp-pp",
                                               "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp"}));
@@ -101,9 +107,7 @@ TEST(SearchSpace, PlacesTheEmbeddingAndLossWhenVaried) {
   // Neither counted: 8 / 2 = 4 layers a stage, vp none, 1, 2. One of them: 9 / 2 does not
   // split (one "none" candidate each, refused). Both: 10 / 2 = 5 a stage, vp none and 1.
   EXPECT_EQ(e.enumerated, 1 + 3 + 1 + 1 + 2);
-  std::vector<std::string> labels;
-  for (const auto& c : e.valid)
-    if (!c.baseline) labels.push_back(c.label);
+  const std::vector<std::string> labels = searched_labels(e);
   EXPECT_EQ(labels, (std::vector<std::string>{
                         "tp1 pp2 mbs1 none tp-cp-ep-dp-pp", "tp1 pp2 vp1 mbs1 none tp-cp-ep-dp-pp",
                         "tp1 pp2 vp2 mbs1 none tp-cp-ep-dp-pp",
@@ -642,9 +646,7 @@ TEST(SearchSpace, OrdersThatPlaceEveryRankAlikeAreOneCandidate) {
   vary(space, "order=tp-cp-ep-dp-pp,tp-cp-ep-pp-dp");
   s.training.global_batch_size = 64;
   const Enumeration e = enumerate(s, 16, space);
-  std::vector<std::string> labels;
-  for (const auto& c : e.valid)
-    if (!c.baseline) labels.push_back(c.label);
+  const std::vector<std::string> labels = searched_labels(e);
   EXPECT_EQ(labels, std::vector<std::string>{"tp2 pp1 mbs1 none tp-cp-ep-dp-pp"});
   EXPECT_EQ(e.pruned.at("duplicate: order places the ranks as an order already tried (the "
                         "same sequence of dimensions of size > 1)"),
