@@ -16,6 +16,12 @@ void Fp8LayerState::begin_step(ModelEnv& env) {
   // 1 (an amax of 0 keeps the scale), and cost what every later step's do, as TE reduces
   // from the first forward on.
   prepare(d, env.stream);
+  // An evaluation quantizes with the scales training left and max-accumulates its amaxes
+  // into the step's, which the next training step reduces with its own: Transformer Engine
+  // records amaxes under no_grad too, but reduces and updates them only where gradients
+  // are enabled (fp8_autocast's exit checks torch.is_grad_enabled()), and Megatron
+  // evaluates under torch.no_grad().
+  if (env.forward_only) return;
   // The amax reduction group: the largest |x| of a tensor split over tp, and over the
   // data-parallel (and context-parallel) replicas' microbatches.
   Communicator& group = env.amax_group ? *env.amax_group : env.tp;

@@ -19,10 +19,11 @@
 // scale of its 12 tensors (4 linears × input, weight, gradient); a step's amaxes are
 // max-accumulated, all-reduced (max) over tp and the data-parallel group (TE's amax
 // reduction group, Megatron's tp-dp-cp) and turned into the next scales once, at the step's
-// first forward of the layer. TE updates them at every microbatch's fp8_autocast exit;
-// updating once per step keeps every layout on the same scales (the single-process run
-// sees the dp ranks' microbatches in another order), so tp / pp / dp give the same losses.
-// What is held, as TE holds it (transformer_engine/pytorch/module/linear.py and
+// first forward of the layer; an evaluation's forwards add their amaxes to the next training
+// step's and update nothing, as TE under torch.no_grad(). TE updates them at every microbatch's
+// fp8_autocast exit; updating once per step keeps every layout on the same scales (the
+// single-process run sees the dp ranks' microbatches in another order), so tp / pp / dp give the
+// same losses. What is held, as TE holds it (transformer_engine/pytorch/module/linear.py and
 // layernorm_linear.py; TE 1.x saves `inputmat_t` / the FP8 `ln_out`, TE 2.x the input's
 // columnwise quantization): for the wgrad GEMM a layer keeps its input's FP8 copy, 1 byte an
 // element, not the compute-dtype input (the copy the forward GEMM read under per-tensor
@@ -61,7 +62,8 @@ class Fp8LayerState {
     return role == grad && config_.hybrid() ? Fp8Format::e5m2 : Fp8Format::e4m3;
   }
   // Once per step (env.step), at the layer's first forward: the previous step's amaxes
-  // reduced and turned into scales (delayed), the weights marked for quantization.
+  // reduced and turned into scales (delayed; not in an evaluation, env.forward_only, whose
+  // amaxes the next training step reduces), the weights marked for quantization.
   void begin_step(ModelEnv& env);
   std::int64_t step() const { return step_; }
   // Delayed scaling's state allocated and started (empty histories, scales 1), if not yet:

@@ -114,6 +114,9 @@ struct ModelEnv {
   // The step being run (counted by the stage program): FP8 layers quantize their weights
   // and update their delayed scales once per step (model/fp8_linear.hpp).
   std::int64_t step = 0;
+  // The step is an evaluation's (forward only, no gradients): FP8 delayed scaling records
+  // its amaxes but does not reduce them or update the scales (model/fp8_linear.hpp).
+  bool forward_only = false;
   // FP8 delayed scaling's amax reduction group: Megatron's get_amax_reduction_group(
   // with_context_parallel=True), the tp × dp × cp ranks of a stage, one communicator of its
   // own (its reductions do not queue behind the data-parallel gathers); null: tp alone.

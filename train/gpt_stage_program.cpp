@@ -26,6 +26,7 @@ void GptStageProgram::begin_step(StepBatch batch, float loss_scale, bool forward
   backward_done_.assign(chunks_.size(), false);
   weights_done_.assign(chunks_.size(), false);
   ++env_.step;  // FP8 layers quantize their weights once per step
+  env_.forward_only = forward_only;
 }
 
 double GptStageProgram::mean_loss() const {

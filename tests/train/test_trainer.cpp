@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "core/error.hpp"
 #include "data/dataset_builder.hpp"
@@ -188,6 +189,67 @@ TEST(Trainer, ResumeWithDelayedFp8ScalingReproducesTheUninterruptedRun) {
   validate(s);
   s.training.bf16 = false;  // the cpu binding computes beside FP8 in fp32, as tandem train runs it
   expect_resume_reproduces(s, "trainer_resume_fp8");
+}
+
+// An evaluation under delayed scaling quantizes with the scales training left and changes
+// none of them: Transformer Engine records amaxes under torch.no_grad() but reduces and
+// updates only where gradients are enabled. So two evaluations in a row give the same loss,
+// the history and scales are those training left, and the evaluation's amaxes wait, maxed
+// into the step's, for the next training step's update.
+TEST(Trainer, EvaluationLeavesDelayedFp8ScalesAsTrainingLeftThem) {
+  Scenario s = tiny_scenario();
+  s.training.bf16 = true;
+  s.training.fp8.format = "hybrid";
+  s.training.fp8.recipe = "delayed";
+  s.training.fp8.amax_history_len = 4;
+  s.training.fp8.amax_compute_algo = "max";
+  s.training.eval_iters = 3;
+  validate(s);
+  s.training.bf16 = false;  // as in the resume test: fp32 beside FP8 on the cpu binding
+  OneRank r(s);
+  auto fp8_state = [&] {
+    std::map<std::string, std::vector<float>> out;
+    for (const CheckpointTensor& t : r.trainer->checkpoint_state().tensors)
+      if (t.name.rfind("fp8.", 0) == 0) out[t.name] = t.values;
+    return out;
+  };
+  // Before any training step: the evaluation leaves the history empty and the scales at 1,
+  // and has recorded the amaxes of the inputs and weights it quantized (slot 3 · linear +
+  // role: input 0, weight 1, output gradient 2), not of gradients.
+  r.trainer->evaluate();
+  const auto fresh = fp8_state();
+  ASSERT_EQ(fresh.size(), 3u * 2u);  // history, scales and amaxes of each of 2 layers
+  for (const auto& [name, values] : fresh) {
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      if (name.ends_with(".amax_history")) {
+        EXPECT_EQ(values[k], 0.0f) << name << " " << k;
+      } else if (name.ends_with(".scale")) {
+        EXPECT_EQ(values[k], 1.0f) << name << " " << k;
+      } else if (k % 3 == 2) {
+        EXPECT_EQ(values[k], 0.0f) << name << " slot " << k;
+      } else {
+        EXPECT_GT(values[k], 0.0f) << name << " slot " << k;
+      }
+    }
+  }
+  // After training: evaluations repeat, and move neither history nor scales; the amaxes
+  // only grow (the evaluation's maxed into the step's).
+  for (int i = 0; i < 2; ++i) r.trainer->train_step();
+  const auto trained = fp8_state();
+  const double first = r.trainer->evaluate();
+  const double second = r.trainer->evaluate();
+  EXPECT_EQ(first, second);
+  const auto evaluated = fp8_state();
+  for (const auto& [name, values] : trained) {
+    const std::vector<float>& now = evaluated.at(name);
+    ASSERT_EQ(now.size(), values.size());
+    if (name.ends_with(".amax")) {
+      for (std::size_t k = 0; k < values.size(); ++k)
+        EXPECT_GE(now[k], values[k]) << name << " slot " << k;
+    } else {
+      EXPECT_EQ(now, values) << name << " moved in an evaluation";
+    }
+  }
 }
 
 TEST(Trainer, IncompatibleCheckpointIsRefused) {
