@@ -176,27 +176,9 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRun) {
   expect_resume_reproduces(tiny_scenario(), "trainer_resume");
 }
 
-// Delayed scaling's amax history and scales are state: a checkpoint keeps them (TE's extra
-// state), so the resumed run quantizes with the scales the uninterrupted one had. Without
-// them the first step after the restore would quantize with scale 1 and lose the match.
-TEST(Trainer, ResumeWithDelayedFp8ScalingReproducesTheUninterruptedRun) {
-  Scenario s = tiny_scenario();
-  s.training.bf16 = true;
-  s.training.fp8.format = "hybrid";
-  s.training.fp8.recipe = "delayed";
-  s.training.fp8.amax_history_len = 4;
-  s.training.fp8.amax_compute_algo = "max";
-  validate(s);
-  s.training.bf16 = false;  // the cpu binding computes beside FP8 in fp32, as tandem train runs it
-  expect_resume_reproduces(s, "trainer_resume_fp8");
-}
-
-// An evaluation under delayed scaling quantizes with the scales training left and changes
-// none of them: Transformer Engine records amaxes under torch.no_grad() but reduces and
-// updates only where gradients are enabled. So two evaluations in a row give the same loss,
-// the history and scales are those training left, and the evaluation's amaxes wait, maxed
-// into the step's, for the next training step's update.
-TEST(Trainer, EvaluationLeavesDelayedFp8ScalesAsTrainingLeftThem) {
+// tiny_scenario with FP8 hybrid under delayed scaling (history 4, max), validated as bf16
+// and run in fp32 beside FP8, as tandem train runs it on the cpu binding.
+Scenario delayed_fp8_scenario() {
   Scenario s = tiny_scenario();
   s.training.bf16 = true;
   s.training.fp8.format = "hybrid";
@@ -205,8 +187,24 @@ TEST(Trainer, EvaluationLeavesDelayedFp8ScalesAsTrainingLeftThem) {
   s.training.fp8.amax_compute_algo = "max";
   s.training.eval_iters = 3;
   validate(s);
-  s.training.bf16 = false;  // as in the resume test: fp32 beside FP8 on the cpu binding
-  OneRank r(s);
+  s.training.bf16 = false;
+  return s;
+}
+
+// Delayed scaling's amax history and scales are state: a checkpoint keeps them (TE's extra
+// state), so the resumed run quantizes with the scales the uninterrupted one had. Without
+// them the first step after the restore would quantize with scale 1 and lose the match.
+TEST(Trainer, ResumeWithDelayedFp8ScalingReproducesTheUninterruptedRun) {
+  expect_resume_reproduces(delayed_fp8_scenario(), "trainer_resume_fp8");
+}
+
+// An evaluation under delayed scaling quantizes with the scales training left and changes
+// none of them: Transformer Engine records amaxes under torch.no_grad() but reduces and
+// updates only where gradients are enabled. So two evaluations in a row give the same loss,
+// the history and scales are those training left, and the evaluation's amaxes wait, maxed
+// into the step's, for the next training step's update.
+TEST(Trainer, EvaluationLeavesDelayedFp8ScalesAsTrainingLeftThem) {
+  OneRank r(delayed_fp8_scenario());
   auto fp8_state = [&] {
     std::map<std::string, std::vector<float>> out;
     for (const CheckpointTensor& t : r.trainer->checkpoint_state().tensors)
