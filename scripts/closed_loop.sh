@@ -11,7 +11,8 @@
 #      figure is the median of the predictions:
 #        isolated  `tandem calibrate --device cpu`: every op shape timed alone, round-robin
 #        trace     `tandem train --trace RUN.json --trace-ops` then `tandem calibrate
-#                  --from-trace RUN.json`: every op the real step issued, timed in place;
+#                  --from-trace RUN.json`: every op the real step issued, timed in place
+#                  (each shape on its slowest rank);
 #   3. prints each median with its spread — [min … max] and (max − min) / median — the error
 #      of the predicted median against the measured one and PASS/FAIL against TOLERANCE
 #      percent. Exits 1 if any layout fails.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -101,7 +102,9 @@ std::vector<calibrate::OpTiming> op_timings_of_trace(const nlohmann::json& trace
       std::tuple<std::string, DType, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
   std::map<Key, std::size_t> index;
   std::vector<calibrate::OpShape> shapes;
-  std::vector<std::vector<double>> samples, skipped;  // per shape: kept, left out
+  // Per shape, per rank (pid): the durations kept, and those left out.
+  using PerRank = std::map<std::int64_t, std::vector<double>>;
+  std::vector<PerRank> samples, skipped;
   const auto& events = trace.at("traceEvents");
   std::map<std::int64_t, double> cutoffs;
   if (skip_iterations > 0) cutoffs = iteration_cutoffs(events, skip_iterations, source);
@@ -110,8 +113,9 @@ std::vector<calibrate::OpTiming> op_timings_of_trace(const nlohmann::json& trace
     if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "op") continue;
     const std::string where = "traceEvents[" + std::to_string(i) + "]";
     bool skip = false;
+    const std::int64_t pid = e.value("pid", std::int64_t{0});
     if (skip_iterations > 0) {
-      const auto cut = cutoffs.find(e.value("pid", std::int64_t{0}));
+      const auto cut = cutoffs.find(pid);
       skip = cut == cutoffs.end() || e.value("ts", 0.0) < cut->second;
     }
     if (!e.contains("dur") || !e.at("dur").is_number() || !(e.at("dur").get<double>() >= 0))
@@ -136,7 +140,7 @@ std::vector<calibrate::OpTiming> op_timings_of_trace(const nlohmann::json& trace
       samples.emplace_back();
       skipped.emplace_back();
     }
-    (skip ? skipped : samples)[it->second].push_back(e.at("dur").get<double>() * 1e-6);
+    (skip ? skipped : samples)[it->second][pid].push_back(e.at("dur").get<double>() * 1e-6);
   }
   if (shapes.empty())
     reject("traceEvents", std::to_string(events.size()) + " events",
@@ -144,9 +148,16 @@ std::vector<calibrate::OpTiming> op_timings_of_trace(const nlohmann::json& trace
            "tandem train --trace FILE --trace-ops",
            source);
   std::vector<calibrate::OpTiming> out;
-  // A shape only the skipped part issued (the set-up's parameter uploads) keeps those.
-  for (const auto& [key, i] : index)
-    out.push_back(calibrate::timing_of(shapes[i], samples[i].empty() ? skipped[i] : samples[i]));
+  for (const auto& [key, i] : index) {
+    // A shape only the skipped part issued (the set-up's parameter uploads) keeps those.
+    const PerRank& ranks = samples[i].empty() ? skipped[i] : samples[i];
+    std::optional<calibrate::OpTiming> slowest;
+    for (const auto& [pid, durations] : ranks) {
+      calibrate::OpTiming t = calibrate::timing_of(shapes[i], durations);
+      if (!slowest || t.seconds > slowest->seconds) slowest = std::move(t);
+    }
+    out.push_back(std::move(*slowest));
+  }
   return out;
 }
 

@@ -27,15 +27,18 @@ sim::CalibrationTable calibration_table_of(std::span<const calibrate::OpTiming> 
                                            std::string gpu, std::string source);
 
 // The slices of category "op" in a Chrome trace (train/op_tracing_device.hpp writes them:
-// name = Device op, args {dtype, m, n, k, batch}), grouped by shape key over every rank
-// and iteration: one timing per distinct key, sorted by key, whose seconds is the median
-// slice duration, min/max the extremes and repetitions the slice count. The first
-// `skip_iterations` iterations of each rank (pid) are left out — the model's set-up and the
-// cold first steps (first touch of every buffer) — an iteration starting at the rank's
-// forward slice of microbatch 0, chunk 0; a shape issued only there (the set-up's parameter
-// uploads) is timed from those slices rather than left out. Throws ConfigError (source = `source`)
-// naming the event for a malformed op slice, when a rank has no more iterations than are skipped,
-// and when no op slice is left (a run without --trace-ops).
+// name = Device op, args {dtype, m, n, k, batch}), grouped by shape key and rank (pid) over
+// the iterations: one timing per distinct key, sorted by key, from the rank whose median
+// slice duration for it is the largest — a synchronous step runs at its slowest rank's
+// pace, and ranks of one host differ in place (in a tp 2 run on a 2-core host, one rank's ops
+// ran a quarter slower than the other's throughout) — whose seconds is that median, min/max that
+// rank's extremes and repetitions its slice count. The first `skip_iterations` iterations of each
+// rank (pid) are left out — the model's set-up and the cold first steps (first touch of every
+// buffer) — an iteration starting at the rank's forward slice of microbatch 0, chunk 0; a shape
+// issued only there (the set-up's parameter uploads) is timed from those slices rather than left
+// out. Throws ConfigError (source = `source`) naming the event for a malformed op slice, when a
+// rank has no more iterations than are skipped, and when no op slice is left (a run without
+// --trace-ops).
 std::vector<calibrate::OpTiming> op_timings_of_trace(const nlohmann::json& trace,
                                                      std::string_view source = "trace",
                                                      int skip_iterations = 0);

@@ -9,7 +9,8 @@
 //
 // `--from-trace RUN.json` measures nothing: the rows are the per-op slices of a real run
 // (`tandem train --trace RUN.json --trace-ops`), every op the step issued timed in place —
-// cold caches, the allocator and the host between ops included — grouped by shape.
+// cold caches, the allocator and the host between ops included — grouped by shape, each
+// shape timed on the rank slowest at it (tools/calibration_table.hpp).
 #include <unistd.h>
 
 #include <chrono>

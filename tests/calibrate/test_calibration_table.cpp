@@ -127,6 +127,33 @@ TEST(CalibrationFromTrace, OneRowPerShapeWithMedianAndSpread) {
   EXPECT_DOUBLE_EQ(loaded.rows[0].max_seconds, 5e-6);
 }
 
+// A synchronous step runs at its slowest rank's pace: of the ranks that issued a shape, the
+// one whose median slice is the longest gives the row (its median, extremes and count),
+// not the pooled slices of all ranks.
+TEST(CalibrationFromTrace, EachShapeIsTimedOnItsSlowestRank) {
+  auto op = [](int pid, const char* name, double dur, std::int64_t n) {
+    return nlohmann::json{
+        {"name", name}, {"cat", "op"},
+        {"ph", "X"},    {"pid", pid},
+        {"tid", 0},     {"ts", 0.0},
+        {"dur", dur},   {"args", {{"dtype", "fp32"}, {"m", 4}, {"n", n}, {"k", 4}, {"batch", 1}}}};
+  };
+  nlohmann::json events = nlohmann::json::array();
+  for (const double d : {2.0, 3.0, 4.0, 40.0}) events.push_back(op(0, "gemm", d, 8));
+  for (const double d : {5.0, 6.0, 7.0}) events.push_back(op(1, "gemm", d, 8));
+  events.push_back(op(0, "layer_norm", 9.0, 8));  // issued by rank 0 alone
+  const auto timings = cli::op_timings_of_trace({{"traceEvents", events}});
+  ASSERT_EQ(timings.size(), 2u);
+  // Pooled, the median of the seven gemm slices would be 5; rank 0's alone 4, rank 1's 6.
+  EXPECT_EQ(timings[0].shape.op, "gemm");
+  EXPECT_DOUBLE_EQ(timings[0].seconds, 6e-6);
+  EXPECT_DOUBLE_EQ(timings[0].min_seconds, 5e-6);
+  EXPECT_DOUBLE_EQ(timings[0].max_seconds, 7e-6);
+  EXPECT_EQ(timings[0].repetitions, 3);
+  EXPECT_EQ(timings[1].shape.op, "layer_norm");
+  EXPECT_DOUBLE_EQ(timings[1].seconds, 9e-6);
+}
+
 TEST(CalibrationFromTrace, SimulatedWorkIsAttachedAndMissingShapesListed) {
   auto timings = cli::op_timings_of_trace(hand_trace());
   const std::vector<calibrate::OpShape> simulated = {
