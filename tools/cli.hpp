@@ -43,7 +43,8 @@ struct ScenarioOptions {
   std::vector<std::pair<std::string, CLI::Option*>> flags;     // field name → option
   std::vector<std::string> values;                             // storage for flag values
   // Megatron's switches that set a field without a flag of that field's name
-  // (--no-fp8-wgrad, --no-masked-softmax-fusion, …), as they are taken after --.
+  // (--no-fp8-wgrad, --no-bias-gelu-fusion, --recompute-activations, …), as they are taken
+  // after --.
   struct Switch {
     std::string field, value;
     CLI::Option* option = nullptr;

@@ -84,15 +84,21 @@ TEST(CalibrationTable, IssuedOpsBecomeShapesFieldByField) {
   EXPECT_EQ(shapes[1].batch, 1);
 }
 
+// An op slice of rank `pid` in a hand-written trace (fp32, batch 1, at ts 0).
+nlohmann::json op_slice(int pid, const char* name, double dur, std::int64_t m, std::int64_t n,
+                        std::int64_t k) {
+  return nlohmann::json{
+      {"name", name}, {"cat", "op"},
+      {"ph", "X"},    {"pid", pid},
+      {"tid", 0},     {"ts", 0.0},
+      {"dur", dur},   {"args", {{"dtype", "fp32"}, {"m", m}, {"n", n}, {"k", k}, {"batch", 1}}}};
+}
+
 // A hand-written trace: three gemm slices of one shape (2, 5 and 3 µs: median 3, min 2,
 // max 5), one layer_norm, and slices that are not ops (a forward, a collective) ignored.
 nlohmann::json hand_trace() {
   auto op = [](const char* name, double dur, std::int64_t m, std::int64_t n, std::int64_t k) {
-    return nlohmann::json{
-        {"name", name}, {"cat", "op"},
-        {"ph", "X"},    {"pid", 0},
-        {"tid", 0},     {"ts", 0.0},
-        {"dur", dur},   {"args", {{"dtype", "fp32"}, {"m", m}, {"n", n}, {"k", k}, {"batch", 1}}}};
+    return op_slice(0, name, dur, m, n, k);
   };
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "F0"}, {"cat", "forward"}, {"ph", "X"}, {"ts", 0.0}, {"dur", 50.0}});
@@ -132,11 +138,7 @@ TEST(CalibrationFromTrace, OneRowPerShapeWithMedianAndSpread) {
 // not the pooled slices of all ranks.
 TEST(CalibrationFromTrace, EachShapeIsTimedOnItsSlowestRank) {
   auto op = [](int pid, const char* name, double dur, std::int64_t n) {
-    return nlohmann::json{
-        {"name", name}, {"cat", "op"},
-        {"ph", "X"},    {"pid", pid},
-        {"tid", 0},     {"ts", 0.0},
-        {"dur", dur},   {"args", {{"dtype", "fp32"}, {"m", 4}, {"n", n}, {"k", 4}, {"batch", 1}}}};
+    return op_slice(pid, name, dur, 4, n, 4);
   };
   nlohmann::json events = nlohmann::json::array();
   for (const double d : {2.0, 3.0, 4.0, 40.0}) events.push_back(op(0, "gemm", d, 8));
