@@ -22,6 +22,13 @@ set -euo pipefail
 tandem="$1"; scenario="$2"
 iters="${ITERS:-60}"; seeds="${SEEDS:-1234}"; tolerance="${TOLERANCE:-0.02}"
 threads="${THREADS:-1}"; jobs_max="${JOBS:-1}"
+for v in "ITERS=$iters" "THREADS=$threads" "JOBS=$jobs_max"; do
+  [[ "${v#*=}" =~ ^[1-9][0-9]*$ ]] || { echo "${v%%=*} = ${v#*=}: must be a whole number ≥ 1"; exit 2; }
+done
+for seed in $seeds; do
+  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEEDS: $seed: each seed must be a whole number"; exit 2; }
+done
+[ -n "${seeds// /}" ] || { echo "SEEDS is empty: give at least one seed"; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=tests/train/brown_data.sh
