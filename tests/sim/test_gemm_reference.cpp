@@ -5,9 +5,15 @@
 // within 25 % each and within 10 % on the geometric mean; rule 2b (split-K) off, the
 // 1024 x 1024 x 25216 row alone is priced 3.9 times too slow. dgx-h100's gemm_peak_fraction
 // and gemm_tile_fixed_k are the pair these rows' root-mean-square log error is least at.
+// And against a second, independent table (topology/gemm_reference_xla.csv: OpenXLA's measured
+// matmul throughputs on an H100 and a B200, 375 bf16 GEMMs each of b 1-4 x m, n, k 256-4096):
+// the H100 rows judge a model fitted on other GEMMs; the B200 rows judge the Blackwell preset,
+// whose L2 bandwidth alone was fitted on 62 of them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -116,6 +122,79 @@ TEST(GemmReference, WithoutTheL2FigureTheSkinnyLongGemmIsPricedFourTimesTooSlow)
     return;
   }
   FAIL() << "gemm_reference.csv lost its 1024 x 1024 x 25216 row";
+}
+
+// OpenXLA's rows for one preset: seconds from its FLOP/s (2 · b · m · n · k / FLOP/s).
+std::vector<MeasuredGemm> xla_gemms(const std::string& topology) {
+  std::vector<MeasuredGemm> rows;
+  for (const auto& f : reference_rows("topology/gemm_reference_xla.csv", 8)) {
+    if (f[0] != topology) continue;
+    if (f[1] != "bf16") throw std::runtime_error("reference rows are bf16, not " + f[1]);
+    MeasuredGemm g{
+        f[0], DType::bf16, std::stoll(f[2]), std::stoll(f[3]), std::stoll(f[4]), std::stoll(f[5]),
+        0};
+    g.seconds = 2.0 * static_cast<double>(g.m * g.n * g.k * g.batch) / std::stod(f[6]);
+    rows.push_back(g);
+  }
+  return rows;
+}
+
+struct RatioSummary {
+  double geomean = 0, rms_log = 0, min = 1e9, max = 0;
+};
+
+// model / measured over the rows, each priced by `gpu`.
+RatioSummary summarize(const GpuSpec& gpu, const std::vector<MeasuredGemm>& rows) {
+  RatioSummary s;
+  double sum = 0, sum_sq = 0;
+  for (const auto& g : rows) {
+    const double ratio = modelled(CostModel(gpu), g) / g.seconds;
+    sum += std::log(ratio);
+    sum_sq += std::log(ratio) * std::log(ratio);
+    s.min = std::min(s.min, ratio);
+    s.max = std::max(s.max, ratio);
+  }
+  const auto n = static_cast<double>(rows.size());
+  s.geomean = std::exp(sum / n);
+  s.rms_log = std::sqrt(sum_sq / n);
+  return s;
+}
+
+// The small-output, long-K GEMMs cost-model rule 2b splits: m · n · batch ≤ 1M, K ≥ 2048.
+std::vector<MeasuredGemm> split_k_rows(const std::vector<MeasuredGemm>& rows) {
+  std::vector<MeasuredGemm> out;
+  for (const auto& g : rows)
+    if (g.m * g.n * g.batch <= (1 << 20) && g.k >= 2048) out.push_back(g);
+  return out;
+}
+
+TEST(GemmReferenceXla, TheH100ModelFittedOnOurGemmsPricesXlasWithoutARefit) {
+  const auto rows = xla_gemms("dgx-h100");
+  ASSERT_EQ(rows.size(), 375u);
+  const RatioSummary s = summarize(at_microbenchmark_clock("dgx-h100"), rows);
+  EXPECT_NEAR(s.geomean, 1.0, 0.10);
+  EXPECT_LT(s.rms_log, 0.15);
+  EXPECT_GT(s.min, 0.5);
+  EXPECT_LT(s.max, 2.0);
+}
+
+TEST(GemmReferenceXla, TheB200PresetPricesXlasB200Gemms) {
+  const auto rows = xla_gemms("dgx-b200");
+  ASSERT_EQ(rows.size(), 375u);
+  const RatioSummary s = summarize(at_microbenchmark_clock("dgx-b200"), rows);
+  EXPECT_NEAR(s.geomean, 1.0, 0.10);
+  EXPECT_LT(s.rms_log, 0.18);
+  EXPECT_GT(s.min, 0.5);
+  EXPECT_LT(s.max, 2.0);
+}
+
+TEST(GemmReferenceXla, WithoutItsL2FigureTheB200SplitsNoKAndPricesSkinnyGemmsTwiceTooSlow) {
+  const auto rows = split_k_rows(xla_gemms("dgx-b200"));
+  ASSERT_EQ(rows.size(), 62u);
+  GpuSpec gpu = at_microbenchmark_clock("dgx-b200");
+  EXPECT_NEAR(summarize(gpu, rows).geomean, 1.0, 0.10);
+  gpu.l2_bandwidth.value = 0;
+  EXPECT_GT(summarize(gpu, rows).geomean, 2.0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // round-trip through JSON, and bad input is rejected naming field, value and rule.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -214,27 +215,63 @@ TEST(TopologyPresets, BlackwellCarriesHopperMeasurementsOverOnlyWithAReason) {
   const Topology h100 = load_topology("dgx-h100");
   for (const char* name : {"dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
     const Topology t = load_topology(name);
-    EXPECT_EQ(t.gpu.gemm_peak_fraction, h100.gpu.gemm_peak_fraction) << name;
     EXPECT_EQ(t.gpu.gemm_tile_fixed_k, h100.gpu.gemm_tile_fixed_k) << name;
     EXPECT_EQ(t.gpu.memory_peak_fraction, h100.gpu.memory_peak_fraction) << name;
     EXPECT_EQ(t.gpu.kernel_launch, h100.gpu.kernel_launch) << name;
     EXPECT_EQ(t.gpu.host_kernel_issue, h100.gpu.host_kernel_issue) << name;
-    for (const char* key : {"gemm_peak_fraction", "gemm_tile_fixed_k", "memory_peak_fraction",
-                            "kernel_launch_us", "host_kernel_issue_us"}) {
+    for (const char* key : {"gemm_tile_fixed_k", "memory_peak_fraction", "kernel_launch_us",
+                            "host_kernel_issue_us"}) {
       const std::string& why = t.gpu.sources.at(key);
       EXPECT_EQ(why.find("estimate, carried over from dgx-h100"), 0U) << name << " " << key;
       EXPECT_NE(why.find("): "), std::string::npos) << name << " " << key << ": no reason";
     }
-    // Fitted on one H100 GEMM: not carried over (the fraction and fixed cost per tile, fitted
-    // on all of them, are, as estimates with a reason).
-    EXPECT_EQ(t.gpu.l2_bandwidth.value, 0) << name;
-    EXPECT_TRUE(t.fitted_on.empty()) << name;
+    // The L2 figure is fitted on OpenXLA's measured B200 GEMMs (not carried from the one H100
+    // GEMM dgx-h100's was fitted on) and carried from dgx-b200 to the others.
+    const Topology b200 = load_topology("dgx-b200");
+    EXPECT_EQ(t.gpu.l2_bandwidth.value, b200.gpu.l2_bandwidth.value) << name;
+    EXPECT_NE(t.gpu.l2_bandwidth.value, h100.gpu.l2_bandwidth.value) << name;
+    if (name == std::string("dgx-b200")) {
+      ASSERT_EQ(t.fitted_on.size(), 1U);
+      EXPECT_EQ(t.fitted_on.at("gpu.l2_bandwidth_gbs").set, "b200-xla-matmul-table");
+    } else {
+      EXPECT_TRUE(t.fitted_on.empty()) << name;
+      EXPECT_EQ(t.gpu.sources.at("l2_bandwidth_gbs").find("estimate, carried over from dgx-b200"),
+                0U)
+          << name;
+    }
     // The nvls figure was measured on GB200 NVL72 and is carried to the others as an estimate.
     EXPECT_EQ(t.nccl.sources.at("nvls_bus_gbs")
                   .find(name == std::string("gb200-nvl72") ? "measured"
                                                            : "estimate, carried over from GB200"),
               0U)
         << name;
+  }
+}
+
+// The GEMM fractions are the H100's fitted one times each GPU's maximum achievable matmul
+// efficiency over the H100's, from one published table (ML Engineering's MAMF table: bf16 and
+// FP8 TFLOP/s at each GPU's best shape, over its datasheet peak); GB300 has no row there and
+// takes GB200's.
+TEST(TopologyPresets, BlackwellGemmFractionsAreTheMeasuredRatiosToTheH100s) {
+  const double h100_bf16 = 794.5 / 989;
+  struct Mamf {
+    const char* preset;
+    double bf16, fp8;  // achieved / datasheet peak
+  };
+  const Mamf rows[] = {{"dgx-b200", 1745.0 / 2250, 3432.5 / 4500},
+                       {"dgx-b300", 1769.0 / 2250, 3353.3 / 4500},
+                       {"gb200-nvl72", 1822.0 / 2500, 3615.6 / 5000},
+                       {"gb300-nvl72", 1822.0 / 2500, 3615.6 / 5000}};
+  const double h100 = load_topology("dgx-h100").gpu.gemm_peak_fraction;
+  for (const Mamf& r : rows) {
+    const GpuSpec gpu = load_topology(r.preset).gpu;
+    const double bf16 = std::round(h100 * r.bf16 / h100_bf16 * 100) / 100;
+    EXPECT_DOUBLE_EQ(gpu.gemm_peak_fraction, bf16) << r.preset;
+    EXPECT_DOUBLE_EQ(gpu.gemm_fp8_peak_fraction, std::round(bf16 * r.fp8 / r.bf16 * 100) / 100)
+        << r.preset;
+    EXPECT_LT(gpu.gemm_peak_fraction, h100) << r.preset;
+    const std::string& why = gpu.sources.at("gemm_peak_fraction");
+    EXPECT_NE(why.find("maximum achievable matmul FLOPS"), std::string::npos) << r.preset;
   }
 }
 
