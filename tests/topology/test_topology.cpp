@@ -230,14 +230,23 @@ TEST(TopologyPresets, BlackwellCarriesHopperMeasurementsOverOnlyWithAReason) {
     const Topology b200 = load_topology("dgx-b200");
     EXPECT_EQ(t.gpu.l2_bandwidth.value, b200.gpu.l2_bandwidth.value) << name;
     EXPECT_NE(t.gpu.l2_bandwidth.value, h100.gpu.l2_bandwidth.value) << name;
+    // The sustained clock is fitted on one B200 training row (NeMo 25.02's Llama 3 8B on 8
+    // GPUs) and, with the B200's cuDNN attention figures, carried to the others.
+    EXPECT_EQ(t.gpu.sustained_clock_fraction, b200.gpu.sustained_clock_fraction) << name;
+    EXPECT_LT(t.gpu.sustained_clock_fraction, h100.gpu.sustained_clock_fraction) << name;
+    EXPECT_EQ(t.gpu.fused_attention_forward_fraction, b200.gpu.fused_attention_forward_fraction)
+        << name;
     if (name == std::string("dgx-b200")) {
-      ASSERT_EQ(t.fitted_on.size(), 1U);
+      ASSERT_EQ(t.fitted_on.size(), 2U);
       EXPECT_EQ(t.fitted_on.at("gpu.l2_bandwidth_gbs").set, "b200-xla-matmul-table");
+      EXPECT_EQ(t.fitted_on.at("gpu.sustained_clock_fraction").set, "nemo2502-b200-fp8");
     } else {
       EXPECT_TRUE(t.fitted_on.empty()) << name;
-      EXPECT_EQ(t.gpu.sources.at("l2_bandwidth_gbs").find("estimate, carried over from dgx-b200"),
-                0U)
-          << name;
+      for (const char* key :
+           {"l2_bandwidth_gbs", "sustained_clock_fraction", "fused_attention_forward_fraction",
+            "fused_attention_backward_fraction"})
+        EXPECT_EQ(t.gpu.sources.at(key).find("estimate, carried over from dgx-b200"), 0U)
+            << name << " " << key;
     }
     // The nvls figure was measured on GB200 NVL72 and is carried to the others as an estimate.
     EXPECT_EQ(t.nccl.sources.at("nvls_bus_gbs")
