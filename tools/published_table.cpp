@@ -370,17 +370,24 @@ ValidationResult compare_with_reports(const PublishedTable& table,
   std::map<std::string, std::vector<double>> errors, set_errors;
   std::vector<double> all;
   bool target_complete = true;
-  std::set<std::string> timed;  // scenarios with an iteration_time row
+  std::map<std::string, double> published_time;  // scenarios with an iteration_time row
   for (const auto& p : table.rows)
-    if (p.metric == "iteration_time") timed.insert(p.scenario);
+    if (p.metric == "iteration_time") published_time[p.scenario] = p.value;
   for (const auto& p : table.rows) {
     const MetricSpec& spec = *find_metric(p.metric);
     ValidationRow row{p, std::nullopt, std::nullopt, std::nullopt, spec.informational};
-    row.counted = !spec.informational && !(spec.throughput && timed.count(p.scenario));
+    const auto timed = published_time.find(p.scenario);
+    row.counted = !spec.informational && !(spec.throughput && timed != published_time.end());
     const auto it = reports.find(p.scenario);
     if (it != reports.end() && it->second.contains(spec.report_key)) {
       row.predicted = it->second.at(spec.report_key).get<double>() * spec.scale;
       row.error_percent = (*row.predicted - p.value) / p.value * 100.0;
+      if (spec.throughput && timed != published_time.end() && *row.predicted > 0 &&
+          it->second.contains("iteration_seconds")) {
+        const double predicted_time = it->second.at("iteration_seconds").get<double>();
+        if (predicted_time > 0)
+          row.work_ratio = p.value * timed->second / (*row.predicted * predicted_time);
+      }
       errors[p.metric].push_back(std::abs(*row.error_percent));
       if (!spec.informational) {
         row.time_error_percent =
@@ -434,6 +441,11 @@ std::string aligned(const std::vector<std::vector<std::string>>& cells, std::siz
   return out.str();
 }
 
+// "3.0 % above" / "2.5 % below": a work ratio as the published run's difference.
+std::string work_difference(double ratio) {
+  return fixed(std::abs(ratio - 1) * 100, 1) + (ratio > 1 ? " % above" : " % below");
+}
+
 std::vector<std::string> summary_cells(const std::string& name, const MetricSummary& s) {
   return {name, std::to_string(s.rows), fixed(s.median_abs_error_percent, 1),
           fixed(s.p95_abs_error_percent, 1), fixed(s.max_abs_error_percent, 1)};
@@ -458,11 +470,27 @@ std::string format_validation(const ValidationResult& r,
                                   row.informational ? "(informational)"
                                   : row.counted     ? ""
                                                     : "(the same run as its time row)"};
+    if (row.work_ratio && std::abs(*row.work_ratio - 1) > kWorkRatioTolerance)
+      line.back() += " (its published work per iteration " + work_difference(*row.work_ratio) +
+                     " the scenario's)";
     if (several_sets) line.insert(line.begin(), row.published.set);
     cells.push_back(line);
   }
   std::ostringstream out;
   out << aligned(cells, several_sets ? 4 : 3, true) << "\n";
+  std::string off_rows;
+  int off = 0;
+  for (const auto& row : r.rows)
+    if (row.work_ratio && std::abs(*row.work_ratio - 1) > kWorkRatioTolerance) {
+      off_rows += (off++ ? ", " : "") + row.published.scenario + " " + row.published.metric + " (" +
+                  work_difference(*row.work_ratio) + ")";
+    }
+  if (off > 0)
+    out << "throughput × time: " << off << " row(s) imply a work per iteration more than "
+        << fixed(kWorkRatioTolerance * 100, 0)
+        << " % from their scenario's (its dimensions or batch are not the measured run's, or "
+           "the source counts FLOPs another way): "
+        << off_rows << "\n";
   for (const auto& [metric, s] : r.summary)
     out << metric << ": " << s.rows << " row(s), median |error| "
         << fixed(s.median_abs_error_percent, 1) << " %, max |error| "
@@ -525,6 +553,7 @@ nlohmann::json to_json(const ValidationResult& r,
                     {"time_error_percent", optional(row.time_error_percent)},
                     {"informational", row.informational},
                     {"counted", row.counted},
+                    {"work_ratio", optional(row.work_ratio)},
                     {"source", row.published.source}});
   nlohmann::json summary = nlohmann::json::object();
   for (const auto& [metric, s] : r.summary) summary[metric] = summary_json(s);

@@ -83,7 +83,16 @@ struct ValidationRow {
   // scenario that also has an iteration_time row is the same run read twice, so only its
   // time counts (one run, one error).
   bool counted = true;
+  // For such a throughput row: the work per iteration its published value and the published
+  // time imply (FLOPs, tokens) over what the scenario does per iteration (the predicted value
+  // times the predicted time). Away from 1, the scenario is not the measured run (dimensions,
+  // batch) or the source counts its FLOPs another way.
+  std::optional<double> work_ratio;
 };
+
+// How far a throughput row's published work per iteration may stand from its scenario's
+// before `tandem validate` names it.
+inline constexpr double kWorkRatioTolerance = 0.02;
 
 struct MetricSummary {
   int rows = 0;  // rows with a prediction

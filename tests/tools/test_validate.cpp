@@ -127,6 +127,40 @@ TEST_F(Validate, ErrorsMatchSeparateSimulateRuns) {
   EXPECT_NE(checked.output.find("target missed"), std::string::npos) << checked.output;
 }
 
+// A throughput and a time of one run give the work per iteration the source measured
+// (published TFLOP/s × published time); the scenario does predicted TFLOP/s × predicted time.
+// A row whose two disagree by more than 2 % is named: the scenario is not the measured run.
+TEST_F(Validate, AThroughputAndATimeThatImplyAnotherRunAreNamed) {
+  const double t_a = reports_["small-tp2-pp2"]["iteration_seconds"].get<double>();
+  const double t_b = reports_["small-pp4"]["iteration_seconds"].get<double>();
+  const double tf_a = reports_["small-tp2-pp2"]["hardware_tflops_per_gpu"].get<double>();
+  const double tf_b = reports_["small-pp4"]["hardware_tflops_per_gpu"].get<double>();
+  const auto dir = fresh_dir("tandem_validate_work");
+  write_small_scenarios(dir);
+  // Run a: 10 % slower than predicted, at the TFLOP/s its own FLOPs give (work ratio 1).
+  // Run b: at the predicted time, 5 % more TFLOP/s (ratio 1.05: 5 % more work).
+  const double pub_t_a = t_a * 1.1, pub_tf_a = tf_a / 1.1, pub_tf_b = tf_b * 1.05;
+  write(dir / "published.csv",
+        "scenario,metric,value,unit,source\nsmall-tp2-pp2,iteration_time," + number(pub_t_a) +
+            ",s,made up\nsmall-tp2-pp2,hardware_tflops_per_gpu," + number(pub_tf_a) +
+            ",TFLOP/s,made up\nsmall-pp4,iteration_time," + number(t_b) +
+            ",s,made up\nsmall-pp4,hardware_tflops_per_gpu," + number(pub_tf_b) +
+            ",TFLOP/s,made up\n");
+  const auto json = dir / "validate.json";
+  const auto r = run("validate " + dir.string() + " --jobs 2 --json " + json.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(json);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  EXPECT_TRUE(j["rows"][0]["work_ratio"].is_null());  // a time row
+  EXPECT_NEAR(j["rows"][1]["work_ratio"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(j["rows"][3]["work_ratio"].get<double>(), 1.05, 1e-9);
+  EXPECT_NE(r.output.find("throughput × time: 1 row(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("small-pp4 hardware_tflops_per_gpu (5.0 % above)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("small-tp2-pp2 hardware_tflops_per_gpu ("), std::string::npos)
+      << r.output;
+}
+
 TEST_F(Validate, CheckPassesWhenWithinTheTarget) {
   const double t_a = reports_["small-tp2-pp2"]["iteration_seconds"].get<double>();
   const double t_b = reports_["small-pp4"]["iteration_seconds"].get<double>();
