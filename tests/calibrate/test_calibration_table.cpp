@@ -110,15 +110,21 @@ nlohmann::json hand_trace() {
   return {{"traceEvents", events}};
 }
 
+// One trace table row: its op, median, extremes and count.
+void expect_row(const calibrate::OpTiming& t, const char* op, double median, double min, double max,
+                int repetitions) {
+  EXPECT_EQ(t.shape.op, op);
+  EXPECT_DOUBLE_EQ(t.seconds, median);
+  EXPECT_DOUBLE_EQ(t.min_seconds, min);
+  EXPECT_DOUBLE_EQ(t.max_seconds, max);
+  EXPECT_EQ(t.repetitions, repetitions);
+}
+
 TEST(CalibrationFromTrace, OneRowPerShapeWithMedianAndSpread) {
   const auto timings = cli::op_timings_of_trace(hand_trace());
   ASSERT_EQ(timings.size(), 2u);
-  EXPECT_EQ(timings[0].shape.op, "gemm");
+  expect_row(timings[0], "gemm", 3e-6, 2e-6, 5e-6, 3);
   EXPECT_EQ(timings[0].shape.n, 768);
-  EXPECT_DOUBLE_EQ(timings[0].seconds, 3e-6);
-  EXPECT_DOUBLE_EQ(timings[0].min_seconds, 2e-6);
-  EXPECT_DOUBLE_EQ(timings[0].max_seconds, 5e-6);
-  EXPECT_EQ(timings[0].repetitions, 3);
   EXPECT_EQ(timings[1].shape.op, "layer_norm");
   EXPECT_DOUBLE_EQ(timings[1].seconds, 7e-6);
   EXPECT_EQ(timings[1].repetitions, 1);
@@ -147,11 +153,7 @@ TEST(CalibrationFromTrace, EachShapeIsTimedOnItsSlowestRank) {
   const auto timings = cli::op_timings_of_trace({{"traceEvents", events}});
   ASSERT_EQ(timings.size(), 2u);
   // Pooled, the median of the seven gemm slices would be 5; rank 0's alone 4, rank 1's 6.
-  EXPECT_EQ(timings[0].shape.op, "gemm");
-  EXPECT_DOUBLE_EQ(timings[0].seconds, 6e-6);
-  EXPECT_DOUBLE_EQ(timings[0].min_seconds, 5e-6);
-  EXPECT_DOUBLE_EQ(timings[0].max_seconds, 7e-6);
-  EXPECT_EQ(timings[0].repetitions, 3);
+  expect_row(timings[0], "gemm", 6e-6, 5e-6, 7e-6, 3);
   EXPECT_EQ(timings[1].shape.op, "layer_norm");
   EXPECT_DOUBLE_EQ(timings[1].seconds, 9e-6);
 }

@@ -74,21 +74,37 @@ TEST(GemmReference, ThePresetPricesEveryMeasuredGemmWithinAQuarter) {
   EXPECT_NEAR(std::exp(log_sum / static_cast<double>(rows.size())), 1.0, 0.10);
 }
 
+struct RatioSummary {
+  double geomean = 0, rms_log = 0, min = 1e9, max = 0;
+};
+
+// model / measured over the rows, each priced by `gpu`.
+RatioSummary summarize(const GpuSpec& gpu, const std::vector<MeasuredGemm>& rows) {
+  RatioSummary s;
+  double sum = 0, sum_sq = 0;
+  for (const auto& g : rows) {
+    const double ratio = modelled(CostModel(gpu), g) / g.seconds;
+    sum += std::log(ratio);
+    sum_sq += std::log(ratio) * std::log(ratio);
+    s.min = std::min(s.min, ratio);
+    s.max = std::max(s.max, ratio);
+  }
+  const auto n = static_cast<double>(rows.size());
+  s.geomean = std::exp(sum / n);
+  s.rms_log = std::sqrt(sum_sq / n);
+  return s;
+}
+
 // Root-mean-square of log(model / measured) over the rows of one preset, with its fraction
 // and fixed cost per tile replaced.
 double rms_log_error(const std::string& topology, double fraction, double fixed_k) {
-  double sum = 0;
-  int n = 0;
-  for (const auto& g : measured_gemms()) {
-    if (g.topology != topology) continue;
-    GpuSpec gpu = at_microbenchmark_clock(topology);
-    gpu.gemm_peak_fraction = fraction;
-    gpu.gemm_tile_fixed_k = fixed_k;
-    const double r = std::log(modelled(CostModel(gpu), g) / g.seconds);
-    sum += r * r;
-    ++n;
-  }
-  return std::sqrt(sum / n);
+  std::vector<MeasuredGemm> rows;
+  for (const auto& g : measured_gemms())
+    if (g.topology == topology) rows.push_back(g);
+  GpuSpec gpu = at_microbenchmark_clock(topology);
+  gpu.gemm_peak_fraction = fraction;
+  gpu.gemm_tile_fixed_k = fixed_k;
+  return summarize(gpu, rows).rms_log;
 }
 
 // The fit of dgx-h100's two GEMM figures (cost-model rule 2f) on its 39 measured GEMMs:
@@ -137,27 +153,6 @@ std::vector<MeasuredGemm> xla_gemms(const std::string& topology) {
     rows.push_back(g);
   }
   return rows;
-}
-
-struct RatioSummary {
-  double geomean = 0, rms_log = 0, min = 1e9, max = 0;
-};
-
-// model / measured over the rows, each priced by `gpu`.
-RatioSummary summarize(const GpuSpec& gpu, const std::vector<MeasuredGemm>& rows) {
-  RatioSummary s;
-  double sum = 0, sum_sq = 0;
-  for (const auto& g : rows) {
-    const double ratio = modelled(CostModel(gpu), g) / g.seconds;
-    sum += std::log(ratio);
-    sum_sq += std::log(ratio) * std::log(ratio);
-    s.min = std::min(s.min, ratio);
-    s.max = std::max(s.max, ratio);
-  }
-  const auto n = static_cast<double>(rows.size());
-  s.geomean = std::exp(sum / n);
-  s.rms_log = std::sqrt(sum_sq / n);
-  return s;
 }
 
 // The small-output, long-K GEMMs cost-model rule 2b splits: m · n · batch ≤ 1M, K ≥ 2048.
