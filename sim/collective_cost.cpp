@@ -40,6 +40,13 @@ std::string_view collective_name(Collective c) {
   throw std::logic_error("unknown collective");
 }
 
+std::optional<Collective> collective_named(std::string_view name) {
+  for (auto c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                 Collective::broadcast, Collective::all_to_all})
+    if (collective_name(c) == name) return c;
+  return std::nullopt;
+}
+
 double bus_bandwidth_factor(Collective c, int n) {
   if (n < 1) throw std::invalid_argument("collective on " + std::to_string(n) + " ranks");
   const double share = static_cast<double>(n - 1) / n;

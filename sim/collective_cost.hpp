@@ -16,6 +16,7 @@
 // for all-gather, reduce-scatter and all-to-all, 1 for broadcast.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "core/units.hpp"
@@ -26,6 +27,8 @@ namespace tandem::sim {
 enum class Collective { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
 
 std::string_view collective_name(Collective c);  // "all_reduce", …
+// The collective of that name; std::nullopt for any other.
+std::optional<Collective> collective_named(std::string_view name);
 
 double bus_bandwidth_factor(Collective c, int n);
 

@@ -190,7 +190,10 @@ std::vector<NcclChoice> nccl_candidates(const NcclSpec& spec, Collective coll, d
   // NVLink SHARP: all-reduce inside one node, Simple only.
   if (coll == Collective::all_reduce && nodes == 1 && n > 1 && spec.nvls_bus.value > 0) {
     NcclChoice nvls{NcclAlgorithm::nvls, NcclProtocol::simple, spec.channels, 0, 0, 0, 0};
-    nvls.algorithm_bandwidth = spec.nvls_bus.value * n / (2.0 * (n - 1));
+    // Each GPU sends and receives its buffer once, whatever the group: the algorithm
+    // bandwidth of the group nvls_bus was measured on holds for every group size.
+    const int r = std::max(2, spec.nvls_bus_ranks);
+    nvls.algorithm_bandwidth = spec.nvls_bus.value * r / (2.0 * (r - 1));
     nvls.latency = spec.nvls_latency.value;
     out.push_back(finish(nvls, coll, bytes, n));
   }

@@ -10,10 +10,12 @@
 //                  LL:    min(ll_max, B / 2)     LL128: min(0.92 · B, channels · ll128 cap)
 //                  tree (all-reduce): min(0.92 · B, channels · tree cap), then LL: / 3.8
 //                         (cap ll_max), LL128: · 7/9 in a node, 120/128 across (cap)
-//                  NVLS (all-reduce in one node): the measured NVLS bus bandwidth
+//                  NVLS (all-reduce in one node): the NVLS bus bandwidth measured on r
+//                  GPUs (nvls_bus_ranks)
 //   algorithm bw   ring: bus · n / steps (steps 2(n−1) all-reduce, n−1 all-gather /
 //                  reduce-scatter, n broadcast); tree: bus / 2 times NCCL's tree
-//                  correction for mid sizes; NVLS: bus · n / 2(n−1)
+//                  correction for mid sizes; NVLS: bus · r / 2(r−1) for any group (each
+//                  GPU's buffer crosses its NVLink once each way, the switch reducing)
 //   latency        ring: base + intra steps · NVLink step + inter steps · network step
 //                  (2(nodes−1) inter steps for all-reduce, nodes−1 otherwise; ×1.4 for
 //                  large multi-node Simple all-reduce); tree: base + 2((ppn−1) · NVLink

@@ -36,10 +36,7 @@ std::int64_t parse_size(const std::string& text, const std::string& whole) {
 }
 
 sim::Collective parse_collective(const std::string& name) {
-  for (auto c :
-       {sim::Collective::all_reduce, sim::Collective::all_gather, sim::Collective::reduce_scatter,
-        sim::Collective::broadcast, sim::Collective::all_to_all})
-    if (sim::collective_name(c) == name) return c;
+  if (const auto c = sim::collective_named(name)) return *c;
   throw ConfigError("collective", name,
                     "must be one of all_reduce | all_gather | reduce_scatter | broadcast | "
                     "all_to_all");

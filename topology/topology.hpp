@@ -195,6 +195,7 @@ struct NcclSpec {
   int channels = 1;                     // ring channels inside a node (NCCL_MIN/MAX_NCHANNELS)
   BytesPerSecond nic_bus{};             // what one NIC carries for NCCL's rings (bwInter)
   BytesPerSecond nvls_bus{};            // NVLink SHARP all-reduce bus bandwidth in a node; 0: none
+  int nvls_bus_ranks = 8;               // the group nvls_bus was measured on (sim/nccl_model.cpp)
   Seconds nvls_latency{};               // NVLS per-operation latency (tuning.cc hwLat NVLINK NVLS)
   PerNodeCount ll_max_bus;              // LL bus bandwidth cap, bytes/s (llMaxBws)
   double ll128_max_channel = 0;         // ring LL128 per-channel cap, bytes/s

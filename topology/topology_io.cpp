@@ -233,6 +233,7 @@ const std::vector<std::string>& nccl_keys() {
                                                 "channels",
                                                 "nic_bus_gbs",
                                                 "nvls_bus_gbs",
+                                                "nvls_bus_ranks",
                                                 "nvls_latency_us",
                                                 "ll_max_bus_gbs",
                                                 "ll128_max_channel_gbs",
@@ -476,6 +477,12 @@ NcclSpec read_nccl(const json& body, Violations& out) {
   n.channels = s.integer("channels", Range::at_least_one);
   n.nic_bus = BytesPerSecond(s.number("nic_bus_gbs", Range::non_negative) * kGiga);
   n.nvls_bus = BytesPerSecond(s.number("nvls_bus_gbs", Range::non_negative) * kGiga);
+  if (s.body().contains("nvls_bus_ranks")) {  // optional: 8, one node of 8 GPUs
+    n.nvls_bus_ranks = s.integer("nvls_bus_ranks", Range::at_least_one);
+    if (n.nvls_bus_ranks < 2)
+      out.push_back({s.field("nvls_bus_ranks"), shown(s.body().at("nvls_bus_ranks")),
+                     "must be a group size, an integer ≥ 2"});
+  }
   n.nvls_latency = Seconds(s.number("nvls_latency_us", Range::non_negative) * kMicro);
   n.ll_max_bus = per_node_count(read_triple(s, "ll_max_bus_gbs", kGiga, out));
   n.ll128_max_channel = s.number("ll128_max_channel_gbs", Range::positive) * kGiga;
@@ -646,24 +653,26 @@ json measured_json(const std::map<int, std::vector<std::pair<double, double>>>& 
 }
 
 json nccl_json(const NcclSpec& n) {
-  return {{"nvlink_bus_gbs", tidy(n.nvlink_bus.value / kGiga)},
-          {"channels", n.channels},
-          {"nic_bus_gbs", tidy(n.nic_bus.value / kGiga)},
-          {"nvls_bus_gbs", tidy(n.nvls_bus.value / kGiga)},
-          {"nvls_latency_us", tidy(n.nvls_latency.value / kMicro)},
-          {"ll_max_bus_gbs", triple(n.ll_max_bus, kGiga)},
-          {"ll128_max_channel_gbs", tidy(n.ll128_max_channel / kGiga)},
-          {"tree_max_channel_gbs", triple(n.tree_max_channel, kGiga)},
-          {"tree_ll128_max_channel_gbs", triple(n.tree_ll128_max_channel, kGiga)},
-          {"ring_base_latency_us", triple(n.ring_base_latency, kMicro)},
-          {"tree_base_latency_us", triple(n.tree_base_latency, kMicro)},
-          {"ring_nvlink_latency_us", triple(n.ring_nvlink_latency, kMicro)},
-          {"tree_nvlink_latency_us", triple(n.tree_nvlink_latency, kMicro)},
-          {"ring_net_latency_us", triple(n.ring_net_latency, kMicro)},
-          {"tree_net_latency_us", triple(n.tree_net_latency, kMicro)},
-          {"net_overhead_us", tidy(n.net_overhead.value / kMicro)},
-          {"ring_plateau", n.ring_plateau},
-          {"source", sources_json(n.sources)}};
+  json j = {{"nvlink_bus_gbs", tidy(n.nvlink_bus.value / kGiga)},
+            {"channels", n.channels},
+            {"nic_bus_gbs", tidy(n.nic_bus.value / kGiga)},
+            {"nvls_bus_gbs", tidy(n.nvls_bus.value / kGiga)},
+            {"nvls_latency_us", tidy(n.nvls_latency.value / kMicro)},
+            {"ll_max_bus_gbs", triple(n.ll_max_bus, kGiga)},
+            {"ll128_max_channel_gbs", tidy(n.ll128_max_channel / kGiga)},
+            {"tree_max_channel_gbs", triple(n.tree_max_channel, kGiga)},
+            {"tree_ll128_max_channel_gbs", triple(n.tree_ll128_max_channel, kGiga)},
+            {"ring_base_latency_us", triple(n.ring_base_latency, kMicro)},
+            {"tree_base_latency_us", triple(n.tree_base_latency, kMicro)},
+            {"ring_nvlink_latency_us", triple(n.ring_nvlink_latency, kMicro)},
+            {"tree_nvlink_latency_us", triple(n.tree_nvlink_latency, kMicro)},
+            {"ring_net_latency_us", triple(n.ring_net_latency, kMicro)},
+            {"tree_net_latency_us", triple(n.tree_net_latency, kMicro)},
+            {"net_overhead_us", tidy(n.net_overhead.value / kMicro)},
+            {"ring_plateau", n.ring_plateau},
+            {"source", sources_json(n.sources)}};
+  if (n.nvls_bus.value > 0) j["nvls_bus_ranks"] = n.nvls_bus_ranks;  // only with NVLS
+  return j;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/collective_cost.hpp"
+
 namespace tandem::sim {
 
 inline std::vector<std::vector<std::string>> reference_rows(const std::string& path_in_repo,
@@ -28,6 +30,12 @@ inline std::vector<std::vector<std::string>> reference_rows(const std::string& p
     rows.push_back(std::move(f));
   }
   return rows;
+}
+
+// A reference row's collective ("all_gather", …); throws for any other name.
+inline Collective reference_collective(const std::string& name) {
+  if (const auto c = collective_named(name)) return *c;
+  throw std::invalid_argument("reference row: collective " + name);
 }
 
 }  // namespace tandem::sim

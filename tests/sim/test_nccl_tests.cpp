@@ -36,13 +36,6 @@ Topology with_nics(const std::string& preset, int nics) {
   return parse_topology(j, preset + " with " + std::to_string(nics) + " NICs");
 }
 
-Collective collective_named(const std::string& name) {
-  for (auto c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
-                 Collective::broadcast, Collective::all_to_all})
-    if (collective_name(c) == name) return c;
-  throw std::invalid_argument("collective " + name);
-}
-
 struct Reference {
   std::string topology;
   int nics = 0;
@@ -69,7 +62,7 @@ TEST(NcclTests, SimulatedBusBandwidthIsWithinFifteenPercentOfPublishedFigures) {
     const auto j = in_child([&] {
       const Topology t = with_nics(ref.topology, ref.nics);
       NcclTestOptions o;
-      o.collective = collective_named(ref.collective);
+      o.collective = reference_collective(ref.collective);
       o.gpus = ref.gpus;
       o.min_bytes = o.max_bytes = ref.bytes;
       const auto r = run_nccl_tests(t, o);

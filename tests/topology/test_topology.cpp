@@ -575,6 +575,21 @@ TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked
   EXPECT_EQ(count, 5U);
 }
 
+TEST(TopologyValidation, TheNvlsGroupSizeIsAGroupAndDefaultsToOneNodeOfEight) {
+  json j = to_json(load_topology("dgx-h100"));
+  EXPECT_EQ(j.at("nccl").at("nvls_bus_ranks"), 8);
+  j["nccl"]["nvls_bus_ranks"] = 1;
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("nccl.nvls_bus_ranks").value, "1");
+  EXPECT_EQ(v.at("nccl.nvls_bus_ranks").rule, "must be a group size, an integer ≥ 2");
+  EXPECT_EQ(count, 1U);
+  j["nccl"].erase("nvls_bus_ranks");
+  j["nccl"]["source"].erase("nvls_bus_ranks");
+  EXPECT_EQ(parse_topology(j, "no nvls_bus_ranks").nccl.nvls_bus_ranks, 8);
+  // Without NVLS (A100) the group size is not written.
+  EXPECT_FALSE(to_json(load_topology("dgx-a100-80g")).at("nccl").contains("nvls_bus_ranks"));
+}
+
 // Which preset numbers were fitted, and on which set of runs: each key names a number the
 // preset holds, each entry a set and its rows; the DGX presets say so for their fitted ones.
 TEST(TopologyValidation, FittedParametersNameANumberASetAndRows) {
