@@ -74,8 +74,13 @@ blockwise_pairs=()
 mxfp8_pairs=()
 # --tp-comm-overlap's FP8 ring steps quantize each rank's rows with the scale shared over tp
 # before they move, so at tp 2 (where the ring's two-term sums are the collective's) they
-# give the losses of the same layout without the overlap to 1e-6: per recipe, the pairs of
-# rows below.
+# give the losses of the same layout without the overlap but for the GEMMs' rounding: each
+# ring step multiplies a shard's rows where the plain layout multiplies all rows at once, and
+# OpenBLAS's Haswell and Zen sgemm kernels round a row's sum differently by the number of
+# rows. Measured (2026-11-30, per recipe, the pairs of rows below): 0 with the Sandybridge
+# and SkylakeX kernels, up to 8.4e-5 with Haswell or Zen (AMD EPYC, OPENBLAS_CORETYPE
+# Haswell); a ring whose ranks each quantize with their own scale, the error this pair
+# guards against, 2.4e-4 (tensorwise). Held within 1.5e-4.
 # shellcheck disable=SC2034
 delayed_pairs=("2 4" "3 5")
 # shellcheck disable=SC2034
@@ -113,7 +118,7 @@ for recipe in delayed tensorwise blockwise mxfp8; do
     read -r plain overlapped <<<"$pair"
     same=$(max_rel_diff "${run_losses[$plain]}" "${run_losses[$overlapped]}")
     echo "$recipe: tp-comm-overlap against the same layout without it (rows $plain, $overlapped): $same"
-    if [ "$same" = missing ] || awk -v w="$same" 'BEGIN { exit !(w > 1e-6) }'; then failed=1; fi
+    if [ "$same" = missing ] || awk -v w="$same" 'BEGIN { exit !(w > 1.5e-4) }'; then failed=1; fi
   done
   unset -n layouts pairs extra
 done
