@@ -161,6 +161,7 @@ void attach_nccl(const Topology& t, Platform& p) {
   if (!t.nccl.enabled) return;
   auto info = std::make_shared<NcclPlatformInfo>();
   info->spec = t.nccl;
+  info->gpu_link = t.node.gpu_link.bandwidth.value;
   for (const auto& place : p.placement) {
     info->node_of.push_back(place.nvlink_domain);
     info->nic_of.push_back(nic_in_nvlink_domain(t, place.rank));

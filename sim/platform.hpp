@@ -60,6 +60,7 @@ struct NcclPlatformInfo {
   NcclSpec spec;
   std::vector<int> node_of;  // (world_size): the rank's NVLink domain
   std::vector<int> nic_of;   // (world_size): NIC index within the domain
+  double gpu_link = 0;       // bytes/s, a GPU's NVLink per direction (node.gpu_link)
 };
 
 // The NCCL information build_platform attached to `host`; null when the host has none or

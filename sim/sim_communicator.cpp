@@ -622,6 +622,19 @@ double SimCommunicator::closed_form_v_seconds(const std::vector<std::vector<doub
 // receive only after the sender's next batch has matched one of its own.
 constexpr double kEagerSendBytes = 4096;
 
+// NCCL's send/recv between two GPUs of one NVLink domain runs below the link's rate (its
+// p2p channels: nccl.p2p_nvlink_gbs, measured); the pair's flow carries its bytes stretched
+// by line rate / that rate, so that alone it takes the measured time (SimGrid 3.32 cannot cap
+// one host-to-host flow). Under contention the stretched flow takes a fair share of the
+// link where NCCL's would leave the rest to others. The tensor-parallel group's p2p is
+// Transformer Engine's userbuffers ring exchange (--tp-comm-overlap), not NCCL: line rate.
+double SimCommunicator::nccl_p2p_stretch(int src, int dst) const {
+  if (!nccl_ || name_ == "tp" || nccl_->spec.p2p_nvlink.value <= 0) return 1.0;
+  const auto s = static_cast<std::size_t>(src), d = static_cast<std::size_t>(dst);
+  if (nccl_->node_of.at(s) != nccl_->node_of.at(d)) return 1.0;  // across domains: the NICs
+  return std::max(1.0, nccl_->gpu_link / nccl_->spec.p2p_nvlink.value);
+}
+
 std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2POp> ops) {
   struct Op {
     std::string key;
@@ -629,6 +642,7 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
     std::vector<Flow> flows;
     double bytes;
     bool send;
+    double flow_bytes = 0;  // what its flows carry (nccl_p2p_stretch)
   };
   std::vector<Op> batch;
   for (const auto& op : ops) {
@@ -648,6 +662,7 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
           p2p_flows_.emplace(std::make_pair(src, dst), world_.with_images({{src, dst, 1.0}})).first;
     batch.push_back({std::move(key), world_.count_present({src, dst}), flows->second,
                      static_cast<double>(op.tensor.bytes().value), send});
+    batch.back().flow_bytes = batch.back().bytes * nccl_p2p_stretch(src, dst);
   }
   if (world_.record_ops()) {
     double bytes = 0;
@@ -671,7 +686,7 @@ std::unique_ptr<Work> SimCommunicator::batch_p2p(Stream& s, std::span<const P2PO
       if (eager ? !op.send : !last) continue;
       rv->started = sim_now();
       for (const auto& f : op.flows) {
-        const auto bytes = static_cast<std::uint64_t>(f.fraction * op.bytes + 0.5);
+        const auto bytes = static_cast<std::uint64_t>(f.fraction * op.flow_bytes + 0.5);
         if (bytes > 0)
           mine.push_back(
               simgrid::s4u::Comm::sendto_async(world_.host(f.src), world_.host(f.dst), bytes));

@@ -134,6 +134,8 @@ class SimCommunicator : public Communicator {
                                    int root = 0);
   const Plan& plan(const std::string& algorithm, int root);
   std::vector<Flow> nccl_ring(double fraction) const;  // channels over the NICs
+  // The factor a send/recv's flow bytes are stretched by (global ranks src → dst).
+  double nccl_p2p_stretch(int src, int dst) const;
   std::vector<Flow> own_and_other_groups(std::vector<Flow> with_images,
                                          const std::vector<Flow>& own) const;
   // The tuner's choice for one operation, recorded in usage_.

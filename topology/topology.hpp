@@ -196,6 +196,7 @@ struct NcclSpec {
   BytesPerSecond nic_bus{};             // what one NIC carries for NCCL's rings (bwInter)
   BytesPerSecond nvls_bus{};            // NVLink SHARP all-reduce bus bandwidth in a node; 0: none
   int nvls_bus_ranks = 8;               // the group nvls_bus was measured on (sim/nccl_model.cpp)
+  BytesPerSecond p2p_nvlink{};          // NCCL send/recv per GPU in an NVLink domain; 0: line rate
   Seconds nvls_latency{};               // NVLS per-operation latency (tuning.cc hwLat NVLINK NVLS)
   PerNodeCount ll_max_bus;              // LL bus bandwidth cap, bytes/s (llMaxBws)
   double ll128_max_channel = 0;         // ring LL128 per-channel cap, bytes/s

@@ -235,6 +235,7 @@ const std::vector<std::string>& nccl_keys() {
                                                 "nvls_bus_gbs",
                                                 "nvls_bus_ranks",
                                                 "nvls_latency_us",
+                                                "p2p_nvlink_gbs",
                                                 "ll_max_bus_gbs",
                                                 "ll128_max_channel_gbs",
                                                 "tree_max_channel_gbs",
@@ -484,6 +485,8 @@ NcclSpec read_nccl(const json& body, Violations& out) {
                      "must be a group size, an integer ≥ 2"});
   }
   n.nvls_latency = Seconds(s.number("nvls_latency_us", Range::non_negative) * kMicro);
+  if (s.body().contains("p2p_nvlink_gbs"))  // optional: absent, p2p runs at the link's rate
+    n.p2p_nvlink = BytesPerSecond(s.number("p2p_nvlink_gbs", Range::non_negative) * kGiga);
   n.ll_max_bus = per_node_count(read_triple(s, "ll_max_bus_gbs", kGiga, out));
   n.ll128_max_channel = s.number("ll128_max_channel_gbs", Range::positive) * kGiga;
   n.tree_max_channel = per_node_count(read_triple(s, "tree_max_channel_gbs", kGiga, out));
@@ -672,6 +675,7 @@ json nccl_json(const NcclSpec& n) {
             {"ring_plateau", n.ring_plateau},
             {"source", sources_json(n.sources)}};
   if (n.nvls_bus.value > 0) j["nvls_bus_ranks"] = n.nvls_bus_ranks;  // only with NVLS
+  if (n.p2p_nvlink.value > 0) j["p2p_nvlink_gbs"] = tidy(n.p2p_nvlink.value / kGiga);
   return j;
 }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Engine.hpp>
+#include <span>
 #include <string>
 
 #include "core/error.hpp"
@@ -361,9 +362,11 @@ TEST(SimBinding, HiddenDropoutAddsItsMaskBytesAndABackwardKernelPerSite) {
   EXPECT_THROW(validate(cp), ConfigError);
 }
 
-// One collective on a fresh platform, timed from inside an actor.
-double time_collective(const std::string& topology, int world, std::vector<int> members,
-                       const std::string& kind, std::int64_t elements) {
+// Seconds until every member of a group named `group` (global ranks `members` of `world`
+// on a fresh platform of `topology`) has run `work` on its own communicator and device.
+using GroupWork = std::function<void(SimCommunicator&, SimDevice&, int member)>;
+double time_group(const std::string& topology, int world, const std::vector<int>& members,
+                  const std::string& group, const GroupWork& work) {
   const auto j = in_child([&] {
     const Topology t = load_topology(topology);
     int argc = 1;
@@ -381,27 +384,65 @@ double time_collective(const std::string& topology, int world, std::vector<int> 
     std::vector<std::unique_ptr<SimDevice>> devices;
     double finished = 0;
     for (int m : members) {
-      comms.push_back(std::make_unique<SimCommunicator>(w, members, m, "dp", "g"));
+      comms.push_back(std::make_unique<SimCommunicator>(w, members, m, group, "g"));
       devices.push_back(std::make_unique<SimDevice>([](const OpDesc&) { return 0.0; }));
       auto* c = comms.back().get();
       auto* d = devices.back().get();
-      simgrid::s4u::Actor::create(
-          "r" + std::to_string(m), p.hosts[static_cast<std::size_t>(m)],
-          [c, d, kind, elements, &finished, n = members.size()] {
-            Tensor in = d->allocate(Shape{elements}, DType::fp32);
-            Tensor out = d->allocate(Shape{elements * static_cast<std::int64_t>(n)}, DType::fp32);
-            auto& st = d->default_stream();
-            auto work = kind == "all_reduce" ? c->all_reduce(st, in, ReduceOp::sum)
-                                             : c->all_gather(st, in, out);
-            work->wait();
-            finished = std::max(finished, sim_now());
-          });
+      simgrid::s4u::Actor::create("r" + std::to_string(m), p.hosts[static_cast<std::size_t>(m)],
+                                  [c, d, m, &work, &finished] {
+                                    work(*c, *d, m);
+                                    finished = std::max(finished, sim_now());
+                                  });
     }
     engine.run();
     return nlohmann::json{{"seconds", finished}};
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());
   return j.at("seconds").get<double>();
+}
+
+// One collective on a fresh platform, timed from inside an actor.
+double time_collective(const std::string& topology, int world, std::vector<int> members,
+                       const std::string& kind, std::int64_t elements) {
+  const auto n = static_cast<std::int64_t>(members.size());
+  return time_group(topology, world, members, "dp", [&](SimCommunicator& c, SimDevice& d, int) {
+    Tensor in = d.allocate(Shape{elements}, DType::fp32);
+    Tensor out = d.allocate(Shape{elements * n}, DType::fp32);
+    auto& st = d.default_stream();
+    auto w = kind == "all_reduce" ? c.all_reduce(st, in, ReduceOp::sum) : c.all_gather(st, in, out);
+    w->wait();
+  });
+}
+
+// One send of `elements` fp32 from global rank `from` to `to` over a communicator of the
+// two named `group`; seconds until both ends are done.
+double time_send(const std::string& topology, int world, int from, int to, const std::string& group,
+                 std::int64_t elements) {
+  return time_group(topology, world, {from, to}, group,
+                    [&](SimCommunicator& c, SimDevice& d, int m) {
+                      const bool sender = m == from;
+                      const P2POp op{sender ? P2POp::Kind::send : P2POp::Kind::recv,
+                                     d.allocate(Shape{elements}, DType::fp32), sender ? 1 : 0};
+                      c.batch_p2p(d.default_stream(), std::span<const P2POp>(&op, 1))->wait();
+                    });
+}
+
+// NCCL's send/recv inside an NVLink domain runs at the rate OpenXLA measured for it
+// (dgx-h100: nccl.p2p_nvlink_gbs 292 GB/s per GPU, not the 450 GB/s of the link); the
+// tensor-parallel group's (userbuffers' ring exchange) at the link's; across nodes at the
+// NIC's 50 GB/s, as before. Each plus the route's 1 µs (two half-latency GPU links).
+TEST(SimBinding, NcclSendRecvInANodeRunsAtTheMeasuredP2pRate) {
+  const std::int64_t elements = 64 << 20;  // 256 MiB
+  const double bytes = 4.0 * static_cast<double>(elements);
+  const double pp = time_send("dgx-h100", 16, 0, 1, "pp", elements);
+  EXPECT_NEAR(pp, bytes / 292e9, 0.01 * bytes / 292e9);
+  const double tp = time_send("dgx-h100", 16, 0, 1, "tp", elements);
+  EXPECT_NEAR(tp, bytes / 450e9, 0.01 * bytes / 450e9);
+  const double across = time_send("dgx-h100", 16, 0, 8, "pp", elements);
+  EXPECT_NEAR(across, bytes / 50e9, 0.02 * bytes / 50e9);
+  // Without the measured rate (dgx-a100-80g has none) the send runs at the link's 300 GB/s.
+  const double a100 = time_send("dgx-a100-80g", 16, 0, 1, "pp", elements);
+  EXPECT_NEAR(a100, bytes / 300e9, 0.01 * bytes / 300e9);
 }
 
 TEST(SimBinding, RingAllReduceInsideANodeTakesTheMeasuredNcclTime) {
