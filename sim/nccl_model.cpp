@@ -83,6 +83,16 @@ void check(const NcclSpec& spec, double bytes, NcclShape s) {
   if (!(bytes >= 0)) throw std::invalid_argument("collective of negative size");
 }
 
+// A ring of fewer GPUs inside one NVLink domain reaches less bus bandwidth than the 8-GPU
+// ring nvlink_bus is (measured per collective: NcclSpec::ring_group_fraction); 1 for any
+// group or collective the preset does not list.
+double ring_group_fraction(const NcclSpec& spec, Collective coll, int n) {
+  const auto by_collective = spec.ring_group_fraction.find(std::string(collective_name(coll)));
+  if (by_collective == spec.ring_group_fraction.end()) return 1.0;
+  const auto f = by_collective->second.find(n);
+  return f == by_collective->second.end() ? 1.0 : f->second;
+}
+
 NcclChoice finish(NcclChoice c, Collective coll, double bytes, int n) {
   c.seconds = c.latency + (c.algorithm_bandwidth > 0 ? bytes / c.algorithm_bandwidth : 0);
   c.bus_bandwidth =
@@ -124,7 +134,7 @@ std::vector<NcclChoice> nccl_candidates(const NcclSpec& spec, Collective coll, d
   const double ppn = static_cast<double>(n) / nodes;
   // Channels spread a cross-node ring over the NICs the node's members use; the NVLink
   // hops inside a node carry all channels at once.
-  const double bus = nodes == 1 ? spec.nvlink_bus.value
+  const double bus = nodes == 1 ? spec.nvlink_bus.value * ring_group_fraction(spec, coll, n)
                                 : std::min(spec.nvlink_bus.value, nics * spec.nic_bus.value);
   const int channels = nodes == 1 ? spec.channels : nics;
   const double ll_max = of(spec.ll_max_bus, nodes);

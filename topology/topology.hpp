@@ -211,6 +211,10 @@ struct NcclSpec {
   // (bytes, bytes/s) at increasing sizes. Where present it replaces the tuner's bandwidth
   // term for ring collectives of that size of group in one node (sim/nccl_model.hpp).
   std::map<int, std::vector<std::pair<double, double>>> measured_all_reduce_busbw;
+  // The bus bandwidth a ring of fewer GPUs reaches inside one NVLink domain, as a fraction of
+  // nvlink_bus (an 8-GPU ring's), measured: "all_gather" / "reduce_scatter" → group size →
+  // fraction. Absent: every group at nvlink_bus.
+  std::map<std::string, std::map<int, double>> ring_group_fraction;
   Sources sources;
 
   bool operator==(const NcclSpec&) const = default;

@@ -249,6 +249,7 @@ const std::vector<std::string>& nccl_keys() {
                                                 "net_overhead_us",
                                                 "ring_plateau",
                                                 "measured_all_reduce_busbw_gbs",
+                                                "ring_group_fraction",
                                                 "source"};
   return keys;
 }
@@ -420,6 +421,22 @@ PerNodeCount per_node_count(const std::array<double, 3>& v) {
   return {v[0], v[1], v[2]};
 }
 
+// A table key naming a group size ("8"); 0, with a violation at `where`, for anything but
+// an integer ≥ 2.
+int group_size_key(const std::string& key, const std::string& where, Violations& out) {
+  int ranks = 0;
+  try {
+    std::size_t used = 0;
+    ranks = std::stoi(key, &used);
+    if (used != key.size()) ranks = 0;
+  } catch (const std::exception&) {
+    ranks = 0;
+  }
+  if (ranks >= 2) return ranks;
+  out.push_back({where, key, "must be a group size, an integer ≥ 2"});
+  return 0;
+}
+
 // {"2": [[bytes, busbw GB/s], ...], ...}: nccl-tests rows per group size, sizes rising.
 std::map<int, std::vector<std::pair<double, double>>> read_measured_busbw(const json& m,
                                                                           const std::string& field,
@@ -432,18 +449,8 @@ std::map<int, std::vector<std::pair<double, double>>> read_measured_busbw(const 
   }
   for (const auto& [key, rows] : m.items()) {
     const std::string where = field + "." + key;
-    int ranks = 0;
-    try {
-      std::size_t used = 0;
-      ranks = std::stoi(key, &used);
-      if (used != key.size()) ranks = 0;
-    } catch (const std::exception&) {
-      ranks = 0;
-    }
-    if (ranks < 2) {
-      out.push_back({where, key, "must be a group size, an integer ≥ 2"});
-      continue;
-    }
+    const int ranks = group_size_key(key, where, out);
+    if (ranks == 0) continue;
     const bool pairs = rows.is_array() && !rows.empty() &&
                        std::all_of(rows.begin(), rows.end(), [](const json& r) {
                          return r.is_array() && r.size() == 2 && r[0].is_number() &&
@@ -465,6 +472,42 @@ std::map<int, std::vector<std::pair<double, double>>> read_measured_busbw(const 
       continue;
     }
     table[ranks] = std::move(v);
+  }
+  return table;
+}
+
+// {"all_gather": {"2": 0.78, ...}, "reduce_scatter": {...}}: fractions in (0, 1] per group
+// size ≥ 2, for the two ring collectives.
+std::map<std::string, std::map<int, double>> read_ring_group_fraction(const json& m,
+                                                                      const std::string& field,
+                                                                      Violations& out) {
+  std::map<std::string, std::map<int, double>> table;
+  const std::string rule =
+      "must be an object of all_gather / reduce_scatter → group size → fraction";
+  if (!m.is_object()) {
+    out.push_back({field, shown(m), rule});
+    return table;
+  }
+  for (const auto& [collective, sizes] : m.items()) {
+    const std::string at = field + "." + collective;
+    if (collective != "all_gather" && collective != "reduce_scatter") {
+      out.push_back({at, collective, "must be all_gather or reduce_scatter"});
+      continue;
+    }
+    if (!sizes.is_object()) {
+      out.push_back({at, shown(sizes), "must be an object of group size → fraction"});
+      continue;
+    }
+    for (const auto& [key, value] : sizes.items()) {
+      const std::string where = at + "." + key;
+      const int ranks = group_size_key(key, where, out);
+      if (ranks == 0) continue;
+      if (!value.is_number() || value.get<double>() <= 0 || value.get<double>() > 1) {
+        out.push_back({where, shown(value), "must lie in (0, 1]"});
+        continue;
+      }
+      table[collective][ranks] = value.get<double>();
+    }
   }
   return table;
 }
@@ -505,6 +548,9 @@ NcclSpec read_nccl(const json& body, Violations& out) {
                           : nullptr)
     n.measured_all_reduce_busbw =
         read_measured_busbw(*m, s.field("measured_all_reduce_busbw_gbs"), out);
+  if (s.body().contains("ring_group_fraction"))
+    n.ring_group_fraction = read_ring_group_fraction(s.body().at("ring_group_fraction"),
+                                                     s.field("ring_group_fraction"), out);
   n.sources = s.sources();
   return n;
 }
@@ -676,6 +722,9 @@ json nccl_json(const NcclSpec& n) {
             {"source", sources_json(n.sources)}};
   if (n.nvls_bus.value > 0) j["nvls_bus_ranks"] = n.nvls_bus_ranks;  // only with NVLS
   if (n.p2p_nvlink.value > 0) j["p2p_nvlink_gbs"] = tidy(n.p2p_nvlink.value / kGiga);
+  for (const auto& [collective, sizes] : n.ring_group_fraction)
+    for (const auto& [ranks, fraction] : sizes)
+      j["ring_group_fraction"][collective][std::to_string(ranks)] = fraction;
   return j;
 }
 

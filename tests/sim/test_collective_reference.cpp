@@ -67,11 +67,13 @@ TEST(CollectiveReferenceXla, TheTableHoldsEachPresetsMeasuredGroups) {
   EXPECT_EQ(per_preset.at("gb300-nvl72"), 1041);
 }
 
-TEST(CollectiveReferenceXla, RingCollectivesOfEightOrMoreGpusAreWithinTwentyPercent) {
+// Every measured ring all-gather and reduce-scatter, 2 to 72 GPUs: groups smaller than 8 at
+// their measured fraction of the 8-GPU ring's bus bandwidth (nccl.ring_group_fraction).
+// Without those fractions the H100's 2-GPU reduce-scatter ran 1.80 times as fast as measured.
+TEST(CollectiveReferenceXla, RingCollectivesOfEveryGroupAreWithinTwentyPercent) {
   int compared = 0;
   for (const auto& [key, m] : largest(xla_collectives())) {
-    if (m.group_size < 8 || (m.collective != "all_gather" && m.collective != "reduce_scatter"))
-      continue;
+    if (m.collective != "all_gather" && m.collective != "reduce_scatter") continue;
     const Topology t = load_topology(m.topology);
     const NcclChoice c = priced(t, m);
     EXPECT_EQ(c.algorithm, NcclAlgorithm::ring);
@@ -82,7 +84,7 @@ TEST(CollectiveReferenceXla, RingCollectivesOfEightOrMoreGpusAreWithinTwentyPerc
                           << " GPUs, " << m.bytes << " B";
     ++compared;
   }
-  EXPECT_EQ(compared, 32);  // two collectives of 8 GPUs on h100 and b200, of 8–72 on the racks
+  EXPECT_EQ(compared, 44);  // 2, 4 and 8 GPUs on h100 and b200; 4 to 72 on each rack
 }
 
 // NVLink SHARP moves each GPU's buffer once each way whatever the group: on a rack the

@@ -575,6 +575,24 @@ TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked
   EXPECT_EQ(count, 5U);
 }
 
+TEST(TopologyValidation, RingGroupFractionsNameARingCollectiveAGroupAndAFraction) {
+  json j = to_json(load_topology("dgx-h100"));
+  EXPECT_DOUBLE_EQ(parse_topology(j, "h100").nccl.ring_group_fraction.at("reduce_scatter").at(2),
+                   0.624);
+  json& f = j["nccl"]["ring_group_fraction"];
+  f["all_reduce"] = {{"2", 0.5}};
+  f["all_gather"]["1"] = 0.5;
+  f["reduce_scatter"]["4"] = 1.5;
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("nccl.ring_group_fraction.all_reduce").rule,
+            "must be all_gather or reduce_scatter");
+  EXPECT_EQ(v.at("nccl.ring_group_fraction.all_gather.1").rule,
+            "must be a group size, an integer ≥ 2");
+  EXPECT_EQ(v.at("nccl.ring_group_fraction.reduce_scatter.4").value, "1.5");
+  EXPECT_EQ(v.at("nccl.ring_group_fraction.reduce_scatter.4").rule, "must lie in (0, 1]");
+  EXPECT_EQ(count, 3U);
+}
+
 TEST(TopologyValidation, TheNvlsGroupSizeIsAGroupAndDefaultsToOneNodeOfEight) {
   json j = to_json(load_topology("dgx-h100"));
   EXPECT_EQ(j.at("nccl").at("nvls_bus_ranks"), 8);
