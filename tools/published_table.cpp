@@ -441,6 +441,11 @@ std::string aligned(const std::vector<std::vector<std::string>>& cells, std::siz
   return out.str();
 }
 
+// Whether a throughput row's published work per iteration stands too far from its scenario's.
+bool work_is_off(const ValidationRow& row) {
+  return row.work_ratio && std::abs(*row.work_ratio - 1) > kWorkRatioTolerance;
+}
+
 // "3.0 % above" / "2.5 % below": a work ratio as the published run's difference.
 std::string work_difference(double ratio) {
   return fixed(std::abs(ratio - 1) * 100, 1) + (ratio > 1 ? " % above" : " % below");
@@ -470,7 +475,7 @@ std::string format_validation(const ValidationResult& r,
                                   row.informational ? "(informational)"
                                   : row.counted     ? ""
                                                     : "(the same run as its time row)"};
-    if (row.work_ratio && std::abs(*row.work_ratio - 1) > kWorkRatioTolerance)
+    if (work_is_off(row))
       line.back() += " (its published work per iteration " + work_difference(*row.work_ratio) +
                      " the scenario's)";
     if (several_sets) line.insert(line.begin(), row.published.set);
@@ -481,7 +486,7 @@ std::string format_validation(const ValidationResult& r,
   std::string off_rows;
   int off = 0;
   for (const auto& row : r.rows)
-    if (row.work_ratio && std::abs(*row.work_ratio - 1) > kWorkRatioTolerance) {
+    if (work_is_off(row)) {
       off_rows += (off++ ? ", " : "") + row.published.scenario + " " + row.published.metric + " (" +
                   work_difference(*row.work_ratio) + ")";
     }
