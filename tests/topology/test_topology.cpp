@@ -575,6 +575,19 @@ TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked
   EXPECT_EQ(count, 5U);
 }
 
+TEST(TopologyValidation, TheP2pRateIsARateAndAbsentMeansTheLinks) {
+  json j = to_json(load_topology("dgx-h100"));
+  EXPECT_DOUBLE_EQ(parse_topology(j, "h100").nccl.p2p_nvlink.value, 292e9);
+  j["nccl"]["p2p_nvlink_gbs"] = -1;
+  const auto [v, count] = rejected(j);
+  EXPECT_EQ(v.at("nccl.p2p_nvlink_gbs").value, "-1");
+  EXPECT_EQ(v.at("nccl.p2p_nvlink_gbs").rule, "must be ≥ 0");
+  EXPECT_EQ(count, 1U);
+  j["nccl"].erase("p2p_nvlink_gbs");
+  j["nccl"]["source"].erase("p2p_nvlink_gbs");
+  EXPECT_EQ(parse_topology(j, "no p2p rate").nccl.p2p_nvlink.value, 0);
+}
+
 TEST(TopologyValidation, RingGroupFractionsNameARingCollectiveAGroupAndAFraction) {
   json j = to_json(load_topology("dgx-h100"));
   EXPECT_DOUBLE_EQ(parse_topology(j, "h100").nccl.ring_group_fraction.at("reduce_scatter").at(2),
