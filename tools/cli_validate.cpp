@@ -330,7 +330,8 @@ void add_validate_command(CLI::App& app) {
       "value, unit, set, source) and the scenarios it names, per set and over all sets (target on "
       "the iteration time each row implies: median |error| ≤ 5 %, max ≤ 12 %, each set's median "
       "≤ 7 %), or a CSV of measured runs (vTrain's columns, optionally precision, recompute, "
-      "schedule, topology), split into a calibration and a validation half by a hash of each row "
+      "schedule, topology, Parameters (billion)), split into a calibration and a validation half "
+      "by a hash of each row "
       "(target on the validation half: median ≤ 5 %, max ≤ 20 %)");
   cmd->add_option("dir", opts->dir,
                   "Folder with published.csv and <scenario>.json files, or a CSV of measured runs")

@@ -28,7 +28,11 @@ const std::vector<std::string> kRequired = {"# GPUs",
                                             "data parallelism",
                                             "pipeline parallelism",
                                             "iteration time (ms)"};
-const std::vector<std::string> kOptional = {"precision", "recompute", "schedule", "topology"};
+// "Parameters (billion)" leads vTrain's multi-node file (data/ground_truth_multi.csv): the
+// model's size as the file states it, checked as a number and not used (the layers, hidden
+// size and vocabulary say what is simulated).
+const std::vector<std::string> kOptional = {"precision", "recompute", "schedule", "topology",
+                                            "Parameters (billion)"};
 
 std::string where(int line, const std::string& column) {
   return "line " + std::to_string(line) + ", " + column;
@@ -86,7 +90,10 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
   if (!in) throw ConfigError("measured runs", source, "cannot be opened");
   std::stringstream buf;
   buf << in.rdbuf();
-  const std::string text = buf.str();
+  std::string text = buf.str();
+  // A UTF-8 byte order mark (spreadsheets write one; vTrain's multi-node file has one) is
+  // not part of the first column's name.
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   const auto lines_text = raw_lines(text);
   std::vector<int> lines;
   const auto records = parse_csv(text, &lines);
@@ -99,7 +106,8 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
         std::find(kOptional.begin(), kOptional.end(), name) == kOptional.end())
       problems.push_back({where(1, "header"), name,
                           "unknown column; the columns are vTrain's (# GPUs, …, iteration time "
-                          "(ms)) and optionally precision, recompute, schedule, topology"});
+                          "(ms)) and optionally precision, recompute, schedule, topology, "
+                          "Parameters (billion)"});
     column[name] = i;
   }
   for (const auto& name : kRequired)
@@ -150,6 +158,15 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     const std::string recompute = text_of("recompute", "full");
     const std::string schedule = text_of("schedule", "1f1b");
     const std::string topo = topology.empty() ? text_of("topology", "dgx-a100-80g") : topology;
+    if (const auto it = column.find("Parameters (billion)");
+        it != column.end() && !f[it->second].empty()) {
+      const auto b = parse_number(f[it->second]);
+      if (!b || *b <= 0) {
+        problems.push_back({where(line, "Parameters (billion)"), f[it->second],
+                            "must be a positive number (or empty)"});
+        ok = false;
+      }
+    }
     if (precision != "fp16" && precision != "bf16" && precision != "fp32") {
       problems.push_back({where(line, "precision"), precision, "must be fp16, bf16 or fp32"});
       ok = false;

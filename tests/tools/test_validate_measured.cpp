@@ -192,6 +192,38 @@ TEST(ValidateMeasured, BadRowsAreNamedBeforeAnySimulation) {
       << h.output;
 }
 
+// vTrain's multi-node file leads with a byte order mark and a "Parameters (billion)" column:
+// its rows are the same runs as without them (each predicted as the plain file's row), and a
+// size that is not a positive number is refused naming line, column and value.
+TEST(ValidateMeasured, ByteOrderMarkAndStatedParametersAreRead) {
+  const auto dir = fresh_dir("tandem_validate_measured_multi");
+  const std::string header =
+      "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+      "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
+  const std::vector<std::string> rows = {"2,8,1,512,8,4,512,1,2,1,10",
+                                         "4,8,2,512,8,4,512,2,1,2,12"};
+  write(dir / "plain.csv", header + rows[0] + "\n" + rows[1] + "\n");
+  write(dir / "multi.csv",
+        "\xEF\xBB\xBFParameters (billion)," + header + "0.02," + rows[0] + "\n," + rows[1] + "\n");
+  const auto plain =
+      run("validate " + (dir / "plain.csv").string() + " --json " + (dir / "plain.json").string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto multi =
+      run("validate " + (dir / "multi.csv").string() + " --json " + (dir / "multi.json").string());
+  ASSERT_EQ(multi.exit_code, 0) << multi.output;
+  const auto p = read_json(dir / "plain.json"), m = read_json(dir / "multi.json");
+  ASSERT_EQ(m["rows"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(m["rows"][i]["predicted_ms"], p["rows"][i]["predicted_ms"]) << i;
+
+  write(dir / "bad.csv", "\xEF\xBB\xBFParameters (billion)," + header + "-1," + rows[0] + "\n");
+  const auto bad = run("validate " + (dir / "bad.csv").string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("line 2, Parameters (billion) = -1: must be a positive number"),
+            std::string::npos)
+      << bad.output;
+}
+
 // The vTrain single-node set in the repository: every row valid, and the halves are the
 // parities of the rows' hashes, counted here from the file itself.
 TEST(ValidateMeasured, VtrainSetIsValidAndSplitByHash) {
