@@ -157,7 +157,7 @@ MeasuredTable read_measured_runs(const std::filesystem::path& csv, const std::st
     const std::string precision = text_of("precision", "fp16");
     const std::string recompute = text_of("recompute", "full");
     const std::string schedule = text_of("schedule", "1f1b");
-    const std::string topo = topology.empty() ? text_of("topology", "dgx-a100-80g") : topology;
+    const std::string topo = topology.empty() ? text_of("topology", "vtrain-a100") : topology;
     if (const auto it = column.find("Parameters (billion)");
         it != column.end() && !f[it->second].empty()) {
       const auto b = parse_number(f[it->second]);

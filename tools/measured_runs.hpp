@@ -4,11 +4,11 @@
 // parallelism, iteration time (ms)) plus the optional columns precision (fp16 | bf16 |
 // fp32, default fp16), recompute (none | selective | full, default full), schedule (1f1b |
 // gpipe | interleaved | auto, default 1f1b), topology (a preset name or file, default
-// dgx-a100-80g) and Parameters (billion) (vTrain's multi-node file: checked, not used); a
-// leading UTF-8 byte order mark is skipped. The defaults are what vTrain's Megatron-DeepSpeed runs
-// used or most likely used (scenarios/measured/README.md). Every row is checked (numbers, GPUs = tp
-// · dp · pp, the scenario it makes validates) and all problems are thrown together before anything
-// is simulated.
+// vtrain-a100: vTrain's cluster, a DGX A100 node with 800 Gb/s of InfiniBand) and Parameters
+// (billion) (vTrain's multi-node file: checked, not used); a leading UTF-8 byte order mark is
+// skipped. The defaults are what vTrain's Megatron-DeepSpeed runs used or most likely used
+// (scenarios/measured/README.md). Every row is checked (numbers, GPUs = tp · dp · pp, the scenario
+// it makes validates) and all problems are thrown together before anything is simulated.
 //
 // The halves: a row is in the calibration half when the FNV-1a 64-bit hash of its raw CSV
 // line (without the line end) is even, in the validation half when it is odd. Parameters

@@ -642,11 +642,81 @@ std::map<std::string, FittedParameter> read_fitted_on(const json& top, Violation
   return fitted;
 }
 
+// The JSON of a topology named by "base": a preset's text or a file's, parsed.
+json base_json(const std::string& name, std::string_view source) {
+  const auto text_of = [&]() -> std::string {
+    for (const auto& p : embedded_presets())
+      if (p.name == name) return std::string(p.json);
+    if (name.find('/') != std::string::npos || name.ends_with(".json")) return read_file_text(name);
+    std::vector<std::string> names;
+    for (const auto& p : embedded_presets()) names.emplace_back(p.name);
+    throw ConfigError(
+        {{"base", name, "is neither a preset (" + join(names, " | ") + ") nor a JSON file path"}},
+        std::string(source));
+  };
+  const std::string text = text_of();
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw ConfigError({{"base", name, std::string("is not valid JSON: ") + e.what()}},
+                      std::string(source));
+  }
+}
+
+// A topology that names a "base" is that topology with this one's keys merged over it (RFC
+// 7386 merge patch: objects merge key by key, anything else replaces, null removes). A
+// number it changes must say where it came from: the base's source for it would be stale, so
+// a changed key with a source in the base needs one in the patch; a fitted_on entry of the
+// base for a changed key is dropped unless the patch restates it.
+json resolve_base(const json& j, std::string_view source, int depth, Violations& out) {
+  if (!j.is_object() || !j.contains("base")) return j;
+  const json& base_name = j.at("base");
+  if (!base_name.is_string() || base_name.get<std::string>().empty()) {
+    out.push_back({"base", shown(base_name), "must be a preset name or a JSON file path"});
+    return j;
+  }
+  if (depth >= 8) {
+    out.push_back({"base", base_name.get<std::string>(),
+                   "nests more than 8 bases deep (does a base name itself?)"});
+    return j;
+  }
+  if (!j.contains("name"))
+    out.push_back({"name", "", "is required with base: the topology is not its base"});
+  json merged =
+      resolve_base(base_json(base_name.get<std::string>(), source), source, depth + 1, out);
+  json patch = j;
+  patch.erase("base");
+  for (const char* section : {"gpu", "node", "nvlink_domain", "fabric", "nccl"}) {
+    if (!patch.contains(section) || !patch[section].is_object() || !merged.contains(section))
+      continue;
+    const json& was = merged[section];
+    const json& now = patch[section];
+    const json no_sources = json::object();
+    const json& old_sources = was.contains("source") ? was["source"] : no_sources;
+    const json& new_sources = now.contains("source") ? now["source"] : no_sources;
+    for (const auto& [key, value] : now.items()) {
+      if (key == "source" || (was.contains(key) && was[key] == value)) continue;
+      const std::string field = std::string(section) + "." + key;
+      if (old_sources.contains(key) && !new_sources.contains(key))
+        out.push_back({field + ".source", shown(value),
+                       "changes " + base_name.get<std::string>() + "'s value: give its source in " +
+                           section + ".source." + key});
+      if (merged.contains("fitted_on") && merged["fitted_on"].contains(field) &&
+          !(patch.contains("fitted_on") && patch["fitted_on"].contains(field)))
+        merged["fitted_on"].erase(field);
+    }
+  }
+  merged.merge_patch(patch);
+  return merged;
+}
+
 }  // namespace
 
-Topology parse_topology(const nlohmann::json& j, std::string_view source) {
+Topology parse_topology(const nlohmann::json& given, std::string_view source) {
   Violations out;
   Topology t;
+  const json j = resolve_base(given, source, 0, out);
+  if (!out.empty()) throw ConfigError(std::move(out), std::string(source));
   Section top(
       j, "", {"name", "description", "gpu", "node", "nvlink_domain", "fabric", "nccl", "fitted_on"},
       out);

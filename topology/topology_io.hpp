@@ -17,6 +17,10 @@
 //
 // GB/s are 10⁹ bytes per second, per direction; "source" maps a field name to where its
 // number came from and may only name fields of its section.
+//
+// {"name": "mine", "base": "dgx-a100-80g", "fabric": {"nics_per_node": 4, "source": {…}}}
+// is the base (a preset or a file) with these keys merged over it (RFC 7386); a changed
+// number needs its own source where the base had one (topology/README.md).
 #pragma once
 
 #include <filesystem>

@@ -85,7 +85,7 @@ std::string scenario_json(const Row& r) {
                  "host_sync_output_layer": true,
                  "async_tensor_model_parallel_allreduce": false},
     "cluster": {"world_size": )"
-    << r.gpus << R"(, "gpus_per_node": 8, "topology": "dgx-a100-80g"}})";
+    << r.gpus << R"(, "gpus_per_node": 8, "topology": "vtrain-a100"}})";
   return s.str();
 }
 
@@ -294,7 +294,7 @@ TEST(ValidateMeasured, HiddenSplitSaysWhatThePresetWasFittedOn) {
                      " --calibration-hidden 1024 --jobs 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("fitted on vtrain_single_node ("), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("validation half is not held out from dgx-a100-80g's fitted "
+  EXPECT_NE(r.output.find("validation half is not held out from vtrain-a100's fitted "
                           "parameters; scripts/fit_host_model.py --calibration-hidden 1024"),
             std::string::npos)
       << r.output;

@@ -76,10 +76,10 @@ double nic_bytes_per_second(const std::string& note) {
   return std::stod(note.substr(start, at - start)) * 1e9 / 8;
 }
 
-TEST(TopologyPresets, NamesAreTheSevenShipped) {
+TEST(TopologyPresets, NamesAreTheEightShipped) {
   EXPECT_EQ(topology_preset_names(),
             (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-b200", "dgx-b300",
-                                      "dgx-h100", "gb200-nvl72", "gb300-nvl72"}));
+                                      "dgx-h100", "gb200-nvl72", "gb300-nvl72", "vtrain-a100"}));
 }
 
 TEST(TopologyPresets, MatchPublishedHardwareFigures) {
@@ -146,8 +146,8 @@ TEST(TopologyPresets, MatchPublishedHardwareFigures) {
 }
 
 TEST(TopologyPresets, EveryNumberOfTheDgxAndNvlPresetsCitesASource) {
-  for (const char* name :
-       {"dgx-a100-80g", "dgx-h100", "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
+  for (const char* name : {"dgx-a100-80g", "dgx-h100", "dgx-b200", "dgx-b300", "gb200-nvl72",
+                           "gb300-nvl72", "vtrain-a100"}) {
     const Topology t = load_topology(name);
     const json j = to_json(t);
     std::map<std::string, const Sources*> sections = {{"gpu", &t.gpu.sources},
@@ -312,7 +312,7 @@ TEST(TopologyPresets, CpuHostMarksItsNumbersAsEstimates) {
 
 TEST(TopologyPresets, EmbeddedTextEqualsTheFilesInTheRepository) {
   const auto dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "topology" / "presets";
-  ASSERT_EQ(embedded_presets().size(), 7U);
+  ASSERT_EQ(embedded_presets().size(), 8U);
   for (const auto& p : embedded_presets()) {
     std::ifstream in(dir / (std::string(p.name) + ".json"));
     ASSERT_TRUE(in) << p.name;
@@ -752,9 +752,80 @@ TEST(TopologyLoad, UnknownPresetSuggestsTheClosest) {
     EXPECT_EQ(e.violations()[0].value, "dgx-a100");
     EXPECT_NE(e.violations()[0].rule.find("did you mean \"dgx-a100-80g\"?"), std::string::npos);
     EXPECT_NE(e.violations()[0].rule.find("cpu-host | dgx-a100-80g | dgx-b200 | dgx-b300 | "
-                                          "dgx-h100 | gb200-nvl72 | gb300-nvl72"),
+                                          "dgx-h100 | gb200-nvl72 | gb300-nvl72 | vtrain-a100"),
               std::string::npos);
   }
+}
+
+// vtrain-a100 names dgx-a100-80g as its base: it is that preset with its own name,
+// description and four NICs a node (and that number's source), nothing else.
+TEST(TopologyBase, APresetWithABaseIsTheBaseWithItsChanges) {
+  json expected = to_json(load_topology("dgx-a100-80g"));
+  const json derived = to_json(load_topology("vtrain-a100"));
+  expected["name"] = "vtrain-a100";
+  expected["description"] = derived.at("description");
+  expected["fabric"]["nics_per_node"] = 4;
+  expected["fabric"]["source"]["nics_per_node"] =
+      derived.at("fabric").at("source").at("nics_per_node");
+  EXPECT_EQ(derived, expected);
+  EXPECT_NE(derived.at("fabric").at("source").at("nics_per_node").get<std::string>().find("800"),
+            std::string::npos);
+  EXPECT_EQ(nic_of_gpu(load_topology("vtrain-a100"), 7), 3);
+}
+
+TEST(TopologyBase, ChangesNeedASourceAndStaleFitsAreDropped) {
+  const auto dir = std::filesystem::temp_directory_path() / "tandem_test_topology_base";
+  std::filesystem::create_directories(dir);
+  auto load = [&](const json& j) {
+    const auto path = dir / "t.json";
+    std::ofstream(path) << j.dump(2);
+    return load_topology(path.string());
+  };
+  // A changed GEMM fraction with its source: the base's fit of it no longer applies.
+  const json faster = {
+      {"name", "faster"},
+      {"base", "dgx-a100-80g"},
+      {"gpu",
+       {{"gemm_peak_fraction", 0.8}, {"source", {{"gemm_peak_fraction", "a measurement"}}}}}};
+  const Topology t = load(faster);
+  EXPECT_DOUBLE_EQ(t.gpu.gemm_peak_fraction, 0.8);
+  EXPECT_EQ(t.gpu.sources.at("gemm_peak_fraction"), "a measurement");
+  EXPECT_FALSE(t.fitted_on.contains("gpu.gemm_peak_fraction"));
+  EXPECT_TRUE(load_topology("dgx-a100-80g").fitted_on.contains("gpu.gemm_peak_fraction"));
+  EXPECT_TRUE(t.fitted_on.contains("gpu.host_kernel_issue_us"));
+  // The same value as the base's needs no new source.
+  json same = faster;
+  same["gpu"] = {{"gemm_peak_fraction", load_topology("dgx-a100-80g").gpu.gemm_peak_fraction}};
+  EXPECT_NO_THROW(load(same));
+
+  auto violation = [&](const json& j, const std::string& field) -> Violation {
+    try {
+      load(j);
+    } catch (const ConfigError& e) {
+      for (const auto& v : e.violations())
+        if (v.field == field) return v;
+      ADD_FAILURE() << field << " not among the violations of " << j.dump();
+      return {};
+    }
+    ADD_FAILURE() << "no ConfigError for " << j.dump();
+    return {};
+  };
+  json unsourced = faster;
+  unsourced["gpu"].erase("source");
+  const Violation v = violation(unsourced, "gpu.gemm_peak_fraction.source");
+  EXPECT_EQ(v.value, "0.8");
+  EXPECT_NE(v.rule.find("changes dgx-a100-80g's value"), std::string::npos) << v.rule;
+
+  json unknown = faster;
+  unknown["base"] = "dgx-a100";
+  EXPECT_NE(violation(unknown, "base").rule.find("neither a preset"), std::string::npos);
+  json unnamed = faster;
+  unnamed.erase("name");
+  EXPECT_EQ(violation(unnamed, "name").rule, "is required with base: the topology is not its base");
+  // A file that is its own base.
+  const json loop = {{"name", "loop"}, {"base", (dir / "t.json").string()}};
+  EXPECT_NE(violation(loop, "base").rule.find("more than 8"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TopologyLoad, FilesByPath) {
