@@ -698,9 +698,10 @@ json resolve_base(const json& j, std::string_view source, int depth, Violations&
       if (key == "source" || (was.contains(key) && was[key] == value)) continue;
       const std::string field = std::string(section) + "." + key;
       if (old_sources.contains(key) && !new_sources.contains(key))
-        out.push_back({field + ".source", shown(value),
-                       "changes " + base_name.get<std::string>() + "'s value: give its source in " +
-                           section + ".source." + key});
+        out.push_back({std::string(section) + ".source." + key, "",
+                       "is required: " + field + " = " + shown(value) + " changes " +
+                           base_name.get<std::string>() +
+                           "'s value, whose source no longer holds"});
       if (merged.contains("fitted_on") && merged["fitted_on"].contains(field) &&
           !(patch.contains("fitted_on") && patch["fitted_on"].contains(field)))
         merged["fitted_on"].erase(field);
