@@ -647,7 +647,14 @@ json base_json(const std::string& name, std::string_view source) {
   const auto text_of = [&]() -> std::string {
     for (const auto& p : embedded_presets())
       if (p.name == name) return std::string(p.json);
-    if (name.find('/') != std::string::npos || name.ends_with(".json")) return read_file_text(name);
+    if (name.find('/') != std::string::npos || name.ends_with(".json")) {
+      // A relative path is read beside the file that names it, as an include would be.
+      const std::filesystem::path path(name), from(source);
+      std::error_code ec;
+      if (path.is_relative() && std::filesystem::is_regular_file(from, ec))
+        return read_file_text(from.parent_path() / path);
+      return read_file_text(path);
+    }
     std::vector<std::string> names;
     for (const auto& p : embedded_presets()) names.emplace_back(p.name);
     throw ConfigError(

@@ -826,6 +826,13 @@ TEST(TopologyBase, ChangesNeedASourceAndStaleFitsAreDropped) {
   // A file that is its own base.
   const json loop = {{"name", "loop"}, {"base", (dir / "t.json").string()}};
   EXPECT_NE(violation(loop, "base").rule.find("more than 8"), std::string::npos);
+  // A relative base is read beside the file that names it, wherever tandem runs.
+  std::filesystem::create_directories(dir / "sub");
+  std::ofstream(dir / "sub" / "base.json") << faster.dump(2);
+  std::ofstream(dir / "sub" / "derived.json")
+      << json{{"name", "derived"}, {"base", "base.json"}}.dump(2);
+  EXPECT_DOUBLE_EQ(load_topology((dir / "sub" / "derived.json").string()).gpu.gemm_peak_fraction,
+                   0.8);
   std::filesystem::remove_all(dir);
 }
 
