@@ -68,7 +68,7 @@ struct Row {
 };
 
 // The scenario a vTrain row stands for, written out independently of tandem's reader.
-std::string scenario_json(const Row& r) {
+std::string scenario_json(const Row& r, const std::string& topology = "vtrain-a100") {
   std::ostringstream s;
   s << R"({"name": "row", "model": {"num_layers": )" << r.layers << R"(, "hidden_size": )" << r.h
     << R"(, "num_attention_heads": )" << r.heads << R"(, "seq_length": )" << r.seq
@@ -85,7 +85,7 @@ std::string scenario_json(const Row& r) {
                  "host_sync_output_layer": true,
                  "async_tensor_model_parallel_allreduce": false},
     "cluster": {"world_size": )"
-    << r.gpus << R"(, "gpus_per_node": 8, "topology": "vtrain-a100"}})";
+    << r.gpus << R"(, "gpus_per_node": 8, "topology": ")" << topology << R"("}})";
   return s.str();
 }
 
@@ -190,6 +190,33 @@ TEST(ValidateMeasured, BadRowsAreNamedBeforeAnySimulation) {
   EXPECT_NE(h.output.find("line 1, header = micro batch: required column missing"),
             std::string::npos)
       << h.output;
+}
+
+// A row over more than one node is priced on vTrain's cluster (vtrain-a100: 800 Gb/s of
+// InfiniBand a node), as `tandem simulate` prices its scenario there; on a DGX A100's 1600
+// Gb/s the same row's data-parallel all-reduce, and so the row, would be faster.
+TEST(ValidateMeasured, RowsOverSeveralNodesArePricedOnVtrainsCluster) {
+  const auto dir = fresh_dir("tandem_validate_measured_nodes");
+  const Row row{16, 16, 1, 2048, 16, 2, 512, 1, 16, 1, 1.0};
+  std::map<std::string, double> predicted_ms;
+  for (const std::string topology : {"vtrain-a100", "dgx-a100-80g"}) {
+    write(dir / (topology + ".json"), scenario_json(row, topology));
+    const auto out = dir / (topology + ".report.json");
+    const auto r = run("simulate " + (dir / (topology + ".json")).string() + " --quiet --json " +
+                       out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    predicted_ms[topology] = read_json(out)["iteration_seconds"].get<double>() * 1e3;
+  }
+  EXPECT_GT(predicted_ms["vtrain-a100"], 1.01 * predicted_ms["dgx-a100-80g"]);
+  write(dir / "runs.csv",
+        "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+        "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+        "16,16,1,2048,16,2,512,1,16,1,100\n");
+  const auto r =
+      run("validate " + (dir / "runs.csv").string() + " --json " + (dir / "v.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(read_json(dir / "v.json")["rows"][0]["predicted_ms"].get<double>(),
+              predicted_ms["vtrain-a100"], 1e-9 * predicted_ms["vtrain-a100"]);
 }
 
 // vTrain's multi-node file leads with a byte order mark and a "Parameters (billion)" column:
