@@ -332,7 +332,8 @@ void add_validate_command(CLI::App& app) {
       "≤ 7 %), or a CSV of measured runs (vTrain's columns, optionally precision, recompute, "
       "schedule, topology, Parameters (billion)), split into a calibration and a validation half "
       "by a hash of each row "
-      "(target on the validation half: median ≤ 5 %, max ≤ 20 %)");
+      "(target on the validation half: median ≤ 5 %, max ≤ 20 %), with the errors per node count "
+      "and how the layouts of each job rank (Spearman's rho of measured and predicted time)");
   cmd->add_option("dir", opts->dir,
                   "Folder with published.csv and <scenario>.json files, or a CSV of measured runs")
       ->required();

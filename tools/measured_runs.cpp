@@ -298,6 +298,58 @@ HalfSummary summarize(const std::vector<double>& abs_errors) {
   return h;
 }
 
+std::optional<double> spearman_rank_correlation(const std::vector<double>& a,
+                                                const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return std::nullopt;
+  const auto ranks = [](const std::vector<double>& x) {
+    std::vector<std::size_t> order(x.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t i, std::size_t j) { return x[i] < x[j]; });
+    std::vector<double> r(x.size());
+    for (std::size_t i = 0; i < order.size();) {
+      std::size_t j = i;
+      while (j + 1 < order.size() && x[order[j + 1]] == x[order[i]]) ++j;
+      const double mean_rank = (static_cast<double>(i + j) / 2) + 1;  // ties share their mean
+      for (std::size_t k = i; k <= j; ++k) r[order[k]] = mean_rank;
+      i = j + 1;
+    }
+    return r;
+  };
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size());
+  double ma = 0, mb = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    ma += ra[i] / n;
+    mb += rb[i] / n;
+  }
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  if (saa == 0 || sbb == 0) return std::nullopt;
+  return sab / std::sqrt(saa * sbb);
+}
+
+namespace {
+
+std::string job_of(const Scenario& s) {
+  char job[160];
+  std::snprintf(job, sizeof job, "h%d a%d L%d s%d, %d GPUs, global batch %d", s.model.hidden_size,
+                s.model.num_attention_heads, s.model.num_layers, s.model.seq_length,
+                s.cluster.world_size, s.training.global_batch_size);
+  return job;
+}
+
+int nodes_of(const Scenario& s) {
+  const int per_node = std::max(1, s.cluster.gpus_per_node);
+  return (s.cluster.world_size + per_node - 1) / per_node;
+}
+
+}  // namespace
+
 MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
                                     const std::map<std::size_t, nlohmann::json>& reports,
                                     MeasuredTarget target) {
@@ -316,6 +368,21 @@ MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
     v.rows.push_back(r);
   }
   for (const auto& [half, e] : errors) v.halves[half] = summarize(e);
+  std::map<int, std::vector<double>> by_nodes;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> jobs;
+  for (const auto& r : v.rows) {
+    if (!r.predicted_ms) continue;
+    by_nodes[nodes_of(r.run->scenario)].push_back(std::abs(*r.error_percent));
+    auto& [measured, predicted] = jobs[job_of(r.run->scenario)];
+    measured.push_back(r.run->iteration_ms);
+    predicted.push_back(*r.predicted_ms);
+  }
+  for (const auto& [nodes, e] : by_nodes) v.by_nodes[nodes] = summarize(e);
+  for (const auto& [job, times] : jobs) {
+    if (static_cast<int>(times.first.size()) < kMinLayoutsRanked) continue;
+    if (const auto rho = spearman_rank_correlation(times.first, times.second))
+      v.layout_groups.push_back({job, static_cast<int>(times.first.size()), *rho});
+  }
   // The target is the validation half's; a run of the calibration half alone is held to it
   // too (ctest checks both halves).
   bool any_validation = false;
@@ -355,6 +422,25 @@ std::string format_measured(const MeasuredValidation& v) {
                   s.p95_abs_error_percent, s.max_abs_error_percent);
     out << line;
   }
+  if (v.by_nodes.size() > 1)
+    for (const auto& [nodes, s] : v.by_nodes) {
+      std::snprintf(line, sizeof line,
+                    "%d node%s: %d row(s), |error| median %.1f %%, p95 %.1f %%, max %.1f %%\n",
+                    nodes, nodes == 1 ? "" : "s", s.rows, s.median_abs_error_percent,
+                    s.p95_abs_error_percent, s.max_abs_error_percent);
+      out << line;
+    }
+  if (!v.layout_groups.empty()) {
+    std::vector<double> rhos;
+    for (const auto& g : v.layout_groups) rhos.push_back(g.spearman);
+    std::snprintf(line, sizeof line,
+                  "layout ranking (Spearman's rho of measured and predicted time over the "
+                  "layouts of one model, GPU count and global batch; %zu job(s) of >= %d "
+                  "layouts): median %.2f, min %.2f\n",
+                  rhos.size(), kMinLayoutsRanked, median(rhos),
+                  *std::min_element(rhos.begin(), rhos.end()));
+    out << line;
+  }
   std::snprintf(line, sizeof line,
                 "target on the %s half (median |error| <= %.0f %%, max <= %.0f %%): %s\n",
                 v.target_half.c_str(), v.target.median_abs_error_percent,
@@ -382,8 +468,19 @@ nlohmann::json to_json(const MeasuredValidation& v) {
                     {"mean_abs_error_percent", s.mean_abs_error_percent},
                     {"p95_abs_error_percent", s.p95_abs_error_percent},
                     {"max_abs_error_percent", s.max_abs_error_percent}};
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const auto& [n, s] : v.by_nodes)
+    nodes[std::to_string(n)] = {{"rows", s.rows},
+                                {"median_abs_error_percent", s.median_abs_error_percent},
+                                {"p95_abs_error_percent", s.p95_abs_error_percent},
+                                {"max_abs_error_percent", s.max_abs_error_percent}};
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& g : v.layout_groups)
+    groups.push_back({{"job", g.job}, {"rows", g.rows}, {"spearman", g.spearman}});
   return {{"rows", rows},
           {"halves", halves},
+          {"by_nodes", nodes},
+          {"layout_ranking", {{"min_layouts", kMinLayoutsRanked}, {"jobs", groups}}},
           {"target",
            {{"half", v.target_half},
             {"median_abs_error_percent", v.target.median_abs_error_percent},

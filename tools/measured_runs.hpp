@@ -89,9 +89,26 @@ struct MeasuredTarget {
   double max_abs_error_percent = 20;
 };
 
+// Spearman's rank correlation of two samples of equal length (ranks averaged over ties:
+// the Pearson correlation of the ranks); absent when shorter than 2 or either is constant.
+std::optional<double> spearman_rank_correlation(const std::vector<double>& a,
+                                                const std::vector<double>& b);
+
+// The layouts of one job: the rows with the same model (hidden size, heads, layers,
+// sequence), GPU count and global batch, which differ in tp, dp, pp, micro batch, … . How
+// well the simulator ranks them is what a layout search needs from it.
+struct LayoutGroup {
+  std::string job;      // "h2048 a16 L24 s1024, 8 GPUs, global batch 64"
+  int rows = 0;         // rows with a prediction
+  double spearman = 0;  // of measured and predicted iteration time
+};
+inline constexpr int kMinLayoutsRanked = 4;  // smaller groups are not ranked
+
 struct MeasuredValidation {
   std::vector<MeasuredResult> rows;
   std::map<std::string, HalfSummary> halves;  // "calibration", "validation"
+  std::map<int, HalfSummary> by_nodes;        // nodes a row spans → its rows' |errors|
+  std::vector<LayoutGroup> layout_groups;     // groups of ≥ kMinLayoutsRanked rows
   MeasuredTarget target;
   // The half held to the target: validation when it was simulated, else calibration.
   std::string target_half = "validation";

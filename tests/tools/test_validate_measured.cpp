@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -217,6 +218,104 @@ TEST(ValidateMeasured, RowsOverSeveralNodesArePricedOnVtrainsCluster) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NEAR(read_json(dir / "v.json")["rows"][0]["predicted_ms"].get<double>(),
               predicted_ms["vtrain-a100"], 1e-9 * predicted_ms["vtrain-a100"]);
+}
+
+// Ranks 1..n of distinct values (the test's rows are chosen with distinct predictions).
+std::vector<double> distinct_ranks(const std::vector<double>& x) {
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    r[i] = 1 + static_cast<double>(
+                   std::count_if(x.begin(), x.end(), [&](double y) { return y < x[i]; }));
+  return r;
+}
+
+// The layouts of one job (model, GPUs, global batch) are ranked by Spearman's rho, here from
+// the textbook formula 1 − 6·Σd²/(n(n² − 1)) over rows whose measured times are their
+// predictions with two pairs swapped; a job of one row is not ranked; the rows are
+// summarised per node count (the 16-GPU row spans two nodes of eight).
+TEST(ValidateMeasured, LayoutRankingAndNodeCountsAreSummarised) {
+  const auto dir = fresh_dir("tandem_validate_measured_rank");
+  const std::vector<Row> rows = {
+      {4, 16, 1, 512, 8, 4, 512, 1, 4, 1, 1.0}, {4, 16, 1, 512, 8, 4, 512, 2, 2, 1, 1.0},
+      {4, 16, 1, 512, 8, 4, 512, 4, 1, 1, 1.0}, {4, 16, 1, 512, 8, 4, 512, 1, 2, 2, 1.0},
+      {4, 16, 2, 512, 8, 4, 512, 2, 1, 2, 1.0}, {16, 16, 1, 512, 8, 4, 512, 1, 16, 1, 1.1}};
+  std::vector<double> predicted;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto file = dir / ("row" + std::to_string(i) + ".json");
+    write(file, scenario_json(rows[i]));
+    const auto out = dir / ("row" + std::to_string(i) + ".report.json");
+    const auto r = run("simulate " + file.string() + " --quiet --json " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    predicted.push_back(read_json(out)["iteration_seconds"].get<double>() * 1e3);
+  }
+  const std::vector<double> job(predicted.begin(), predicted.begin() + 5);
+  ASSERT_EQ(std::set<double>(job.begin(), job.end()).size(), 5u) << "predictions must differ";
+  const std::vector<double> measured = {job[1], job[0], job[2], job[4], job[3]};
+  const auto rp = distinct_ranks(job), rm = distinct_ranks(measured);
+  double d2 = 0;
+  for (std::size_t i = 0; i < 5; ++i) d2 += (rp[i] - rm[i]) * (rp[i] - rm[i]);
+  const double rho = 1 - 6 * d2 / (5 * (25 - 1));
+  ASSERT_LT(rho, 1.0);
+  std::string csv =
+      "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence "
+      "length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    csv += std::to_string(r.gpus) + "," + std::to_string(r.gb) + "," + std::to_string(r.mb) + "," +
+           std::to_string(r.h) + "," + std::to_string(r.heads) + "," + std::to_string(r.layers) +
+           "," + std::to_string(r.seq) + "," + std::to_string(r.tp) + "," + std::to_string(r.dp) +
+           "," + std::to_string(r.pp) + "," +
+           number(i < 5 ? measured[i] : predicted[i] / r.factor) + "\n";
+  }
+  write(dir / "runs.csv", csv);
+  const auto r = run("validate " + (dir / "runs.csv").string() + " --jobs 2 --json " +
+                     (dir / "v.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = read_json(dir / "v.json");
+  const auto& jobs = j["layout_ranking"]["jobs"];
+  ASSERT_EQ(jobs.size(), 1u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["rows"], 5);
+  EXPECT_EQ(jobs[0]["job"], "h512 a8 L4 s512, 4 GPUs, global batch 16");
+  EXPECT_NEAR(jobs[0]["spearman"].get<double>(), rho, 1e-12);
+  EXPECT_EQ(j["by_nodes"]["1"]["rows"], 5);
+  EXPECT_EQ(j["by_nodes"]["2"]["rows"], 1);
+  EXPECT_NEAR(j["by_nodes"]["2"]["median_abs_error_percent"].get<double>(), 10, 1e-6);
+  EXPECT_NE(r.output.find("2 nodes: 1 row(s), |error| median 10.0 %"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("1 job(s) of >= 4 layouts): median "), std::string::npos) << r.output;
+
+  // Two layouts measured alike share the mean of their ranks (1.5 each, here the two smallest
+  // or not): rho is then the Pearson correlation of the ranks.
+  std::vector<double> tied = job;
+  tied[1] = tied[0];
+  std::vector<double> rt(5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const auto below =
+        std::count_if(tied.begin(), tied.end(), [&](double y) { return y < tied[i]; });
+    const auto same = std::count(tied.begin(), tied.end(), tied[i]);
+    rt[i] = static_cast<double>(below) + (static_cast<double>(same) + 1) / 2;
+  }
+  double sxy = 0, sxx = 0, syy = 0;
+  for (std::size_t i = 0; i < 5; ++i) {  // both rank vectors have mean 3
+    sxy += (rt[i] - 3) * (rp[i] - 3);
+    sxx += (rt[i] - 3) * (rt[i] - 3);
+    syy += (rp[i] - 3) * (rp[i] - 3);
+  }
+  std::string tied_csv = csv.substr(0, csv.find('\n') + 1);
+  for (std::size_t i = 0; i < 5; ++i) {
+    const Row& w = rows[i];
+    tied_csv += std::to_string(w.gpus) + "," + std::to_string(w.gb) + "," + std::to_string(w.mb) +
+                "," + std::to_string(w.h) + "," + std::to_string(w.heads) + "," +
+                std::to_string(w.layers) + "," + std::to_string(w.seq) + "," +
+                std::to_string(w.tp) + "," + std::to_string(w.dp) + "," + std::to_string(w.pp) +
+                "," + number(tied[i]) + "\n";
+  }
+  write(dir / "tied.csv", tied_csv);
+  const auto t = run("validate " + (dir / "tied.csv").string() + " --jobs 2 --json " +
+                     (dir / "t.json").string());
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NEAR(read_json(dir / "t.json")["layout_ranking"]["jobs"][0]["spearman"].get<double>(),
+              sxy / std::sqrt(sxx * syy), 1e-12);
 }
 
 // vTrain's multi-node file leads with a byte order mark and a "Parameters (billion)" column:
