@@ -317,17 +317,12 @@ std::optional<double> spearman_rank_correlation(const std::vector<double>& a,
     return r;
   };
   const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double n = static_cast<double>(a.size());
-  double ma = 0, mb = 0;
-  for (std::size_t i = 0; i < ra.size(); ++i) {
-    ma += ra[i] / n;
-    mb += rb[i] / n;
-  }
+  const double mean = (static_cast<double>(a.size()) + 1) / 2;  // of 1..n, ties averaged or not
   double sab = 0, saa = 0, sbb = 0;
   for (std::size_t i = 0; i < ra.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
+    sab += (ra[i] - mean) * (rb[i] - mean);
+    saa += (ra[i] - mean) * (ra[i] - mean);
+    sbb += (rb[i] - mean) * (rb[i] - mean);
   }
   if (saa == 0 || sbb == 0) return std::nullopt;
   return sab / std::sqrt(saa * sbb);
