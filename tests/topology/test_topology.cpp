@@ -76,10 +76,11 @@ double nic_bytes_per_second(const std::string& note) {
   return std::stod(note.substr(start, at - start)) * 1e9 / 8;
 }
 
-TEST(TopologyPresets, NamesAreTheEightShipped) {
-  EXPECT_EQ(topology_preset_names(),
-            (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-b200", "dgx-b300",
-                                      "dgx-h100", "gb200-nvl72", "gb300-nvl72", "vtrain-a100"}));
+TEST(TopologyPresets, NamesAreTheNineShipped) {
+  EXPECT_EQ(
+      topology_preset_names(),
+      (std::vector<std::string>{"cpu-host", "dgx-a100-80g", "dgx-b200", "dgx-b300", "dgx-h100",
+                                "gb200-nvl72", "gb300-nvl72", "jean-zay-a100", "vtrain-a100"}));
 }
 
 TEST(TopologyPresets, MatchPublishedHardwareFigures) {
@@ -147,7 +148,7 @@ TEST(TopologyPresets, MatchPublishedHardwareFigures) {
 
 TEST(TopologyPresets, EveryNumberOfTheDgxAndNvlPresetsCitesASource) {
   for (const char* name : {"dgx-a100-80g", "dgx-h100", "dgx-b200", "dgx-b300", "gb200-nvl72",
-                           "gb300-nvl72", "vtrain-a100"}) {
+                           "gb300-nvl72", "jean-zay-a100", "vtrain-a100"}) {
     const Topology t = load_topology(name);
     const json j = to_json(t);
     std::map<std::string, const Sources*> sections = {{"gpu", &t.gpu.sources},
@@ -312,7 +313,7 @@ TEST(TopologyPresets, CpuHostMarksItsNumbersAsEstimates) {
 
 TEST(TopologyPresets, EmbeddedTextEqualsTheFilesInTheRepository) {
   const auto dir = std::filesystem::path(TANDEM_SOURCE_DIR) / "topology" / "presets";
-  ASSERT_EQ(embedded_presets().size(), 8U);
+  ASSERT_EQ(embedded_presets().size(), 9U);
   for (const auto& p : embedded_presets()) {
     std::ifstream in(dir / (std::string(p.name) + ".json"));
     ASSERT_TRUE(in) << p.name;
@@ -760,7 +761,8 @@ TEST(TopologyLoad, UnknownPresetSuggestsTheClosest) {
     EXPECT_EQ(e.violations()[0].value, "dgx-a100");
     EXPECT_NE(e.violations()[0].rule.find("did you mean \"dgx-a100-80g\"?"), std::string::npos);
     EXPECT_NE(e.violations()[0].rule.find("cpu-host | dgx-a100-80g | dgx-b200 | dgx-b300 | "
-                                          "dgx-h100 | gb200-nvl72 | gb300-nvl72 | vtrain-a100"),
+                                          "dgx-h100 | gb200-nvl72 | gb300-nvl72 | jean-zay-a100 | "
+                                          "vtrain-a100"),
               std::string::npos);
   }
 }
@@ -779,6 +781,26 @@ TEST(TopologyBase, APresetWithABaseIsTheBaseWithItsChanges) {
   EXPECT_NE(derived.at("fabric").at("source").at("nics_per_node").get<std::string>().find("800"),
             std::string::npos);
   EXPECT_EQ(nic_of_gpu(load_topology("vtrain-a100"), 7), 3);
+}
+
+// jean-zay-a100 (BLOOM's cluster) is dgx-a100-80g with four Omni-Path 100 Gb/s links a node:
+// the NIC count, its line rate and NCCL's bus bandwidth over one NIC change, each with its
+// source, and nothing else.
+TEST(TopologyBase, JeanZayIsADgxA100WithFourOmniPathLinks) {
+  json expected = to_json(load_topology("dgx-a100-80g"));
+  const json derived = to_json(load_topology("jean-zay-a100"));
+  expected["name"] = "jean-zay-a100";
+  expected["description"] = derived.at("description");
+  expected["fabric"]["nics_per_node"] = 4;
+  expected["fabric"]["nic_gbs"] = 12.5;
+  expected["nccl"]["nic_bus_gbs"] = 12.0;
+  for (const auto& [section, key] :
+       {std::pair{"fabric", "nics_per_node"}, std::pair{"fabric", "nic_gbs"},
+        std::pair{"nccl", "nic_bus_gbs"}})
+    expected[section]["source"][key] = derived.at(section).at("source").at(key);
+  EXPECT_EQ(derived, expected);
+  EXPECT_NE(derived.at("fabric").at("source").at("nic_gbs").get<std::string>().find("Omni-Path"),
+            std::string::npos);
 }
 
 TEST(TopologyBase, ChangesNeedASourceAndStaleFitsAreDropped) {
