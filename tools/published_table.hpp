@@ -99,6 +99,11 @@ struct MetricSummary {
   double median_abs_error_percent = 0;
   double p95_abs_error_percent = 0;  // nearest rank: the ⌈0.95·n⌉-th smallest
   double max_abs_error_percent = 0;
+  // Which way the errors lean: a source whose rows are all a little fast has learned
+  // something the |error| hides. The median of the signed errors, and how many are below 0
+  // (on iteration time: predicted faster than measured).
+  double median_error_percent = 0;
+  int below_zero = 0;
 };
 
 // The accuracy target on the iteration time the published runs imply, over every set that

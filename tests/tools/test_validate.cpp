@@ -197,14 +197,15 @@ TEST_F(Validate, SetsAreSummarisedAndJudgedApart) {
   const double tf_b = reports_["small-pp4"]["hardware_tflops_per_gpu"].get<double>();
   const auto dir = fresh_dir("tandem_validate_sets");
   write_small_scenarios(dir);
-  // Set korthikanti2022: small-tp2-pp2's time 2 % slow. Set b: small-pp4's TFLOP/s published
+  // Set korthikanti2022: small-tp2-pp2 predicted fast (the run took 1.02 of the predicted
+  // time: time error 1/1.02 − 1). Set b: small-pp4's TFLOP/s published
   // 25 % above the prediction, i.e. the run took 1/1.25 of the time predicted: time error
   // +25 %; and small-tp2-pp2's TFLOP/s, the run whose time is already counted: shown, not
   // counted.
   write(dir / "published.csv",
         "scenario,metric,value,unit,set,source\n"
         "small-tp2-pp2,iteration_time," +
-            number(t_a / 1.02) +
+            number(t_a * 1.02) +
             ",s,korthikanti2022,x\n"
             "small-pp4,hardware_tflops_per_gpu," +
             number(tf_b * 1.25) +
@@ -223,9 +224,18 @@ TEST_F(Validate, SetsAreSummarisedAndJudgedApart) {
   EXPECT_EQ(j["rows"][1]["set"], "b");
   EXPECT_EQ(j["sets"]["b"]["rows"], 1);
   EXPECT_NEAR(j["sets"]["b"]["median_abs_error_percent"].get<double>(), 25.0, 1e-9);
-  EXPECT_NEAR(j["sets"]["korthikanti2022"]["median_abs_error_percent"].get<double>(), 2.0, 1e-9);
+  const double fast = (1 / 1.02 - 1) * 100;  // −1.96 %
+  EXPECT_NEAR(j["sets"]["korthikanti2022"]["median_abs_error_percent"].get<double>(), -fast, 1e-9);
   EXPECT_EQ(j["overall"]["rows"], 2);
-  EXPECT_NEAR(j["overall"]["median_abs_error_percent"].get<double>(), 13.5, 1e-9);
+  EXPECT_NEAR(j["overall"]["median_abs_error_percent"].get<double>(), (25 - fast) / 2, 1e-9);
+  // Which way each set leans: the signed median and the rows predicted fast.
+  EXPECT_NEAR(j["sets"]["korthikanti2022"]["median_error_percent"].get<double>(), fast, 1e-9);
+  EXPECT_EQ(j["sets"]["korthikanti2022"]["rows_below_zero"], 1);
+  EXPECT_NEAR(j["sets"]["b"]["median_error_percent"].get<double>(), 25.0, 1e-9);
+  EXPECT_EQ(j["sets"]["b"]["rows_below_zero"], 0);
+  EXPECT_NEAR(j["overall"]["median_error_percent"].get<double>(), (25 + fast) / 2, 1e-9);
+  EXPECT_EQ(j["overall"]["rows_below_zero"], 1);
+  EXPECT_NE(r.output.find("1 of 2"), std::string::npos) << r.output;
   EXPECT_NEAR(j["overall"]["p95_abs_error_percent"].get<double>(), 25.0, 1e-9);  // 2nd of 2
   EXPECT_NEAR(j["overall"]["max_abs_error_percent"].get<double>(), 25.0, 1e-9);
   EXPECT_NE(r.output.find("(the same run as its time row)"), std::string::npos) << r.output;
