@@ -283,10 +283,16 @@ std::vector<const MeasuredRun*> select_runs(const MeasuredTable& table, const st
   return runs;
 }
 
-HalfSummary summarize(const std::vector<double>& abs_errors) {
+HalfSummary summarize(const std::vector<double>& errors) {
   HalfSummary h;
-  h.rows = static_cast<int>(abs_errors.size());
-  if (abs_errors.empty()) return h;
+  h.rows = static_cast<int>(errors.size());
+  if (errors.empty()) return h;
+  std::vector<double> abs_errors(errors.size());
+  std::transform(errors.begin(), errors.end(), abs_errors.begin(),
+                 [](double e) { return std::abs(e); });
+  h.median_error_percent = median(errors);
+  h.below_zero =
+      static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; }));
   h.median_abs_error_percent = median(abs_errors);
   double sum = 0;
   for (double e : abs_errors) {
@@ -358,7 +364,7 @@ MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
     if (it != reports.end() && it->second.contains("iteration_seconds")) {
       r.predicted_ms = it->second.at("iteration_seconds").get<double>() * 1e3;
       r.error_percent = (*r.predicted_ms - r.run->iteration_ms) / r.run->iteration_ms * 100;
-      errors[std::string(half_name(r.run->half))].push_back(std::abs(*r.error_percent));
+      errors[std::string(half_name(r.run->half))].push_back(*r.error_percent);
     }
     v.rows.push_back(r);
   }
@@ -367,7 +373,7 @@ MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> jobs;
   for (const auto& r : v.rows) {
     if (!r.predicted_ms) continue;
-    by_nodes[nodes_of(r.run->scenario)].push_back(std::abs(*r.error_percent));
+    by_nodes[nodes_of(r.run->scenario)].push_back(*r.error_percent);
     auto& [measured, predicted] = jobs[job_of(r.run->scenario)];
     measured.push_back(r.run->iteration_ms);
     predicted.push_back(*r.predicted_ms);
@@ -412,17 +418,20 @@ std::string format_measured(const MeasuredValidation& v) {
   for (const auto& [half, s] : v.halves) {
     std::snprintf(line, sizeof line,
                   "%s half: %d row(s), |error| median %.1f %%, mean %.1f %%, p95 %.1f %%, "
-                  "max %.1f %%\n",
+                  "max %.1f %%; signed median %.1f %%, %d fast\n",
                   half.c_str(), s.rows, s.median_abs_error_percent, s.mean_abs_error_percent,
-                  s.p95_abs_error_percent, s.max_abs_error_percent);
+                  s.p95_abs_error_percent, s.max_abs_error_percent, s.median_error_percent,
+                  s.below_zero);
     out << line;
   }
   if (v.by_nodes.size() > 1)
     for (const auto& [nodes, s] : v.by_nodes) {
       std::snprintf(line, sizeof line,
-                    "%d node%s: %d row(s), |error| median %.1f %%, p95 %.1f %%, max %.1f %%\n",
+                    "%d node%s: %d row(s), |error| median %.1f %%, p95 %.1f %%, max %.1f %%; "
+                    "signed median %.1f %%, %d fast\n",
                     nodes, nodes == 1 ? "" : "s", s.rows, s.median_abs_error_percent,
-                    s.p95_abs_error_percent, s.max_abs_error_percent);
+                    s.p95_abs_error_percent, s.max_abs_error_percent, s.median_error_percent,
+                    s.below_zero);
       out << line;
     }
   if (!v.layout_groups.empty()) {
@@ -462,13 +471,17 @@ nlohmann::json to_json(const MeasuredValidation& v) {
                     {"median_abs_error_percent", s.median_abs_error_percent},
                     {"mean_abs_error_percent", s.mean_abs_error_percent},
                     {"p95_abs_error_percent", s.p95_abs_error_percent},
-                    {"max_abs_error_percent", s.max_abs_error_percent}};
+                    {"max_abs_error_percent", s.max_abs_error_percent},
+                    {"median_error_percent", s.median_error_percent},
+                    {"rows_below_zero", s.below_zero}};
   nlohmann::json nodes = nlohmann::json::object();
   for (const auto& [n, s] : v.by_nodes)
     nodes[std::to_string(n)] = {{"rows", s.rows},
                                 {"median_abs_error_percent", s.median_abs_error_percent},
                                 {"p95_abs_error_percent", s.p95_abs_error_percent},
-                                {"max_abs_error_percent", s.max_abs_error_percent}};
+                                {"max_abs_error_percent", s.max_abs_error_percent},
+                                {"median_error_percent", s.median_error_percent},
+                                {"rows_below_zero", s.below_zero}};
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : v.layout_groups)
     groups.push_back({{"job", g.job}, {"rows", g.rows}, {"spearman", g.spearman}});

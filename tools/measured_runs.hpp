@@ -81,6 +81,9 @@ struct HalfSummary {
   // The nearest-rank 95th percentile: the ⌈0.95·n⌉-th smallest |error|. A row measured once
   // carries its run-to-run spread (scenarios/measured/README.md), which the max takes whole.
   double p95_abs_error_percent = 0;
+  // Which way the errors lean: the median signed error, and the rows predicted fast.
+  double median_error_percent = 0;
+  int below_zero = 0;
 };
 
 // The target on the validation half: median |error| ≤ 5 %, max |error| ≤ 20 %.
@@ -120,7 +123,7 @@ struct MeasuredValidation {
 MeasuredValidation compare_measured(const std::vector<const MeasuredRun*>& runs,
                                     const std::map<std::size_t, nlohmann::json>& reports,
                                     MeasuredTarget target = {});
-HalfSummary summarize(const std::vector<double>& abs_errors);
+HalfSummary summarize(const std::vector<double>& errors);  // signed errors, %
 
 std::string format_measured(const MeasuredValidation& v);
 nlohmann::json to_json(const MeasuredValidation& v);

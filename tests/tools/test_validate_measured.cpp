@@ -278,6 +278,18 @@ TEST(ValidateMeasured, LayoutRankingAndNodeCountsAreSummarised) {
   EXPECT_NEAR(j["by_nodes"]["2"]["median_abs_error_percent"].get<double>(), 10, 1e-6);
   EXPECT_NE(r.output.find("2 nodes: 1 row(s), |error| median 10.0 %"), std::string::npos)
       << r.output;
+  // Which way the errors lean: the 16-GPU row 10 % slow; on one node, the swapped pairs are
+  // as many rows fast as slow, their signed median the middle one's.
+  EXPECT_NEAR(j["by_nodes"]["2"]["median_error_percent"].get<double>(), 10, 1e-6);
+  EXPECT_EQ(j["by_nodes"]["2"]["rows_below_zero"], 0);
+  std::vector<double> signed_errors(5);
+  for (std::size_t i = 0; i < 5; ++i) signed_errors[i] = (job[i] / measured[i] - 1) * 100;
+  const int fast = static_cast<int>(
+      std::count_if(signed_errors.begin(), signed_errors.end(), [](double e) { return e < 0; }));
+  std::nth_element(signed_errors.begin(), signed_errors.begin() + 2, signed_errors.end());
+  EXPECT_NEAR(j["by_nodes"]["1"]["median_error_percent"].get<double>(), signed_errors[2], 1e-6);
+  EXPECT_EQ(j["by_nodes"]["1"]["rows_below_zero"], fast);
+  EXPECT_EQ(fast, 2);
   EXPECT_NE(r.output.find("1 job(s) of >= 4 layouts): median "), std::string::npos) << r.output;
 
   // Two layouts measured alike share the mean of their ranks (1.5 each, here the two smallest
