@@ -767,17 +767,27 @@ TEST(TopologyLoad, UnknownPresetSuggestsTheClosest) {
   }
 }
 
+// What a preset naming dgx-a100-80g as its base must read as: that preset with the
+// derived one's name and description, and the numbers it changes with their sources.
+json dgx_a100_80g_with(const json& derived,
+                       const std::vector<std::pair<std::string, std::string>>& changed) {
+  json expected = to_json(load_topology("dgx-a100-80g"));
+  expected["name"] = derived.at("name");
+  expected["description"] = derived.at("description");
+  for (const auto& [section, key] : changed) {
+    expected[section][key] = derived.at(section).at(key);
+    expected[section]["source"][key] = derived.at(section).at("source").at(key);
+  }
+  return expected;
+}
+
 // vtrain-a100 names dgx-a100-80g as its base: it is that preset with its own name,
 // description and four NICs a node (and that number's source), nothing else.
 TEST(TopologyBase, APresetWithABaseIsTheBaseWithItsChanges) {
-  json expected = to_json(load_topology("dgx-a100-80g"));
   const json derived = to_json(load_topology("vtrain-a100"));
-  expected["name"] = "vtrain-a100";
-  expected["description"] = derived.at("description");
-  expected["fabric"]["nics_per_node"] = 4;
-  expected["fabric"]["source"]["nics_per_node"] =
-      derived.at("fabric").at("source").at("nics_per_node");
-  EXPECT_EQ(derived, expected);
+  EXPECT_EQ(derived, dgx_a100_80g_with(derived, {{"fabric", "nics_per_node"}}));
+  EXPECT_EQ(derived.at("name"), "vtrain-a100");
+  EXPECT_EQ(derived.at("fabric").at("nics_per_node"), 4);
   EXPECT_NE(derived.at("fabric").at("source").at("nics_per_node").get<std::string>().find("800"),
             std::string::npos);
   EXPECT_EQ(nic_of_gpu(load_topology("vtrain-a100"), 7), 3);
@@ -787,18 +797,13 @@ TEST(TopologyBase, APresetWithABaseIsTheBaseWithItsChanges) {
 // the NIC count, its line rate and NCCL's bus bandwidth over one NIC change, each with its
 // source, and nothing else.
 TEST(TopologyBase, JeanZayIsADgxA100WithFourOmniPathLinks) {
-  json expected = to_json(load_topology("dgx-a100-80g"));
   const json derived = to_json(load_topology("jean-zay-a100"));
-  expected["name"] = "jean-zay-a100";
-  expected["description"] = derived.at("description");
-  expected["fabric"]["nics_per_node"] = 4;
-  expected["fabric"]["nic_gbs"] = 12.5;
-  expected["nccl"]["nic_bus_gbs"] = 12.0;
-  for (const auto& [section, key] :
-       {std::pair{"fabric", "nics_per_node"}, std::pair{"fabric", "nic_gbs"},
-        std::pair{"nccl", "nic_bus_gbs"}})
-    expected[section]["source"][key] = derived.at(section).at("source").at(key);
-  EXPECT_EQ(derived, expected);
+  EXPECT_EQ(derived, dgx_a100_80g_with(derived, {{"fabric", "nics_per_node"},
+                                                 {"fabric", "nic_gbs"},
+                                                 {"nccl", "nic_bus_gbs"}}));
+  EXPECT_EQ(derived.at("fabric").at("nics_per_node"), 4);
+  EXPECT_DOUBLE_EQ(derived.at("fabric").at("nic_gbs").get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(derived.at("nccl").at("nic_bus_gbs").get<double>(), 12.0);
   EXPECT_NE(derived.at("fabric").at("source").at("nic_gbs").get<std::string>().find("Omni-Path"),
             std::string::npos);
 }
