@@ -472,6 +472,17 @@ std::vector<std::string> summary_cells(const std::string& name, const MetricSumm
           std::to_string(s.below_zero) + " of " + std::to_string(s.rows)};
 }
 
+// The counted rows of the sets no preset parameter was fitted on: how the model does on
+// what it never saw, the figure a fit cannot flatter.
+MetricSummary unfitted_sets(const ValidationResult& r,
+                            const std::map<std::string, std::vector<FittedOnSet>>& fitted) {
+  std::vector<double> errors;
+  for (const auto& row : r.rows)
+    if (row.counted && row.time_error_percent && !fitted.count(row.published.set))
+      errors.push_back(*row.time_error_percent);
+  return summarise(errors);
+}
+
 }  // namespace
 
 std::string format_validation(const ValidationResult& r,
@@ -532,6 +543,12 @@ std::string format_validation(const ValidationResult& r,
   auto all = summary_cells("all sets", r.overall);
   all.push_back("");
   sets.push_back(all);
+  if (const MetricSummary unseen = unfitted_sets(r, fitted);
+      unseen.rows > 0 && unseen.rows < r.overall.rows) {
+    auto line = summary_cells("sets nothing was fitted on", unseen);
+    line.push_back("");
+    sets.push_back(line);
+  }
   out << aligned(sets, 1, true);
   for (const auto& [set, list] : fitted) {
     if (r.sets.count(set)) continue;
@@ -592,6 +609,7 @@ nlohmann::json to_json(const ValidationResult& r,
           {"summary", summary},
           {"sets", sets},
           {"overall", summary_json(r.overall)},
+          {"unfitted_sets", summary_json(unfitted_sets(r, fitted))},
           {"fitted_on", fitted_json},
           {"target",
            {{"median_abs_error_percent", r.target.median_abs_error_percent},

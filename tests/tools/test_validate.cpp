@@ -236,6 +236,11 @@ TEST_F(Validate, SetsAreSummarisedAndJudgedApart) {
   EXPECT_NEAR(j["overall"]["median_error_percent"].get<double>(), (25 + fast) / 2, 1e-9);
   EXPECT_EQ(j["overall"]["rows_below_zero"], 1);
   EXPECT_NE(r.output.find("1 of 2"), std::string::npos) << r.output;
+  // The sets no preset parameter saw (b; korthikanti2022 fitted dgx-a100-80g's GEMM
+  // fraction): what transfers, summarised apart.
+  EXPECT_EQ(j["unfitted_sets"]["rows"], 1);
+  EXPECT_NEAR(j["unfitted_sets"]["median_error_percent"].get<double>(), 25.0, 1e-9);
+  EXPECT_NE(r.output.find("sets nothing was fitted on"), std::string::npos) << r.output;
   EXPECT_NEAR(j["overall"]["p95_abs_error_percent"].get<double>(), 25.0, 1e-9);  // 2nd of 2
   EXPECT_NEAR(j["overall"]["max_abs_error_percent"].get<double>(), 25.0, 1e-9);
   EXPECT_NE(r.output.find("(the same run as its time row)"), std::string::npos) << r.output;
