@@ -14,7 +14,9 @@
 #   5. the GPU step benchmark: tokens/s, TFLOP/s and MFU at the GPT-2 124M and 1.3B shapes
 #      (fp32; bf16 with the unfused and the fused attention op; 8 microbatches a step), and
 #      beside it, on the same GPU, the PyTorch reference step (torch_reference_step.py, eager
-#      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s;
+#      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s,
+#      and PyTorch's memory-bound kernels at a layer's shapes in GB/s
+#      (scripts/measure_memory_bound.py, written to memory_bound.jsonl beside the results);
 #   6. bf16 against FP8 GEMMs at 8192³ (bench_cuda_gemm, A B A B): the FP8 one with fast
 #      accumulation (Transformer Engine's forward GEMM) must run on the tensor cores at ≥ 1.6×
 #      the bf16 one's TFLOP/s (issue 32); the split-accumulation one is printed beside it.
@@ -127,8 +129,12 @@ if [ "${TORCH_REFERENCE:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; th
     done
   done
   python3 tests/gpu/step_ratios.py "$results/bench_cuda_step.json" "$results/torch_reference.jsonl"
+  # The step's memory-bound kernels as bytes per second (layer norm, GeLU, dropout, adds,
+  # softmax at a layer's shapes), for pricing them by a measurement of those kernels
+  # rather than by GB-scale copies (memory_peak_fraction).
+  python3 scripts/measure_memory_bound.py --out "$results/memory_bound.jsonl"
 else
-  echo "PyTorch reference left out (TORCH_REFERENCE=0, or no torch in python3)"
+  echo "PyTorch reference and memory-bound kernels left out (TORCH_REFERENCE=0, or no torch in python3)"
 fi
 echo "== 6. bf16 against FP8 GEMMs at 8192^3"
 "$build/tests/bench/bench_cuda_gemm" --benchmark_counters_tabular=true \

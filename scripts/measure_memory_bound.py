@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Time PyTorch's memory-bound kernels at training sizes on one GPU, as bytes per second.
+
+    python3 scripts/measure_memory_bound.py [--out memory_bound.jsonl] [--dtype bf16]
+        [--reps 20]
+
+The cost model prices a memory-bound op as its bytes over memory_bandwidth ·
+memory_peak_fraction plus one launch (sim/cost_model.hpp, rule 1), with the fraction
+measured on GB-scale copies (topology/README.md). A training step's elementwise kernels are
+smaller and do more per byte (Philox for dropout, reductions for layer norm and softmax);
+this script measures what they reach. Each case runs one ATen kernel, forward or backward,
+on tensors of a Megatron layer's shapes (activations of sequence × micro batch rows of the
+hidden size or four times it; attention scores of micro batch · heads × sequence ×
+sequence), times `--reps` launches with CUDA events after warm-up, and divides the bytes the
+kernel must move (counted below, per element of the dtype) by the time. A 1 GiB copy gives
+the reference bandwidth the others are printed against.
+
+One JSON line per case: op, shape, dtype, bytes, seconds per launch, GB/s, and the fraction
+of the 1 GiB copy's bandwidth. Needs PyTorch with a CUDA GPU (not a dependency of tandem):
+tests/gpu/run.sh runs it when python3 has torch.
+"""
+import argparse
+import json
+import sys
+
+import torch
+
+# Bytes each kernel moves, in elements of the dtype's size `e` (a bool mask is 1 byte).
+# add: read a and b, write c. copy: read, write. gelu: read, write; its backward reads the
+# gradient and the input, writes one. dropout: read, write, write the bool mask; its
+# backward reads the gradient and the mask, writes one. layer_norm: read, write (the fp32
+# mean and rstd per row are small); its backward reads dy and x, writes dx (the weight and
+# bias gradients' partial sums are small). softmax: read, write; its backward reads y and
+# dy, writes dx. masked_fill_: read and write in place (the mask broadcasts, small).
+BYTES = {
+    "add": lambda n, e: 3 * n * e,
+    "copy": lambda n, e: 2 * n * e,
+    "gelu": lambda n, e: 2 * n * e,
+    "gelu_backward": lambda n, e: 3 * n * e,
+    "dropout": lambda n, e: 2 * n * e + n,
+    "dropout_backward": lambda n, e: 2 * n * e + n,
+    "layer_norm": lambda n, e: 2 * n * e,
+    "layer_norm_backward": lambda n, e: 3 * n * e,
+    "softmax": lambda n, e: 2 * n * e,
+    "softmax_backward": lambda n, e: 3 * n * e,
+    "masked_fill": lambda n, e: 2 * n * e,
+}
+
+
+def timed(fn, reps):
+    """Seconds per call of fn, from CUDA events around `reps` calls after three warm-ups."""
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def cases(dtype):
+    """(op, shape, callable) for every op at each shape it meets in a layer."""
+    aten = torch.ops.aten
+    dev = "cuda"
+    out = []
+    # Activations: rows = sequence × micro batch, columns = hidden or 4 · hidden.
+    for rows, cols in ((4096, 2048), (8192, 4096), (8192, 16384), (16384, 12288)):
+        x = torch.randn(rows, cols, device=dev, dtype=dtype)
+        y = torch.randn_like(x)
+        w = torch.ones(cols, device=dev, dtype=dtype)
+        b = torch.zeros(cols, device=dev, dtype=dtype)
+        shape = [rows, cols]
+        out.append(("add", shape, lambda x=x, y=y: torch.add(x, y)))
+        out.append(("copy", shape, lambda x=x: x.clone()))
+        out.append(("gelu", shape, lambda x=x: aten.gelu(x)))
+        out.append(("gelu_backward", shape, lambda x=x, y=y: aten.gelu_backward(y, x)))
+        _, mask = aten.native_dropout(x, 0.1, True)
+        out.append(("dropout", shape, lambda x=x: aten.native_dropout(x, 0.1, True)))
+        out.append(("dropout_backward", shape,
+                    lambda y=y, mask=mask: aten.native_dropout_backward(y, mask, 1 / 0.9)))
+        _, mean, rstd = aten.native_layer_norm(x, [cols], w, b, 1e-5)
+        out.append(("layer_norm", shape,
+                    lambda x=x, w=w, b=b, cols=cols: aten.native_layer_norm(x, [cols], w, b, 1e-5)))
+        out.append(("layer_norm_backward", shape,
+                    lambda x=x, y=y, w=w, b=b, mean=mean, rstd=rstd, cols=cols:
+                    aten.native_layer_norm_backward(y, x, [cols], mean, rstd, w, b,
+                                                    [True, True, True])))
+    # Attention scores: (micro batch · heads per rank, sequence, sequence).
+    for batch_heads, seq in ((32, 1024), (128, 1024), (16, 4096)):
+        s = torch.randn(batch_heads, seq, seq, device=dev, dtype=dtype)
+        g = torch.randn_like(s)
+        causal = torch.ones(seq, seq, device=dev, dtype=torch.bool).triu(1)
+        p = aten._softmax(s, -1, False)
+        shape = [batch_heads, seq, seq]
+        out.append(("softmax", shape, lambda s=s: aten._softmax(s, -1, False)))
+        out.append(("softmax_backward", shape,
+                    lambda g=g, p=p: aten._softmax_backward_data(g, p, -1, dtype)))
+        out.append(("masked_fill", shape, lambda s=s, causal=causal: s.masked_fill_(causal, -1e4)))
+        _, mask = aten.native_dropout(p, 0.1, True)
+        out.append(("dropout", shape, lambda p=p: aten.native_dropout(p, 0.1, True)))
+        out.append(("dropout_backward", shape,
+                    lambda g=g, mask=mask: aten.native_dropout_backward(g, mask, 1 / 0.9)))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the JSON lines here too")
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("measure_memory_bound.py: needs a CUDA GPU")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    elem = torch.tensor([], dtype=dtype).element_size()
+    big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    copy_gbs = 2 * big.numel() / timed(big.clone, args.reps) / 1e9
+    del big
+    lines = [{"op": "copy_1GiB", "gpu": torch.cuda.get_device_name(), "GB/s": copy_gbs}]
+    print(f"{torch.cuda.get_device_name()}: 1 GiB copy {copy_gbs:.0f} GB/s (read + write)")
+    for op, shape, fn in cases(dtype):
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = BYTES[op](n, elem)
+        seconds = timed(fn, args.reps)
+        gbs = nbytes / seconds / 1e9
+        lines.append({"op": op, "shape": shape, "dtype": args.dtype, "bytes": nbytes,
+                      "seconds": seconds, "GB/s": gbs, "of_copy": gbs / copy_gbs})
+        print(f"  {op:20s} {str(shape):22s} {nbytes / 1e6:9.1f} MB {seconds * 1e6:9.1f} us "
+              f"{gbs:7.0f} GB/s  {gbs / copy_gbs:5.2f} of the copy's")
+    if args.out:
+        with open(args.out, "w") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
