@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "tools/published_table.hpp"
 #include "topology/topology_io.hpp"
 
 namespace tandem::cli {
@@ -285,22 +284,10 @@ std::vector<const MeasuredRun*> select_runs(const MeasuredTable& table, const st
 
 HalfSummary summarize(const std::vector<double>& errors) {
   HalfSummary h;
-  h.rows = static_cast<int>(errors.size());
-  if (errors.empty()) return h;
-  std::vector<double> abs_errors(errors.size());
-  std::transform(errors.begin(), errors.end(), abs_errors.begin(),
-                 [](double e) { return std::abs(e); });
-  h.median_error_percent = median(errors);
-  h.below_zero =
-      static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; }));
-  h.median_abs_error_percent = median(abs_errors);
+  static_cast<MetricSummary&>(h) = summarise(errors);
   double sum = 0;
-  for (double e : abs_errors) {
-    sum += e;
-    h.max_abs_error_percent = std::max(h.max_abs_error_percent, e);
-  }
-  h.mean_abs_error_percent = sum / static_cast<double>(abs_errors.size());
-  h.p95_abs_error_percent = nearest_rank_p95(abs_errors);
+  for (double e : errors) sum += std::abs(e);
+  if (!errors.empty()) h.mean_abs_error_percent = sum / static_cast<double>(errors.size());
   return h;
 }
 
@@ -465,23 +452,14 @@ nlohmann::json to_json(const MeasuredValidation& v) {
         r.error_percent ? nlohmann::json(*r.error_percent) : nlohmann::json(nullptr);
     rows.push_back(j);
   }
+  // The halves carry the mean |error| too, the node counts do not.
   nlohmann::json halves = nlohmann::json::object();
-  for (const auto& [half, s] : v.halves)
-    halves[half] = {{"rows", s.rows},
-                    {"median_abs_error_percent", s.median_abs_error_percent},
-                    {"mean_abs_error_percent", s.mean_abs_error_percent},
-                    {"p95_abs_error_percent", s.p95_abs_error_percent},
-                    {"max_abs_error_percent", s.max_abs_error_percent},
-                    {"median_error_percent", s.median_error_percent},
-                    {"rows_below_zero", s.below_zero}};
+  for (const auto& [half, s] : v.halves) {
+    halves[half] = summary_json(s);
+    halves[half]["mean_abs_error_percent"] = s.mean_abs_error_percent;
+  }
   nlohmann::json nodes = nlohmann::json::object();
-  for (const auto& [n, s] : v.by_nodes)
-    nodes[std::to_string(n)] = {{"rows", s.rows},
-                                {"median_abs_error_percent", s.median_abs_error_percent},
-                                {"p95_abs_error_percent", s.p95_abs_error_percent},
-                                {"max_abs_error_percent", s.max_abs_error_percent},
-                                {"median_error_percent", s.median_error_percent},
-                                {"rows_below_zero", s.below_zero}};
+  for (const auto& [n, s] : v.by_nodes) nodes[std::to_string(n)] = summary_json(s);
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : v.layout_groups)
     groups.push_back({{"job", g.job}, {"rows", g.rows}, {"spearman", g.spearman}});

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/scenario.hpp"
+#include "tools/published_table.hpp"
 
 namespace tandem::cli {
 
@@ -75,15 +76,11 @@ struct MeasuredResult {
   std::optional<double> error_percent;  // (predicted − measured) / measured · 100
 };
 
-struct HalfSummary {
-  int rows = 0;  // rows with a prediction
-  double median_abs_error_percent = 0, mean_abs_error_percent = 0, max_abs_error_percent = 0;
-  // The nearest-rank 95th percentile: the ⌈0.95·n⌉-th smallest |error|. A row measured once
-  // carries its run-to-run spread (scenarios/measured/README.md), which the max takes whole.
-  double p95_abs_error_percent = 0;
-  // Which way the errors lean: the median signed error, and the rows predicted fast.
-  double median_error_percent = 0;
-  int below_zero = 0;
+// The published table's summary (tools/published_table.hpp: its p95 is the nearest rank, so
+// a row measured once carries its run-to-run spread, which the max takes whole) and the mean
+// |error|.
+struct HalfSummary : MetricSummary {
+  double mean_abs_error_percent = 0;
 };
 
 // The target on the validation half: median |error| ≤ 5 %, max |error| ≤ 20 %.

@@ -352,8 +352,6 @@ double nearest_rank_p95(std::vector<double> values) {
   return values[std::max<std::size_t>(rank, 1) - 1];
 }
 
-namespace {
-
 MetricSummary summarise(const std::vector<double>& errors) {
   if (errors.empty()) return {};
   std::vector<double> abs_errors(errors.size());
@@ -368,7 +366,14 @@ MetricSummary summarise(const std::vector<double>& errors) {
               std::count_if(errors.begin(), errors.end(), [](double e) { return e < 0; }))};
 }
 
-}  // namespace
+nlohmann::json summary_json(const MetricSummary& s) {
+  return {{"rows", s.rows},
+          {"median_abs_error_percent", s.median_abs_error_percent},
+          {"p95_abs_error_percent", s.p95_abs_error_percent},
+          {"max_abs_error_percent", s.max_abs_error_percent},
+          {"median_error_percent", s.median_error_percent},
+          {"rows_below_zero", s.below_zero}};
+}
 
 ValidationResult compare_with_reports(const PublishedTable& table,
                                       const std::map<std::string, nlohmann::json>& reports,
@@ -573,14 +578,6 @@ nlohmann::json to_json(const ValidationResult& r,
                        const std::map<std::string, std::vector<FittedOnSet>>& fitted) {
   auto optional = [](const std::optional<double>& v) {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-  };
-  auto summary_json = [](const MetricSummary& s) {
-    return nlohmann::json{{"rows", s.rows},
-                          {"median_abs_error_percent", s.median_abs_error_percent},
-                          {"p95_abs_error_percent", s.p95_abs_error_percent},
-                          {"max_abs_error_percent", s.max_abs_error_percent},
-                          {"median_error_percent", s.median_error_percent},
-                          {"rows_below_zero", s.below_zero}};
   };
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : r.rows)

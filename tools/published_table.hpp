@@ -126,6 +126,11 @@ struct ValidationResult {
 // The nearest-rank p95 of `values` (0 when empty).
 double nearest_rank_p95(std::vector<double> values);
 
+// |error| median, p95 and max, the signed median and the rows below zero of signed errors (%).
+MetricSummary summarise(const std::vector<double>& errors);
+// Those figures as `tandem validate --json` writes them.
+nlohmann::json summary_json(const MetricSummary& s);
+
 // Preset parameters fitted on each set: for every topology the table's scenarios use, its
 // fitted_on entries, grouped by the set they name (sets of other tables included).
 struct FittedOnSet {
