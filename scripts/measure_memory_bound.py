@@ -112,6 +112,8 @@ def main():
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
+    if args.reps < 1:
+        sys.exit(f"measure_memory_bound.py: --reps = {args.reps}: must be at least 1")
     if not torch.cuda.is_available():
         sys.exit("measure_memory_bound.py: needs a CUDA GPU")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
