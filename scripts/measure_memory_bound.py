@@ -20,10 +20,11 @@ of the 1 GiB copy's bandwidth. Needs PyTorch with a CUDA GPU (not a dependency o
 tests/gpu/run.sh runs it when python3 has torch.
 """
 import argparse
-import json
 import sys
 
 import torch
+
+from gpu_measure import timed, write_lines
 
 # Bytes each kernel moves, in elements of the dtype's size `e` (a bool mask is 1 byte).
 # add: read a and b, write c. copy: read, write. gelu: read, write; its backward reads the
@@ -47,18 +48,6 @@ BYTES = {
 }
 
 
-def timed(fn, reps):
-    """Seconds per call of fn, from CUDA events around `reps` calls after three warm-ups."""
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
 
 
 def cases(dtype):
@@ -119,7 +108,7 @@ def main():
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()
     big = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
-    copy_gbs = 2 * big.numel() / timed(big.clone, args.reps) / 1e9
+    copy_gbs = 2 * big.numel() / timed(big.clone, args.reps)[0] / 1e9
     del big
     lines = [{"op": "copy_1GiB", "gpu": torch.cuda.get_device_name(), "GB/s": copy_gbs}]
     print(f"{torch.cuda.get_device_name()}: 1 GiB copy {copy_gbs:.0f} GB/s (read + write)")
@@ -128,16 +117,14 @@ def main():
         for d in shape:
             n *= d
         nbytes = BYTES[op](n, elem)
-        seconds = timed(fn, args.reps)
+        seconds, host_bound = timed(fn, args.reps)
         gbs = nbytes / seconds / 1e9
         lines.append({"op": op, "shape": shape, "dtype": args.dtype, "bytes": nbytes,
-                      "seconds": seconds, "GB/s": gbs, "of_copy": gbs / copy_gbs})
+                      "seconds": seconds, "GB/s": gbs, "of_copy": gbs / copy_gbs,
+                      "host_bound": host_bound})
         print(f"  {op:20s} {str(shape):22s} {nbytes / 1e6:9.1f} MB {seconds * 1e6:9.1f} us "
               f"{gbs:7.0f} GB/s  {gbs / copy_gbs:5.2f} of the copy's")
-    if args.out:
-        with open(args.out, "w") as f:
-            for line in lines:
-                f.write(json.dumps(line) + "\n")
+    write_lines(args.out, lines)
 
 
 if __name__ == "__main__":

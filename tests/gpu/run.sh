@@ -15,8 +15,9 @@
 #      (fp32; bf16 with the unfused and the fused attention op; 8 microbatches a step), and
 #      beside it, on the same GPU, the PyTorch reference step (torch_reference_step.py, eager
 #      and torch.compile; TORCH_REFERENCE=0 leaves it out), printed as ratios of tokens/s,
-#      and PyTorch's memory-bound kernels at a layer's shapes in GB/s
-#      (scripts/measure_memory_bound.py, written to memory_bound.jsonl beside the results);
+#      PyTorch's memory-bound kernels at a layer's shapes in GB/s
+#      (scripts/measure_memory_bound.py, written to memory_bound.jsonl beside the results),
+#      and fused attention by shape (scripts/measure_attention.py, attention.jsonl);
 #   6. bf16 against FP8 GEMMs at 8192³ (bench_cuda_gemm, A B A B): the FP8 one with fast
 #      accumulation (Transformer Engine's forward GEMM) must run on the tensor cores at ≥ 1.6×
 #      the bf16 one's TFLOP/s (issue 32); the split-accumulation one is printed beside it.
@@ -133,6 +134,9 @@ if [ "${TORCH_REFERENCE:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; th
   # softmax at a layer's shapes), for pricing them by a measurement of those kernels
   # rather than by GB-scale copies (memory_peak_fraction).
   python3 scripts/measure_memory_bound.py --out "$results/memory_bound.jsonl"
+  # Fused attention by shape (cuDNN's, FlashAttention-2's), against which the cost model's
+  # attention pricing is fitted (topology/attention_reference.csv).
+  python3 scripts/measure_attention.py --out "$results/attention.jsonl"
 else
   echo "PyTorch reference and memory-bound kernels left out (TORCH_REFERENCE=0, or no torch in python3)"
 fi
