@@ -94,6 +94,9 @@ struct OpDesc {
   double flops = 0;        // useful floating-point operations
   double bytes = 0;        // bytes read + written from device memory
   float dropout = 0;       // attention, attention_backward: dropout probability (rule 3c)
+  // flash_attention, flash_attention_backward: the (query, key) pairs one head's mask lets
+  // through (about half of m · n when causal), for the kernel's tile schedule.
+  double visible_pairs = 0;
   // The library whose kernel runs the op, where the run chooses among several: fused
   // attention "flash_attn" (the flash-attn package) or "" (cuDNN's, Transformer Engine's
   // FusedAttention). A view, as `op`: a literal, or a string the simulator's options hold.

@@ -2,6 +2,7 @@
 #include "sim/op_cost_llama.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace tandem::sim {
@@ -46,7 +47,8 @@ OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
           .batch = g.B * g.G * g.P,
           .flops = per_pair * pairs * heads,
           // Accumulating reads what it adds to: the earlier output (forward), the gradients.
-          .bytes = traffic + (a.accumulate ? bytes_of(dtype, backward ? q + kv : o) : 0.0)};
+          .bytes = traffic + (a.accumulate ? bytes_of(dtype, backward ? q + kv : o) : 0.0),
+          .visible_pairs = pairs};
 }
 
 }  // namespace
@@ -122,19 +124,79 @@ bool is_fused_attention(std::string_view op) {
   return op == "flash_attention" || op == "flash_attention_backward";
 }
 
-double fused_attention_fraction(const GpuSpec& gpu, std::string_view library, bool backward) {
-  const double flash_attn =
-      backward ? gpu.flash_attn_backward_fraction : gpu.flash_attn_forward_fraction;
+FusedAttentionKernel fused_attention_kernel(std::string_view library, bool backward) {
+  // Fitted on bf16 causal runs of head dim 128, sequence 2048-8192 (37 shapes each) on one
+  // H200 (topology/attention_reference.csv); the head-dim factors are the same runs' 64 and
+  // 192 against the 128 fit.
+  if (library == "flash_attn")
+    return backward ? FusedAttentionKernel{.tail_tiles = 0.7,
+                                           .tile_fixed_blocks = 4.25,
+                                           .head_dim_64 = 0.87,
+                                           .head_dim_192 = 1.03}
+                    : FusedAttentionKernel{.tail_tiles = 1.0,
+                                           .tile_fixed_blocks = 1.5,
+                                           .head_dim_64 = 0.86,
+                                           .head_dim_192 = 1.05};
+  return backward ? FusedAttentionKernel{.tail_tiles = 0.7,
+                                         .tile_fixed_blocks = 3.75,
+                                         .head_dim_64 = 0.76,
+                                         .head_dim_192 = 0.76}
+                  : FusedAttentionKernel{.tail_tiles = 0.8,
+                                         .tile_fixed_blocks = 2.5,
+                                         .head_dim_64 = 0.71,
+                                         .head_dim_192 = 1.09};
+}
+
+double fused_attention_shape_efficiency(const OpDesc& op, int sm_count) {
+  const bool backward = op.op == "flash_attention_backward";
+  const FusedAttentionKernel kernel = fused_attention_kernel(op.library, backward);
+  const double tile = static_cast<double>(kAttentionTile);
+  // Forward: a tile of queries walks the keys it sees; backward: a tile of keys walks the
+  // queries that see it.
+  const std::int64_t rows = backward ? op.n : op.m, walked = backward ? op.m : op.n;
+  const double tiles = static_cast<double>(op.batch) * std::ceil(static_cast<double>(rows) / tile);
+  const double longest = std::ceil(static_cast<double>(walked) / tile);
+  const double sms = static_cast<double>(std::max(1, sm_count));
+  const double blocks = static_cast<double>(op.batch) * op.visible_pairs / (tile * tile) / sms;
+  if (blocks <= 0) return 1.0;
+  const double head_dim = static_cast<double>(op.k);
+  // Between the measured head dims, linear; outside them, the nearest.
+  const double factor = head_dim <= 64 ? kernel.head_dim_64
+                        : head_dim <= 128
+                            ? kernel.head_dim_64 + (1 - kernel.head_dim_64) * (head_dim - 64) / 64
+                        : head_dim <= 192 ? 1 + (kernel.head_dim_192 - 1) * (head_dim - 128) / 64
+                                          : kernel.head_dim_192;
+  return factor * blocks /
+         (blocks + kernel.tail_tiles * longest + kernel.tile_fixed_blocks * tiles / sms);
+}
+
+namespace {
+
+// cuDNN's kernel prices the op where it asks for it and the preset has its figure; else the
+// flash-attn package's does.
+bool priced_as_cudnn(const GpuSpec& gpu, std::string_view library, bool backward) {
   const double cudnn =
       backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
-  if (library != "flash_attn" && cudnn > 0) return cudnn;
+  return library != "flash_attn" && cudnn > 0;
+}
+
+}  // namespace
+
+double fused_attention_fraction(const GpuSpec& gpu, std::string_view library, bool backward) {
+  if (priced_as_cudnn(gpu, library, backward))
+    return backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
+  const double flash_attn =
+      backward ? gpu.flash_attn_backward_fraction : gpu.flash_attn_forward_fraction;
   if (flash_attn > 0) return flash_attn;
   return backward ? kFlashBackwardFraction : kFlashForwardFraction;
 }
 
 double fused_attention_seconds(const GpuSpec& gpu, const OpDesc& op) {
   const bool backward = op.op == "flash_attention_backward";
-  const double fraction = fused_attention_fraction(gpu, op.library, backward);
+  OpDesc kernel = op;
+  kernel.library = priced_as_cudnn(gpu, op.library, backward) ? "" : "flash_attn";
+  const double fraction = fused_attention_fraction(gpu, op.library, backward) *
+                          fused_attention_shape_efficiency(kernel, gpu.sm_count);
   const double compute = op.flops / (gpu.peak(op.dtype).value * gpu.clock_factor() * fraction);
   const double memory = op.bytes / (gpu.memory_bandwidth.value * gpu.memory_peak_fraction);
   return gpu.kernel_launch.value + std::max(compute, memory);

@@ -14,11 +14,19 @@
 //            backward dO, dQ, dK, dV too; no Tq·Tk term, the scores never reach memory
 //   rate     tensor cores at peak(dtype) · the preset's fraction for the kernel's library
 //            (OpDesc::library): fused_attention_forward_fraction / _backward_ for cuDNN's,
-//            flash_attn_forward_fraction / _backward_ for the flash-attn package's, each a
-//            published kernel benchmark of the GPU; where the preset has none,
-//            kFlashForwardFraction / kFlashBackwardFraction, what FlashAttention-2 reports
-//            on A100 (§4.1 of the paper: 50–73 % of peak). A calibration table rescales
-//            both per dtype.
+//            flash_attn_forward_fraction / _backward_ for the flash-attn package's, each the
+//            rate a long launch approaches; where the preset has none,
+//            kFlashForwardFraction / kFlashBackwardFraction, FlashAttention-2's on A100.
+//            Times the launch's shape efficiency: the kernel runs one tile of 128 queries
+//            (backward: keys) a thread block, and a causal tile walks as many key blocks as
+//            its position, so a launch of few heads or a short sequence ends on a tail of
+//            the longest tiles, and each tile pays a fixed prologue and epilogue:
+//              blocks / (blocks + tail · longest + fixed · tiles / SMs),
+//            blocks the 128 × 128 blocks of visible pairs over the SMs, longest the blocks of
+//            the longest tile, tiles the thread blocks (FusedAttentionKernel, measured on an
+//            H200: 0.36 of the long-launch rate at 8 heads of 4096, 0.80 at 64). Head dims
+//            other than 128 scale it by the kernel's measured factor. A calibration table
+//            rescales both per dtype.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +39,32 @@
 
 namespace tandem::sim {
 
-inline constexpr double kFlashForwardFraction = 0.70;
-inline constexpr double kFlashBackwardFraction = 0.55;
+// FlashAttention-2 on an A100: 0.70 of peak forward and 0.55 backward, from §4.1 of the
+// paper (50–73 % of peak over its 16k-token runs; our reading: head dim 128, sequence
+// 4096), over the shape efficiency of such a run on 108 SMs (0.83 and 0.75): the
+// long-launch rate.
+inline constexpr double kFlashForwardFraction = 0.84;
+inline constexpr double kFlashBackwardFraction = 0.73;
+
+// The tile of queries (forward) or keys (backward) one thread block of a fused attention
+// kernel holds: 128 for FlashAttention-2 and cuDNN's at head dim 128.
+inline constexpr std::int64_t kAttentionTile = 128;
+
+// How a fused attention kernel's rate falls with the launch's shape (see the top of this
+// file), per library and direction. tail_tiles: the longest tile's blocks the launch's end
+// waits for, as a multiple of them; tile_fixed_blocks: each tile's fixed cost in key
+// blocks; head_dim_64, head_dim_192: the long-launch rate at those head dims over 128's.
+struct FusedAttentionKernel {
+  double tail_tiles = 0;
+  double tile_fixed_blocks = 0;
+  double head_dim_64 = 1;
+  double head_dim_192 = 1;
+};
+FusedAttentionKernel fused_attention_kernel(std::string_view library, bool backward);
+
+// The share of the long-launch rate a fused attention OpDesc reaches on `sm_count` SMs
+// (1 for an op without visible pairs).
+double fused_attention_shape_efficiency(const OpDesc& op, int sm_count);
 
 // (query, key) pairs a causal or unmasked block lets through, positions q_offset + i and
 // k_offset + j (the count of kernels/cpu/flash_attention.hpp, recomputed here: sim does

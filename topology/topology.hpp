@@ -65,7 +65,8 @@ struct GpuSpec {
   // step at the power limit does not): scales every SM-bound rate (tensor and CUDA-core
   // FLOPs, L2 bandwidth), not HBM. 0: 1, for figures taken from training runs already.
   double sustained_clock_fraction = 0;
-  // The fraction of the tensor peak fused attention reaches on long sequences, forward and
+  // The fraction of the tensor peak fused attention approaches on long launches (many heads,
+  // long sequences; sim/op_cost_llama.hpp scales it by a launch's shape), forward and
   // backward: cuDNN's kernel (Transformer Engine's FusedAttention; 0: the flash-attn
   // figures below) and the flash-attn package's (FlashAttention-2, which TE's
   // FlashAttention backend and Megatron's use_flash_attn run; 0: FlashAttention-2's on A100,

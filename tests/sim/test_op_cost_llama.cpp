@@ -110,8 +110,15 @@ TEST(OpCostLlama, FusedAttentionIsPricedOnTensorCoresAndBeatsTheUnfusedOp) {
   const GpuSpec gpu = load_topology("dgx-a100-80g").gpu;
   Layer l;
   const OpDesc f = flash_attention_desc(DType::bf16, {l.qkv, l.qkv, l.out, l.lse});
-  // Compute-bound: 4.4e12 FLOPs at 312 TFLOP/s · 0.70 ≈ 20 ms, vs 0.1 GB at 2 TB/s.
-  const double compute = f.flops / (gpu.peak(DType::bf16).value * kFlashForwardFraction);
+  // Compute-bound: 1.4e11 FLOPs at 312 TFLOP/s · 0.84 · the shape's efficiency on 108 SMs
+  // (0.77 for 32 heads of 4096) ≈ 0.7 ms, against 0.1 GB at 2 TB/s.
+  // (No cuDNN figure on the A100 preset: the flash-attn package's kernel prices the op.)
+  OpDesc flash = f;
+  flash.library = "flash_attn";
+  const double efficiency = fused_attention_shape_efficiency(flash, gpu.sm_count);
+  EXPECT_NEAR(efficiency, 0.77, 0.01);
+  const double compute =
+      f.flops / (gpu.peak(DType::bf16).value * kFlashForwardFraction * efficiency);
   EXPECT_GT(compute, f.bytes / gpu.memory_bandwidth.value);
   const CostModel model(gpu);
   EXPECT_DOUBLE_EQ(model.model_seconds(f), gpu.kernel_launch.value + compute);
@@ -122,33 +129,38 @@ TEST(OpCostLlama, FusedAttentionIsPricedOnTensorCoresAndBeatsTheUnfusedOp) {
 }
 
 // Which library's kernel runs fused attention is the run's choice (attention_backend): on
-// the H100 preset cuDNN's reaches 518 and FlashAttention-2's 319 TFLOP/s forward (FA3 paper,
-// Figure 5: 0.52 and 0.32 of 989), backward 499 and 310 (0.50 and 0.31); a GPU without a
+// the H100 preset cuDNN's approaches 0.74 of 989 TFLOP/s forward and FlashAttention-2's
+// 0.37, backward 0.65 and 0.35 (long launches, measured on an H200); a GPU without a
 // cuDNN figure falls back to the flash-attn package's, and one without either to
 // FlashAttention-2's A100 figures.
 TEST(OpCostLlama, FusedAttentionIsPricedAtTheChosenLibrarysRate) {
   const GpuSpec h100 = load_topology("dgx-h100").gpu;
-  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", false), 0.52);
-  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", true), 0.50);
-  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", false), 0.32);
-  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", true), 0.31);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", false), 0.74);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "", true), 0.65);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", false), 0.37);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(h100, "flash_attn", true), 0.35);
   GpuSpec flash_only = h100;
   flash_only.fused_attention_forward_fraction = flash_only.fused_attention_backward_fraction = 0;
-  EXPECT_DOUBLE_EQ(fused_attention_fraction(flash_only, "", false), 0.32);
+  EXPECT_DOUBLE_EQ(fused_attention_fraction(flash_only, "", false), 0.37);
   GpuSpec neither = flash_only;
   neither.flash_attn_forward_fraction = neither.flash_attn_backward_fraction = 0;
   EXPECT_DOUBLE_EQ(fused_attention_fraction(neither, "", false), kFlashForwardFraction);
   EXPECT_DOUBLE_EQ(fused_attention_fraction(neither, "flash_attn", true), kFlashBackwardFraction);
 
-  // A compute-bound op: the time beyond the launch scales as the inverse of the fraction.
+  // A compute-bound op: the time beyond the launch scales as the inverse of the fraction
+  // times each kernel's efficiency at the launch's shape.
   Layer l;
   OpDesc cudnn = flash_attention_desc(DType::bf16, {l.qkv, l.qkv, l.out, l.lse});
   OpDesc flash = cudnn;
   flash.library = "flash_attn";
   const CostModel model(h100);
   const double launch = h100.kernel_launch.value;
+  const double cudnn_rate = 0.74 * fused_attention_shape_efficiency(cudnn, h100.sm_count);
+  const double flash_rate = 0.37 * fused_attention_shape_efficiency(flash, h100.sm_count);
   EXPECT_NEAR((model.model_seconds(flash) - launch) / (model.model_seconds(cudnn) - launch),
-              0.52 / 0.32, 1e-9);
+              cudnn_rate / flash_rate, 1e-9);
+  // 32 heads of 4096: cuDNN's measured 539 and FlashAttention-2's 274 TFLOP/s forward.
+  EXPECT_NEAR(cudnn_rate / flash_rate, 539.0 / 274.0, 0.1);
 }
 
 // The scenario's attention_backend reaches the ops the sim binding prices: auto on an H100
