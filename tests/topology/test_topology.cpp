@@ -237,7 +237,8 @@ TEST(TopologyPresets, BlackwellCarriesHopperMeasurementsOverOnlyWithAReason) {
     const bool rack = name == std::string("gb200-nvl72") || name == std::string("gb300-nvl72");
     const Topology clock_from = load_topology(rack ? "gb200-nvl72" : "dgx-b200");
     EXPECT_EQ(t.gpu.sustained_clock_fraction, clock_from.gpu.sustained_clock_fraction) << name;
-    EXPECT_LT(t.gpu.sustained_clock_fraction, h100.gpu.sustained_clock_fraction) << name;
+    // Fitted on the system's own row, not carried from the H100's.
+    EXPECT_NE(t.gpu.sustained_clock_fraction, h100.gpu.sustained_clock_fraction) << name;
     EXPECT_EQ(t.gpu.fused_attention_forward_fraction, b200.gpu.fused_attention_forward_fraction)
         << name;
     if (name == std::string("dgx-b200")) {
@@ -472,10 +473,10 @@ TEST(TopologyValidation, HostFiguresAreNonNegativeAndTheCollectiveWaitABoolean) 
 // round-trips through JSON where a preset has it.
 TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
   const Topology h100 = load_topology("dgx-h100");
-  EXPECT_DOUBLE_EQ(h100.gpu.gemm_fp8_peak_fraction, 0.72);
+  EXPECT_DOUBLE_EQ(h100.gpu.gemm_fp8_peak_fraction, 0.75);
   EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.gemm_fp8_peak_fraction, 0.0);  // absent
   json j = to_json(h100);
-  EXPECT_DOUBLE_EQ(j["gpu"]["gemm_fp8_peak_fraction"].get<double>(), 0.72);
+  EXPECT_DOUBLE_EQ(j["gpu"]["gemm_fp8_peak_fraction"].get<double>(), 0.75);
   const std::vector<std::tuple<json, std::string, std::string>> cases = {
       {json(1.5), "1.5", "must lie in (0, 1]"},
       {json(0), "0", "must lie in (0, 1]"},
@@ -533,13 +534,13 @@ TEST(TopologyValidation, GemmTileFixedKIsNonNegativeAndRoundTrips) {
 
 TEST(TopologyValidation, SustainedClockFractionIsAFractionAndRoundTrips) {
   const Topology h100 = load_topology("dgx-h100");
-  EXPECT_DOUBLE_EQ(h100.gpu.sustained_clock_fraction, 0.78);
-  EXPECT_DOUBLE_EQ(h100.gpu.clock_factor(), 0.78);
+  EXPECT_DOUBLE_EQ(h100.gpu.sustained_clock_fraction, 0.76);
+  EXPECT_DOUBLE_EQ(h100.gpu.clock_factor(), 0.76);
   // Absent where the compute figures come from training runs (A100: Korthikanti's Table 4).
   EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.clock_factor(), 1.0);
   EXPECT_EQ(load_topology("dgx-h100").fitted_on.count("gpu.sustained_clock_fraction"), 1U);
   json j = to_json(h100);
-  EXPECT_DOUBLE_EQ(j["gpu"]["sustained_clock_fraction"].get<double>(), 0.78);
+  EXPECT_DOUBLE_EQ(j["gpu"]["sustained_clock_fraction"].get<double>(), 0.76);
   const std::vector<std::tuple<json, std::string, std::string>> cases = {
       {json(1.2), "1.2", "must lie in (0, 1]"},
       {json(-0.5), "-0.5", "must lie in (0, 1]"},
