@@ -22,9 +22,11 @@
 #      accumulation (Transformer Engine's forward GEMM) must run on the tensor cores at ≥ 1.6×
 #      the bf16 one's TFLOP/s (issue 32); the split-accumulation one is printed beside it.
 # Without a GPU it says SKIPPED, with the reason, and exits 0.
-#   tests/gpu/run.sh [--prebuilt] [BUILD_DIR]
+#   tests/gpu/run.sh [--prebuilt] [BUILD_DIR | PACK.tar.xz]
 # --prebuilt: BUILD_DIR already holds the eight programs (built elsewhere with
 # -DTANDEM_CUDA=ON), for a GPU machine without the build dependencies; nothing is built.
+# Or a pack of them with their libraries (scripts/pack_gpu_programs.sh), unpacked here; the
+# CUDA libraries then come from the machine, or from its PyTorch's nvidia wheels.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 prebuilt=0
@@ -53,7 +55,30 @@ if [ "$prebuilt" -eq 0 ]; then
     bash scripts/build.sh "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON \
     "-DCMAKE_CUDA_ARCHITECTURES=80;90;$arch"
 else
-  echo "== prebuilt programs in $build"
+  if [ -f "$build" ]; then
+    unpacked=$(mktemp -d)
+    tar -C "$unpacked" -xJf "$build"
+    echo "== prebuilt programs from the pack $build"
+    build="$unpacked"
+  else
+    echo "== prebuilt programs in $build"
+  fi
+  [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # cuBLAS and NCCL from PyTorch's nvidia wheels where the system has none.
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt\.so\.13'; then
+    wheels=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+found = []
+for root in site.getsitepackages():
+    for name in ("libcublasLt.so.13", "libcudart.so.13", "libnccl.so.2"):
+        for hit in glob.glob(f"{root}/nvidia/**/{name}", recursive=True)[:1]:
+            if os.path.dirname(hit) not in found:
+                found.append(os.path.dirname(hit))
+print(":".join(found))
+PY
+)
+    [ -n "$wheels" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$wheels"
+  fi
 fi
 tandem="$build/tools/tandem"
 "$tandem" info
@@ -102,10 +127,14 @@ for recipe in delayed tensorwise blockwise; do
 done
 
 echo "== 3. NCCL over $gpus GPU(s)"
-"${mpi[@]}" -np "$gpus" "$build/tests/gpu/test_nccl"
-table=$("${mpi[@]}" -np "$gpus" "$build/tests/bench/bench_nccl" --max-bytes 16777216)
-echo "$table"
-echo "$table" | awk '!/^#/ && NF == 9 && $9 != 0 { print "wrong results: " $0; bad = 1 } END { exit bad }'
+if command -v mpirun >/dev/null 2>&1; then
+  "${mpi[@]}" -np "$gpus" "$build/tests/gpu/test_nccl"
+  table=$("${mpi[@]}" -np "$gpus" "$build/tests/bench/bench_nccl" --max-bytes 16777216)
+  echo "$table"
+  echo "$table" | awk '!/^#/ && NF == 9 && $9 != 0 { print "wrong results: " $0; bad = 1 } END { exit bad }'
+else
+  echo "SKIPPED: needs mpirun (OpenMPI), which this machine lacks"
+fi
 
 echo "== 4. compute-sanitizer memcheck (one GPU training iteration)"
 sanitizer=compute-sanitizer
