@@ -30,4 +30,4 @@ skip='/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libcuda|libcudart|
 for p in "${programs[@]}"; do ldd "$build/$p"; done | awk '/=> \// { print $3 }' | sort -u |
   grep -Ev "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 tar -C "$stage" -cJf "$pack" .
-echo "wrote $pack ($(du -h "$pack" | cut -f1)): ${#programs[@]} programs and $(ls "$stage/lib" | wc -l) libraries"
+echo "wrote $pack ($(du -h "$pack" | cut -f1)): ${#programs[@]} programs and $(find "$stage/lib" -type f | wc -l) libraries"
