@@ -192,5 +192,36 @@ TEST(GemmReferenceXla, WithoutItsL2FigureTheB200SplitsNoKAndPricesSkinnyGemmsTwi
   EXPECT_GT(summarize(gpu, rows).geomean, 2.0);
 }
 
+// FP8 against bf16 on one GPU (topology/gemm_fp8_reference.csv: 84 cuBLAS GEMMs of training
+// shapes, each timed in bf16 and in FP8 E4M3 on one H200, the H100 SXM's tensor cores and
+// clock). dgx-h100's gemm_fp8_peak_fraction is set so the model's FP8 speed-up over bf16 is
+// the measured one on the geometric mean (1.83); the table's shapes hold it row by row.
+TEST(GemmReference, TheH100Fp8FractionGivesTheMeasuredSpeedUpOverBf16) {
+  const auto rows = reference_rows("topology/gemm_fp8_reference.csv", 9);
+  ASSERT_EQ(rows.size(), 84u);
+  const CostModel model(at_microbenchmark_clock("dgx-h100"));
+  double log_sum = 0, worst = 1;
+  for (const auto& f : rows) {
+    const std::int64_t m = std::stoll(f[4]), n = std::stoll(f[5]), k = std::stoll(f[6]);
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    const double bf16 = model.model_seconds(
+        {.op = "gemm", .dtype = DType::bf16, .m = m, .n = n, .k = k, .flops = flops});
+    const double fp8 =
+        model.model_seconds({.op = "fp8_gemm",
+                             .dtype = DType::bf16,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .flops = flops,
+                             .bytes = static_cast<double>(m * k + k * n + 2 * m * n)});
+    // model speed-up over measured speed-up
+    const double ratio = (bf16 / fp8) / (std::stod(f[7]) / std::stod(f[8]));
+    log_sum += std::log(ratio);
+    if (std::abs(std::log(ratio)) > std::abs(std::log(worst))) worst = ratio;
+  }
+  EXPECT_NEAR(std::exp(log_sum / static_cast<double>(rows.size())), 1.0, 0.02);
+  EXPECT_NEAR(worst, 1.0, 0.20) << "the row farthest from the measured speed-up";
+}
+
 }  // namespace
 }  // namespace tandem::sim
