@@ -20,6 +20,14 @@ double bytes_of(DType dtype, double count) {
   return count * static_cast<double>(dtype_size(dtype).value);
 }
 
+// cuDNN's kernel prices the op where it asks for it and the preset has its figure; else the
+// flash-attn package's does.
+bool priced_as_cudnn(const GpuSpec& gpu, std::string_view library, bool backward) {
+  const double cudnn =
+      backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
+  return library != "flash_attn" && cudnn > 0;
+}
+
 template <typename Args>
 OpDesc flash_desc(const char* op, DType dtype, const Args& a, bool backward) {
   const FlashGeometry g =
@@ -169,18 +177,6 @@ double fused_attention_shape_efficiency(const OpDesc& op, int sm_count) {
   return factor * blocks /
          (blocks + kernel.tail_tiles * longest + kernel.tile_fixed_blocks * tiles / sms);
 }
-
-namespace {
-
-// cuDNN's kernel prices the op where it asks for it and the preset has its figure; else the
-// flash-attn package's does.
-bool priced_as_cudnn(const GpuSpec& gpu, std::string_view library, bool backward) {
-  const double cudnn =
-      backward ? gpu.fused_attention_backward_fraction : gpu.fused_attention_forward_fraction;
-  return library != "flash_attn" && cudnn > 0;
-}
-
-}  // namespace
 
 double fused_attention_fraction(const GpuSpec& gpu, std::string_view library, bool backward) {
   if (priced_as_cudnn(gpu, library, backward))
