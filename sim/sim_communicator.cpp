@@ -57,7 +57,7 @@ class SimWork : public Work {
       }
     }
     // A closed-form collective is done from the start but ends in the future.
-    if (state_->finished > sim_now()) simgrid::s4u::this_actor::sleep_until(state_->finished);
+    sim_sleep_until(state_->finished);
     // Until the last member arrived the stream waited for a peer, then for the transfers.
     if (!waited_) {
       stats_.peer_wait[kind_] += std::max(0.0, state_->all_arrived - from);
@@ -174,7 +174,7 @@ double run_flows(SimWorld& world, const std::vector<Flow>& flows, double total_b
     comms.push_back(simgrid::s4u::Comm::sendto_async(world.host(f.src), world.host(f.dst), bytes));
   }
   if (!comms.empty()) simgrid::s4u::Comm::wait_all(comms);
-  if (extra_latency > 0 && !comms.empty()) simgrid::s4u::this_actor::sleep_for(extra_latency);
+  if (!comms.empty()) sim_sleep_for(extra_latency);
   return start;
 }
 
@@ -269,7 +269,7 @@ void SimCommunicator::serve() {
       queue_.pop_front();
     }
     try {
-      if (task.not_before > sim_now()) simgrid::s4u::this_actor::sleep_until(task.not_before);
+      sim_sleep_until(task.not_before);
       task.run(*task.state);
     } catch (const RunAborted&) {
       wake(*task.state);
@@ -398,7 +398,7 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       auto rv = world_.rendezvous(key, expected);
       meet(world_, *rv, [&] {
         const double start = sim_now();
-        if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
+        sim_sleep_for(seconds);
         return start;
       });
       if (++rv->left == rv->expected) world_.forget(key);
@@ -550,7 +550,7 @@ std::unique_ptr<Work> SimCommunicator::all_to_all_v(Stream& s, const Tensor& inp
       meet(world_, *rv, [&] {
         const double start = sim_now();
         const double seconds = closed_form_v_seconds(send_matrix(world_.send_bytes_posts(key)));
-        if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
+        sim_sleep_for(seconds);
         return start;
       });
       if (++rv->left == rv->expected) {

@@ -33,7 +33,7 @@ class SimEvent : public Event {
  public:
   explicit SimEvent(double* host_waited) : host_waited_(host_waited) {}
   void synchronize() override {
-    if (time_ > sim_now()) simgrid::s4u::this_actor::sleep_until(time_);
+    sim_sleep_until(time_);
     *host_waited_ = std::max(*host_waited_, sim_now());
   }
   bool query() override { return time_ <= sim_now(); }
@@ -57,6 +57,18 @@ double sim_now() {
   return simgrid::s4u::Engine::get_clock();
 }
 
+namespace {
+constexpr double kSimGridTimingPrecision = 1e-9;
+}  // namespace
+
+void sim_sleep_for(double seconds) {
+  if (seconds >= kSimGridTimingPrecision) simgrid::s4u::this_actor::sleep_for(seconds);
+}
+
+void sim_sleep_until(double t) {
+  sim_sleep_for(t - sim_now());
+}
+
 void SimStream::record(Event& event) {
   dynamic_cast<SimEvent&>(event).time_ = ready_;
 }
@@ -66,7 +78,7 @@ void SimStream::wait(Event& event) {
 }
 
 void SimStream::synchronize() {
-  if (ready_ > sim_now()) simgrid::s4u::this_actor::sleep_until(ready_);
+  sim_sleep_until(ready_);
   if (host_waited_) *host_waited_ = std::max(*host_waited_, sim_now());
 }
 

@@ -344,4 +344,10 @@ class SimDevice : public Device {
 // The simulated time (seconds) of the calling actor.
 double sim_now();
 
+// The calling actor sleeps until simulated time `t`, or for `seconds`; not at all for less
+// than SimGrid's timing precision (its precision/timing option, 1e-9 s by default): such a
+// sleep changes no result, and SimGrid would print a warning for each.
+void sim_sleep_until(double t);
+void sim_sleep_for(double seconds);
+
 }  // namespace tandem::sim
