@@ -57,11 +57,8 @@ double sim_now() {
   return simgrid::s4u::Engine::get_clock();
 }
 
-namespace {
-constexpr double kSimGridTimingPrecision = 1e-9;
-}  // namespace
-
 void sim_sleep_for(double seconds) {
+  constexpr double kSimGridTimingPrecision = 1e-9;  // its precision/timing default
   if (seconds >= kSimGridTimingPrecision) simgrid::s4u::this_actor::sleep_for(seconds);
 }
 

@@ -111,29 +111,29 @@ TEST(AttentionReference, TheTableHoldsBothLibrariesAndTheShapesOfThePublishedRow
   EXPECT_GE(few_heads, 8);
 }
 
+// The preset prices the rows `keep` selects: at least `rows` of them (two directions each),
+// model / measured within `geomean` on the geometric mean and within `worst` on every row.
+void expect_prices(bool (*keep)(const MeasuredAttention&), int rows, double geomean, double worst) {
+  const Fit fit = judge(h100_at_microbenchmark_clock(), keep);
+  EXPECT_GE(fit.rows, rows);
+  EXPECT_NEAR(fit.geomean, 1.0, geomean);
+  EXPECT_NEAR(fit.worst, 1.0, worst);
+}
+
 // cuDNN's kernel is the one Transformer Engine runs, in every published H100 row.
 TEST(AttentionReference, ThePresetPricesCudnnsTrainingShapesWithinAnEighth) {
-  const Fit fit = judge(h100_at_microbenchmark_clock(), cudnn_training_lengths);
-  EXPECT_GE(fit.rows, 60);
-  EXPECT_NEAR(fit.geomean, 1.0, 0.03);
-  EXPECT_NEAR(fit.worst, 1.0, 0.125);
+  expect_prices(cudnn_training_lengths, 60, 0.03, 0.125);
 }
 
 TEST(AttentionReference, ThePresetPricesFlashAttentionsTrainingShapesWithinAQuarter) {
   // FlashAttention-2's forward at 8 heads of 2048 ran 1.24 times faster than priced.
-  const Fit fit = judge(h100_at_microbenchmark_clock(), flash_training_lengths);
-  EXPECT_GE(fit.rows, 60);
-  EXPECT_NEAR(fit.geomean, 1.0, 0.03);
-  EXPECT_NEAR(fit.worst, 1.0, 0.25);
+  expect_prices(flash_training_lengths, 60, 0.03, 0.25);
 }
 
 TEST(AttentionReference, EveryHeadDimAndLengthWithinAThird) {
   // Sequence 1024 and head dims 64 and 192 were not fitted on (the head-dim factors are
   // their means): the model holds them less tightly.
-  const Fit fit = judge(h100_at_microbenchmark_clock(), every_row);
-  EXPECT_GE(fit.rows, 200);
-  EXPECT_NEAR(fit.geomean, 1.0, 0.05);
-  EXPECT_NEAR(fit.worst, 1.0, 0.35);
+  expect_prices(every_row, 200, 0.05, 0.35);
 }
 
 TEST(AttentionReference, OneFractionForEveryShapeCannotPriceThem) {
