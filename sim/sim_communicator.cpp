@@ -39,13 +39,16 @@ Clock::time_point at(double seconds) {
 
 class SimWork : public Work {
  public:
+  // `synced`, when given, is set once the wait returns (the step's gradient sync is done:
+  // SimCommunicator::straggler_delay stops delaying).
   SimWork(std::shared_ptr<SimCommunicator::WorkState> state, SimStream& stream,
-          const SimWorld& world, RankStats& stats, std::string kind)
+          const SimWorld& world, RankStats& stats, std::string kind, bool* synced = nullptr)
       : state_(std::move(state)),
         stream_(stream),
         world_(world),
         stats_(stats),
-        kind_(std::move(kind)) {}
+        kind_(std::move(kind)),
+        synced_(synced) {}
 
   void wait() override {
     const double from = std::max(sim_now(), stream_.ready());
@@ -65,6 +68,7 @@ class SimWork : public Work {
           std::max(0.0, state_->finished - std::max(from, state_->all_arrived));
     }
     waited_ = true;
+    if (synced_) *synced_ = true;
   }
   bool test() override { return state_->done && state_->finished <= sim_now(); }
   std::optional<WorkTiming> timing() const override {
@@ -78,6 +82,7 @@ class SimWork : public Work {
   const SimWorld& world_;  // aborted: the wait ends (RunAborted)
   RankStats& stats_;
   std::string kind_;
+  bool* synced_;
   bool waited_ = false;
 };
 
@@ -283,7 +288,29 @@ void SimCommunicator::serve() {
   end_on_abort();
 }
 
-std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkState&)> run) {
+std::optional<double> SimCommunicator::straggler_delay(const std::string& algorithm,
+                                                       const Stream& s) {
+  if (straggler_fraction_ <= 0 || algorithm != straggler_sync_) return std::nullopt;
+  RankStats& stats = world_.stats(me_);
+  if (straggler_step_ != stats.step) {
+    straggler_step_ = stats.step;
+    straggler_synced_ = false;
+    straggler_step_delay_ = 0;
+  }
+  // Once the step has waited for its gradient sync, the replicas are in step again.
+  if (stats.step < 0 || straggler_synced_) return std::nullopt;
+  const double ready = std::max(dynamic_cast<const SimStream&>(s).ready(), sim_now());
+  const double delay = straggler_fraction_ * std::max(0.0, ready - stats.step_start);
+  // Booked once a step: the step waits for its last (longest) delay.
+  if (delay > straggler_step_delay_) {
+    stats.straggler_wait += delay - straggler_step_delay_;
+    straggler_step_delay_ = delay;
+  }
+  return delay;
+}
+
+std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkState&)> run,
+                                             double delay, bool* synced) {
   auto& stream = dynamic_cast<SimStream&>(s);
   if (!actor_) {
     actor_ = simgrid::s4u::Actor::create(name_ + " comm of rank " + std::to_string(me_),
@@ -295,10 +322,10 @@ std::unique_ptr<Work> SimCommunicator::issue(Stream& s, std::function<void(WorkS
   state->issued = sim_now();
   {
     std::unique_lock lock(*mutex_);
-    queue_.push_back({state, std::max(stream.ready(), sim_now()), std::move(run)});
+    queue_.push_back({state, std::max(stream.ready(), sim_now()) + delay, std::move(run)});
     cv_->notify_one();
   }
-  return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
+  return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_, synced);
 }
 
 // In symmetric mode the images of a group under the shifts that map it onto itself (the dp
@@ -369,6 +396,9 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
     world_.stats(me_).collectives.push_back(algorithm + " " + name_ + " " +
                                             std::to_string(static_cast<std::int64_t>(bytes)));
   const std::int64_t sequence = sequence_++;
+  const std::optional<double> straggler = straggler_delay(algorithm, s);
+  const double delay = straggler.value_or(0);
+  bool* synced = straggler ? &straggler_synced_ : nullptr;
   if (present_ < 0) present_ = world_.count_present(members_);
   const int expected = present_;
   // The SMs the collective's kernels hold while it runs (sim/sm_contention.hpp).
@@ -387,24 +417,27 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
       auto& stream = dynamic_cast<SimStream&>(s);
       auto state = std::make_shared<WorkState>();
       state->issued = sim_now();
-      const double start = std::max({stream.ready(), sim_now(), clock_});
+      const double start = std::max({stream.ready() + delay, sim_now() + delay, clock_});
       clock_ = start + seconds;
       state->finish(start, clock_, start);
       if (contention) contention->collective_ran(start, clock_, blocks);
-      return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_);
+      return std::make_unique<SimWork>(state, stream, world_, world_.stats(me_), name_, synced);
     }
     const std::string key = id_ + "#" + std::to_string(sequence);
-    return issue(s, [this, key, expected, seconds, contention, blocks](WorkState& w) {
-      auto rv = world_.rendezvous(key, expected);
-      meet(world_, *rv, [&] {
-        const double start = sim_now();
-        sim_sleep_for(seconds);
-        return start;
-      });
-      if (++rv->left == rv->expected) world_.forget(key);
-      w.finish(rv->started, rv->finished, rv->started);
-      if (contention) contention->collective_ran(rv->started, rv->finished, blocks);
-    });
+    return issue(
+        s,
+        [this, key, expected, seconds, contention, blocks](WorkState& w) {
+          auto rv = world_.rendezvous(key, expected);
+          meet(world_, *rv, [&] {
+            const double start = sim_now();
+            sim_sleep_for(seconds);
+            return start;
+          });
+          if (++rv->left == rv->expected) world_.forget(key);
+          w.finish(rv->started, rv->finished, rv->started);
+          if (contention) contention->collective_ran(rv->started, rv->finished, blocks);
+        },
+        delay, synced);
   }
   const std::string key = id_ + "#" + std::to_string(sequence);
   const Plan& p = plan(algorithm, root);
@@ -420,13 +453,15 @@ std::unique_ptr<Work> SimCommunicator::collective(Stream& s, const std::string& 
     extra_latency = std::max(0.0, choice.latency - p.route_latency);
   }
   return issue(
-      s, [this, key, expected, &p, flow_bytes, extra_latency, contention, blocks](WorkState& w) {
+      s,
+      [this, key, expected, &p, flow_bytes, extra_latency, contention, blocks](WorkState& w) {
         auto rv = world_.rendezvous(key, expected);
         meet(world_, *rv, [&] { return run_flows(world_, p.flows, flow_bytes, extra_latency); });
         if (++rv->left == rv->expected) world_.forget(key);
         w.finish(rv->started, rv->finished, rv->started);
         if (contention) contention->collective_ran(rv->started, rv->finished, blocks);
-      });
+      },
+      delay, synced);
 }
 
 std::unique_ptr<Work> SimCommunicator::all_reduce(Stream& s, Tensor& buffer, ReduceOp) {

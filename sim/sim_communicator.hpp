@@ -89,6 +89,17 @@ class SimCommunicator : public Communicator {
   // activity at all: it runs on the communicator's own clock, like a compute op.
   void set_closed_form(LinkSpec link) { closed_form_ = link; }
 
+  // Stragglers (sim/stragglers.hpp): the gradient sync waits for the group's slowest node,
+  // whose step runs `fraction` longer. Each `sync` operation of a step (the gradient
+  // buckets' "reduce_scatter" under the distributed optimizer, else "all_reduce") starts
+  // `fraction` of the step so far after its input is ready, until the step first waits for
+  // one of them: the replicas are in step again after. Set on the data-parallel group; 0:
+  // every node keeps pace.
+  void set_straggler_wait(double fraction, std::string sync) {
+    straggler_fraction_ = fraction;
+    straggler_sync_ = std::move(sync);
+  }
+
   // The NCCL shape of this group (ranks, nodes, NICs per node its rings cross), and what
   // NCCL ran so far, keyed "<collective> <algorithm>/<protocol> x<channels>", e.g.
   // "all_reduce ring/LL x8". Empty without an NCCL model.
@@ -129,7 +140,13 @@ class SimCommunicator : public Communicator {
     double not_before = 0;
     std::function<void(WorkState&)> run;
   };
-  std::unique_ptr<Work> issue(Stream& s, std::function<void(WorkState&)> run);
+  // `delay`: seconds the operation starts after its input is ready (a straggler's wait);
+  // `synced`: set when its Work's wait returns.
+  std::unique_ptr<Work> issue(Stream& s, std::function<void(WorkState&)> run, double delay = 0,
+                              bool* synced = nullptr);
+  // The straggler wait of an operation issued now (booked in the rank's statistics);
+  // none when it is no gradient sync.
+  std::optional<double> straggler_delay(const std::string& algorithm, const Stream& s);
   std::unique_ptr<Work> collective(Stream& s, const std::string& algorithm, double bytes,
                                    int root = 0);
   const Plan& plan(const std::string& algorithm, int root);
@@ -170,6 +187,11 @@ class SimCommunicator : public Communicator {
   std::map<std::pair<std::string, double>, PricedCollective> priced_;
   int present_ = -1;  // members simulated (world_.count_present), once known
   double clock_ = 0;  // closed-form collectives of a lone actor: when the last one ends
+  double straggler_fraction_ = 0;
+  std::string straggler_sync_;        // the collective the gradient sync runs
+  std::int64_t straggler_step_ = -1;  // the step the two below are of
+  bool straggler_synced_ = false;     // a gradient sync of the step was waited for
+  double straggler_step_delay_ = 0;   // the longest delay of the step so far
   std::deque<Task> queue_;
   simgrid::s4u::MutexPtr mutex_;
   simgrid::s4u::ConditionVariablePtr cv_;

@@ -26,6 +26,7 @@
 #include "sim/profiler_effects.hpp"
 #include "sim/sim_communicator.hpp"
 #include "sim/simgrid_config.hpp"
+#include "sim/stragglers.hpp"
 #include "train/run_trace.hpp"
 #include "train/trainer.hpp"
 
@@ -63,7 +64,7 @@ struct RankRun {
   std::vector<double> iteration_ends;
   // The device's books when the last iteration began, to report that iteration alone.
   std::map<std::string, double> ops_before, host_before, regions_before;
-  double host_bound_before = 0, contention_before = 0;
+  double host_bound_before = 0, contention_before = 0, straggler_before = 0;
   // Exposed communication and peer waits before the first iteration (building the model:
   // the FP8 parameters' first cast and gather), which no iteration's share includes.
   std::map<std::string, double> exposed_before_steps, peer_wait_before_steps;
@@ -304,6 +305,13 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
           world, members, rank, std::string(group_kind_name(kind)), group_id(kind, members));
       if (switched_node && within_one_node(members))
         rr.comms[kind]->set_closed_form(topology.node.gpu_link);
+      // The gradient sync waits for the slowest node of the data-parallel group.
+      if (kind == (layout.sizes.cp > 1 ? GroupKind::dp_cp : GroupKind::dp))
+        rr.comms[kind]->set_straggler_wait(
+            straggler_wait_fraction(
+                topology.node.node_time_spread,
+                nodes_spanned(rr.ctx.group(GroupKind::dp), topology.node.gpus_per_node)),
+            s.parallelism.use_distributed_optimizer ? "reduce_scatter" : "all_reduce");
       // The host issues each collective before the simulated transfers start.
       rr.issued[kind] = std::make_unique<HostIssueCommunicator>(*rr.comms[kind], *rr.device);
       used[kind] = rr.issued[kind].get();
@@ -351,7 +359,10 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
               rr.host_bound_before = rr.device->host_bound();
               if (const auto& c = world.stats(rank).contention)
                 rr.contention_before = c->total_delay();
+              rr.straggler_before = world.stats(rank).straggler_wait;
               rr.device->host_work(rr.device->host().iteration, "iteration");
+              world.stats(rank).step = i;
+              world.stats(rank).step_start = std::max(sim_now(), rr.device->host_now());
               rr.trainer->train_step();
               // Megatron times iterations over its log interval: the next step's forward
               // waits on the stream for this one's optimizer, so the period holds the
@@ -481,6 +492,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
     }
     if (const auto& c = world.stats(run->ctx.rank).contention)
       rank.sm_contention_seconds = c->total_delay() - run->contention_before;
+    rank.straggler_wait_seconds = world.stats(run->ctx.rank).straggler_wait - run->straggler_before;
+    r.straggler_wait_seconds = std::max(r.straggler_wait_seconds, rank.straggler_wait_seconds);
     if (r.ranks.empty() || rank.peak_memory_bytes > r.max_peak_memory_bytes) {
       r.max_peak_memory_bytes = rank.peak_memory_bytes;
       r.max_peak_memory_rank = rank.rank;
@@ -540,6 +553,7 @@ nlohmann::json to_json(const SimReport& r) {
                      {"region_seconds", k.region_seconds},
                      {"exposed_seconds", k.exposed_seconds},
                      {"peer_wait_seconds", k.peer_wait_seconds},
+                     {"straggler_wait_seconds", k.straggler_wait_seconds},
                      {"sm_contention_seconds", k.sm_contention_seconds}});
   }
   return {{"scenario", r.scenario},
@@ -565,6 +579,7 @@ nlohmann::json to_json(const SimReport& r) {
           {"bubble_fraction", r.bubble_fraction},
           {"exposed_seconds", r.exposed_seconds},
           {"peer_wait_seconds", r.peer_wait_seconds},
+          {"straggler_wait_seconds", r.straggler_wait_seconds},
           {"breakdown",
            {{"rank", r.breakdown.rank},
             {"compute_seconds", r.breakdown.compute_seconds},
@@ -646,6 +661,9 @@ std::string format_report(const SimReport& r) {
       b.pipeline_bubble_seconds, 100 * b.pipeline_bubble_seconds / it);
   put("    waiting for peers      %10.4f s  %5.1f %%  (other groups)", b.peer_wait_seconds,
       100 * b.peer_wait_seconds / it);
+  if (r.straggler_wait_seconds > 0)
+    put("      of which the gradient sync waiting for the slowest node %.4f s  (max over ranks)",
+        r.straggler_wait_seconds);
   put("    other                  %10.4f s  %5.1f %%", b.other_seconds, 100 * b.other_seconds / it);
   put("  memory high-water mark   %10.2f GiB per rank (max; GPU has %.0f GiB: %s)",
       static_cast<double>(r.max_peak_memory_bytes) / (1 << 30),

@@ -65,6 +65,9 @@ struct RankReport {
   // The last iteration's GEMM and attention time owed to the SMs NCCL's kernels held
   // (sim/sm_contention.hpp): part of their compute seconds, not on top of them.
   double sm_contention_seconds = 0;
+  // The last iteration's gradient sync started this late, waiting for the data-parallel
+  // group's slowest node (sim/stragglers.hpp; booked as waiting for dp peers).
+  double straggler_wait_seconds = 0;
   std::vector<IssuedOp> ops;             // with record_ops
   std::vector<std::string> collectives;  // with record_ops (RankStats)
 };
@@ -116,6 +119,7 @@ struct SimReport {
   // group kind → max over ranks of the time spent waiting for the group's other members
   // (pp: the pipeline bubble seen from the p2p calls)
   std::map<std::string, double> peer_wait_seconds;
+  double straggler_wait_seconds = 0;  // max over ranks of RankReport::straggler_wait_seconds
   IterationBreakdown breakdown;
   // region → max over ranks of RankReport::region_seconds ("mtp": multi-token prediction).
   std::map<std::string, double> region_seconds;

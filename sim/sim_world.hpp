@@ -64,6 +64,12 @@ struct RankStats {
   std::vector<std::string> collectives;
   // The SMs its collectives' kernels take from its compute (sim/sm_contention.hpp); null: free.
   std::shared_ptr<SmContention> contention;
+  // The step the rank is in (from 0) and when it began: where a gradient sync's wait for
+  // the slowest node is measured from (sim/stragglers.hpp). -1: before the first step.
+  std::int64_t step = -1;
+  double step_start = 0;
+  // Seconds the rank's gradient syncs started late waiting for the slowest node, all steps.
+  double straggler_wait = 0;
 };
 
 // Thrown by every wait of every actor once the run is aborted (SimWorld::fail): it unwinds

@@ -131,6 +131,11 @@ struct NodeSpec {
   std::string interconnect;  // "nvswitch", "nvlink" or "shared-memory"
   // Each GPU's link into the node's switch. latency is GPU to GPU (both halves).
   LinkSpec gpu_link{};
+  // The spread of a node's step time around the mean (standard deviation over mean):
+  // nodes run the same work at slightly different speeds from step to step, and a
+  // data-parallel gradient sync across nodes waits for the slowest of them (stragglers).
+  // 0: every node keeps pace.
+  double node_time_spread = 0;
   Sources sources;
 
   bool operator==(const NodeSpec&) const = default;

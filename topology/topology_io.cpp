@@ -42,7 +42,7 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
 }
 
 // The range a number must lie in: > 0, ≥ 0, ≥ 1, or (0, 1].
-enum class Range { positive, non_negative, at_least_one, fraction };
+enum class Range { positive, non_negative, at_least_one, fraction, spread };
 
 std::string broken_range(Range r, double x) {
   switch (r) {
@@ -54,6 +54,8 @@ std::string broken_range(Range r, double x) {
       return x >= 1 ? "" : "must be ≥ 1";
     case Range::fraction:
       return x > 0 && x <= 1 ? "" : "must lie in (0, 1]";
+    case Range::spread:  // a standard deviation over a mean, of a time that stays positive
+      return x >= 0 && x < 0.5 ? "" : "must lie in [0, 0.5)";
   }
   return "";
 }
@@ -212,8 +214,9 @@ const std::vector<std::string>& gpu_keys() {
 }
 
 const std::vector<std::string>& node_keys() {
-  static const std::vector<std::string> keys = {"gpus_per_node", "interconnect", "gpu_link_gbs",
-                                                "gpu_link_latency_us", "source"};
+  static const std::vector<std::string> keys = {"gpus_per_node",    "interconnect",
+                                                "gpu_link_gbs",     "gpu_link_latency_us",
+                                                "node_time_spread", "source"};
   return keys;
 }
 
@@ -342,6 +345,8 @@ NodeSpec read_node(const json& body, Violations& out) {
   n.interconnect = s.text("interconnect", {"nvswitch", "nvlink", "shared-memory"});
   n.gpu_link.bandwidth = BytesPerSecond(s.number("gpu_link_gbs", Range::positive) * kGiga);
   n.gpu_link.latency = Seconds(s.number("gpu_link_latency_us", Range::non_negative) * kMicro);
+  if (s.body().contains("node_time_spread"))
+    n.node_time_spread = s.number("node_time_spread", Range::spread);
   n.sources = s.sources();
   return n;
 }
@@ -854,6 +859,7 @@ nlohmann::json to_json(const Topology& t) {
                {"gpu_link_gbs", tidy(t.node.gpu_link.bandwidth.value / kGiga)},
                {"gpu_link_latency_us", tidy(t.node.gpu_link.latency.value / kMicro)},
                {"source", sources_json(t.node.sources)}};
+  if (t.node.node_time_spread > 0) node["node_time_spread"] = tidy(t.node.node_time_spread);
   json fabric = {{"kind", std::string(fabric_kind_name(t.fabric.kind))},
                  {"nics_per_node", t.fabric.nics_per_node},
                  {"nic_gbs", tidy(t.fabric.nic.bandwidth.value / kGiga)},

@@ -212,6 +212,26 @@ TEST(TopologyPresets, BlackwellPresetsHoldHalfTheDatasheetsSparsityFigures) {
 
 // What Hopper measured reaches Blackwell only with a stated reason: each such number equals
 // dgx-h100's and its source says it was carried over, and from where.
+// A node's spread of step times (sim/stragglers.hpp) is fitted once, on dgx-a100-80g (a
+// pair of Korthikanti et al. 2022's runs differing only in data parallelism), and every
+// other GPU preset carries that value over, saying so; the CPU host has none.
+TEST(TopologyPresets, TheNodeTimeSpreadIsFittedOnceAndCarriedWithAReason) {
+  const Topology a100 = load_topology("dgx-a100-80g");
+  EXPECT_EQ(a100.fitted_on.at("node.node_time_spread").set, "korthikanti2022");
+  EXPECT_EQ(a100.node.sources.at("node_time_spread").find("fitted on one pair of rows"), 0U);
+  for (const char* name : {"dgx-h100", "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
+    const Topology t = load_topology(name);
+    EXPECT_EQ(t.node.node_time_spread, a100.node.node_time_spread) << name;
+    EXPECT_EQ(
+        t.node.sources.at("node_time_spread").find("estimate, carried over from dgx-a100-80g"), 0U)
+        << name;
+    EXPECT_FALSE(t.fitted_on.count("node.node_time_spread")) << name;
+  }
+  for (const char* name : {"jean-zay-a100", "vtrain-a100"})  // based on dgx-a100-80g
+    EXPECT_EQ(load_topology(name).node.node_time_spread, a100.node.node_time_spread) << name;
+  EXPECT_EQ(load_topology("cpu-host").node.node_time_spread, 0.0);
+}
+
 TEST(TopologyPresets, BlackwellCarriesHopperMeasurementsOverOnlyWithAReason) {
   const Topology h100 = load_topology("dgx-h100");
   for (const char* name : {"dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72"}) {
@@ -508,6 +528,29 @@ TEST(TopologyValidation, FlashAttnFractionsAreFractionsAndRoundTrip) {
     ASSERT_TRUE(v.count(field)) << key;
     EXPECT_EQ(v.at(field).value, "1.2");
     EXPECT_EQ(v.at(field).rule, "must lie in (0, 1]");
+    EXPECT_EQ(count, 1U);
+  }
+}
+
+// node_time_spread (sim/stragglers.hpp): a standard deviation over a mean, optional (0 when
+// absent), in [0, 0.5), and round-trips through JSON where a preset has it.
+TEST(TopologyValidation, NodeTimeSpreadIsASpreadAndRoundTrips) {
+  const Topology a100 = load_topology("dgx-a100-80g");
+  EXPECT_GT(a100.node.node_time_spread, 0.0);
+  EXPECT_DOUBLE_EQ(load_topology("cpu-host").node.node_time_spread, 0.0);  // absent
+  json j = to_json(a100);
+  EXPECT_DOUBLE_EQ(j["node"]["node_time_spread"].get<double>(), a100.node.node_time_spread);
+  EXPECT_EQ(parse_topology(j), a100);
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {json(0.5), "0.5", "must lie in [0, 0.5)"},
+      {json(-0.01), "-0.01", "must lie in [0, 0.5)"},
+      {json("2%"), "2%", "must be a number, not a JSON string"}};
+  for (const auto& [bad, value, rule] : cases) {
+    j["node"]["node_time_spread"] = bad;
+    const auto [v, count] = rejected(j);
+    ASSERT_TRUE(v.count("node.node_time_spread")) << bad;
+    EXPECT_EQ(v.at("node.node_time_spread").value, value);
+    EXPECT_EQ(v.at("node.node_time_spread").rule, rule);
     EXPECT_EQ(count, 1U);
   }
 }
