@@ -28,4 +28,22 @@ class LibraryCall {
   bool active_;
 };
 
+// The blocks of one GEMM that a library splits and runs on several streams (Transformer
+// Engine's userbuffers: model/tp_comm_overlap.hpp), marked for the binding
+// (StepObserver::begin_split_gemm); nothing in the math changes.
+class SplitGemm {
+ public:
+  explicit SplitGemm(ModelEnv& env) : env_(env) {
+    if (env_.observer) env_.observer->begin_split_gemm(env_.stream);
+  }
+  ~SplitGemm() {
+    if (env_.observer) env_.observer->end_split_gemm(env_.stream);
+  }
+  SplitGemm(const SplitGemm&) = delete;
+  SplitGemm& operator=(const SplitGemm&) = delete;
+
+ private:
+  ModelEnv& env_;
+};
+
 }  // namespace tandem

@@ -21,6 +21,11 @@ class StepObserver {
   // the framework.
   virtual void begin_library_call(Stream& /*s*/) {}
   virtual void end_library_call(Stream& /*s*/) {}
+  // Around the blocks of one GEMM that a library splits and runs on several streams
+  // (Transformer Engine's userbuffers overlap, model/tp_comm_overlap.hpp: a block per ring
+  // step), so that one block's last wave of tiles runs beside the next block's first.
+  virtual void begin_split_gemm(Stream& /*s*/) {}
+  virtual void end_split_gemm(Stream& /*s*/) {}
   // Around a named part of the step that a binding may account for apart: "mtp", the
   // multi-token prediction block's forward and backward with its depths' output layer and
   // loss (model/gpt_chunk.cpp). Regions do not nest.

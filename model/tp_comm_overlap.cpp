@@ -37,6 +37,7 @@ Tensor ring_exchange_gather_fp8_gemm(ModelEnv& env, const Fp8Tensor& x, const Fp
   const std::int64_t n = x.rows;
   const std::int64_t out_cols = transpose_w ? w.rows : w.cols;
   const LibraryCall call(env);
+  const SplitGemm blocks(env);
   Tensor y = allocate_like(env, Shape{n * tp, out_cols});
   Fp8Tensor total = allocate_fp8(env.device, n * tp, x.cols, x.layout);
   total.scale_inv = x.scale_inv;  // one delayed scale on every rank
@@ -72,6 +73,7 @@ Tensor fp8_gemm_pipelined_reduce_scatter(ModelEnv& env, const Fp8Tensor& x, cons
   const int tp = env.tp.size(), r = env.tp.rank();
   const std::int64_t n = x.rows / tp, out_cols = w.rows;
   const LibraryCall call(env);
+  const SplitGemm blocks(env);
   Tensor sum;
   std::unique_ptr<Work> exchange;
   Tensor received;
@@ -106,6 +108,7 @@ Tensor ring_exchange_gather_gemm(ModelEnv& env, const Tensor& x, const Tensor& w
   const std::int64_t n = x.shape[0];
   const std::int64_t out_cols = transpose_w ? w.shape[0] : w.shape[1];
   const LibraryCall call(env);
+  const SplitGemm blocks(env);
   Tensor y = allocate_like(env, Shape{n * tp, out_cols});
   // Blocks arrive into their place in the gathered input; this rank's own stays in x.
   Tensor total = allocate_like(env, Shape{n * tp, x.shape[1]});
@@ -136,6 +139,7 @@ Tensor gemm_pipelined_reduce_scatter(ModelEnv& env, const Tensor& x, const Tenso
   const int tp = env.tp.size(), r = env.tp.rank();
   const std::int64_t n = x.shape[0] / tp, out_cols = w.shape[0];
   const LibraryCall call(env);
+  const SplitGemm blocks(env);
   Tensor sum;  // the running partial sum this rank passes on
   std::unique_ptr<Work> exchange;
   Tensor received;

@@ -141,12 +141,14 @@ double CostModel::model_seconds(const OpDesc& op) const {
   if (op.op == "gemm") {
     if (op.m == 0 || op.n == 0 || op.k == 0 || op.batch == 0)
       return roofline_seconds(op.flops, op.bytes);
-    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes);
+    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes, Operands::dtype,
+                        op.shared_wave_tail);
   }
   if (op.op == "fp8_gemm") {
     if (op.m == 0 || op.n == 0 || op.k == 0 || op.batch == 0)
       return roofline_seconds(op.flops, op.bytes);
-    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes, Operands::fp8);
+    return gemm_seconds(op.dtype, op.m, op.n, op.k, op.batch, op.bytes, Operands::fp8,
+                        op.shared_wave_tail);
   }
   if (op.op == "attention" || op.op == "attention_backward") {
     if (op.m == 0 || op.k == 0 || op.batch == 0) return roofline_seconds(op.flops, op.bytes);
@@ -177,17 +179,21 @@ double CostModel::operand_peak(DType dtype, Operands operands) const {
 }
 
 double CostModel::gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                               std::int64_t batch, double bytes, Operands operands) const {
+                               std::int64_t batch, double bytes, Operands operands,
+                               bool shared_wave_tail) const {
   const GemmTiling tiling = gemm_tiling(gpu_, m, n, batch);
-  // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp).
-  const double done_flops = static_cast<double>(tiling.waves) * gpu_.sm_count * 2.0 *
-                            gpu_.gemm_tile_m * gpu_.gemm_tile_n *
+  // The work the machine does: full waves of full tiles (rule 2 of cost_model.hpp); a block
+  // whose last wave is shared with the next block's pays its tiles alone (rule 2g).
+  const double waves = shared_wave_tail ? static_cast<double>(tiling.tiles) /
+                                              static_cast<double>(std::max(gpu_.sm_count, 1))
+                                        : static_cast<double>(tiling.waves);
+  const double done_flops = waves * gpu_.sm_count * 2.0 * gpu_.gemm_tile_m * gpu_.gemm_tile_n *
                             (static_cast<double>(k) + gpu_.gemm_tile_fixed_k);
   const double fraction = gemm_fraction(dtype, m, n, k, operands);
   double compute = done_flops / (operand_peak(dtype, operands) * fraction);
   double extra = 0;  // a split-K reduction pass, when that is the cheaper plan
   if (gpu_.l2_bandwidth.value > 0) {
-    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, fraction, operands);
+    const GemmPlan plan = gemm_plan(dtype, m, n, k, batch, fraction, operands, shared_wave_tail);
     if (plan.compute_seconds + plan.extra_seconds < compute) {
       compute = plan.compute_seconds;
       extra = plan.extra_seconds;
@@ -214,7 +220,7 @@ double CostModel::gemm_fraction(DType dtype, std::int64_t m, std::int64_t n, std
 // tile at min(tensor rate, L2 operand traffic); keep the fastest.
 CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64_t n,
                                          std::int64_t k, std::int64_t batch, double peak_fraction,
-                                         Operands operands) const {
+                                         Operands operands, bool shared_wave_tail) const {
   const double sms = std::max(gpu_.sm_count, 1);
   const double per_sm_flops = operand_peak(dtype, operands) * peak_fraction / sms;
   const double per_sm_l2 = gpu_.l2_bandwidth.value * gpu_.clock_factor() / sms;
@@ -240,7 +246,8 @@ CostModel::GemmPlan CostModel::gemm_plan(DType dtype, std::int64_t m, std::int64
           std::max<std::int64_t>(1, std::min<std::int64_t>(gpu_.sm_count, k / 256));
       for (std::int64_t split = 1; split <= max_split; ++split) {
         const double slice = static_cast<double>(ceil_div(k, split));
-        const double waves = std::ceil(static_cast<double>(tiles * split) / sms);
+        const double work = static_cast<double>(tiles * split) / sms;
+        const double waves = shared_wave_tail ? work : std::ceil(work);
         const double tile_compute =
             2.0 * static_cast<double>(tm * tn) * (slice + gpu_.gemm_tile_fixed_k) / per_sm_flops;
         const double tile_operands = static_cast<double>(tm + tn) * slice * size / per_sm_l2;

@@ -42,6 +42,12 @@
 //    gemm_peak_fraction than one of large K: H100, 256 steps (fitted with the fraction on 39
 //    measured cuBLAS GEMMs, topology/gemm_reference.csv): K = 2048 at 0.89 of the fraction,
 //    K = 12288 at 0.98.
+//    2g. Blocks on several streams. Transformer Engine's userbuffers overlap splits a
+//    tensor-parallel GEMM into a block per ring step and runs the blocks on up to three
+//    compute streams (comm_gemm_overlap.cpp: _stream_compute[i % streams]), so one block's
+//    last wave runs beside the next block's first: such a block (OpDesc::shared_wave_tail)
+//    pays its waves as tiles / SMs, not rounded up. MC 32B at tp 8, micro batch 4: a block
+//    of the QKV GEMM is 2048 × 2688, 168 tiles of 256 × 128 on 132 SMs, 1.27 waves, not 2.
 // 3. Attention is our non-fused Device op, priced from its parts: forward = rearrange qkv
 //    into q, k, v + QKᵀ (batched GEMM) + causal softmax over the (T, T) scores + P·V
 //    + rearrange the output; backward = rearrange dO + dP = dO·Vᵀ + dV = Pᵀ·dO + softmax
@@ -101,6 +107,10 @@ struct OpDesc {
   // attention "flash_attn" (the flash-attn package) or "" (cuDNN's, Transformer Engine's
   // FusedAttention). A view, as `op`: a literal, or a string the simulator's options hold.
   std::string_view library;
+  // gemm, fp8_gemm: one block of a GEMM that a library splits and runs on several streams
+  // (Transformer Engine's userbuffers overlap: a block per ring step, on up to 3 compute
+  // streams), so its last wave shares the SMs with the next block's first (rule 2g).
+  bool shared_wave_tail = false;
 };
 
 // The class a Device op's time is reported under (tandem simulate's breakdown, tandem
@@ -168,7 +178,8 @@ class CostModel {
   // Device's fp8_gemm op).
   enum class Operands { dtype, fp8 };
   double gemm_seconds(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                      std::int64_t batch, double bytes, Operands operands = Operands::dtype) const;
+                      std::int64_t batch, double bytes, Operands operands = Operands::dtype,
+                      bool shared_wave_tail = false) const;
   double operand_peak(DType dtype, Operands operands) const;  // FLOP/s
   struct GemmPlan {
     double compute_seconds = 0;  // waves of tiles, without launch
@@ -176,7 +187,8 @@ class CostModel {
     std::int64_t tile_m = 0, tile_n = 0, split_k = 1;
   };
   GemmPlan gemm_plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k,
-                     std::int64_t batch, double peak_fraction, Operands operands) const;
+                     std::int64_t batch, double peak_fraction, Operands operands,
+                     bool shared_wave_tail) const;
   // gemm_peak_fraction, or gemm_unaligned_peak_fraction when a dimension's rows are not a
   // multiple of 16 bytes (rule 2c); on FP8 operands gemm_fp8_peak_fraction where the preset
   // has one (rule 2d).

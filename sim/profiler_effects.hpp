@@ -57,6 +57,8 @@ class SimStepObserver : public StepObserver {
   }
   void begin_library_call(Stream& /*s*/) override { device_.begin_library_call(); }
   void end_library_call(Stream& /*s*/) override { device_.end_library_call(); }
+  void begin_split_gemm(Stream& /*s*/) override { device_.begin_split_gemm(); }
+  void end_split_gemm(Stream& /*s*/) override { device_.end_split_gemm(); }
   // A region's compute is booked apart (SimDevice::region_seconds) and, with a trace, shown
   // as a slice of its own on the compute thread, inside the pass that runs it.
   void begin_region(Stream& s, std::string_view name) override {

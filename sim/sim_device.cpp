@@ -201,7 +201,8 @@ std::size_t SimDevice::OpHash::operator()(const OpDesc& op) const {
        {static_cast<std::size_t>(op.dtype), static_cast<std::size_t>(op.m),
         static_cast<std::size_t>(op.n), static_cast<std::size_t>(op.k),
         static_cast<std::size_t>(op.batch), std::hash<double>{}(op.flops),
-        std::hash<double>{}(op.bytes), std::hash<float>{}(op.dropout), name_bits(op.library)})
+        std::hash<double>{}(op.bytes), std::hash<float>{}(op.dropout), name_bits(op.library),
+        std::hash<double>{}(op.visible_pairs), static_cast<std::size_t>(op.shared_wave_tail)})
     h = h * 1099511628211ULL ^ v;
   return h;
 }
@@ -209,7 +210,8 @@ std::size_t SimDevice::OpHash::operator()(const OpDesc& op) const {
 bool SimDevice::OpEqual::operator()(const OpDesc& a, const OpDesc& b) const {
   return a.m == b.m && a.n == b.n && a.k == b.k && a.batch == b.batch && a.dtype == b.dtype &&
          a.flops == b.flops && a.bytes == b.bytes && a.dropout == b.dropout && a.op == b.op &&
-         a.library == b.library;
+         a.library == b.library && a.visible_pairs == b.visible_pairs &&
+         a.shared_wave_tail == b.shared_wave_tail;
 }
 
 const SimDevice::PricedOp& SimDevice::priced(const OpDesc& op) {
@@ -233,6 +235,8 @@ double SimDevice::issue_seconds(const OpDesc& op) const {
 }
 
 void SimDevice::run(Stream& s, OpDesc op) {
+  if (split_gemm_depth_ > 0 && (op.op == "gemm" || op.op == "fp8_gemm"))
+    op.shared_wave_tail = true;  // a block of a split GEMM (cost-model rule 2g)
   const PricedOp& p = priced(op);
   const double issue = library_issue() ? options_.host.library_launch : p.issue_seconds;
   host_work(issue, "kernel issue");

@@ -265,6 +265,13 @@ class SimDevice : public Device {
     if (library_call_depth_ > 0 && --library_call_depth_ == 0) library_call_ops_ = -1;
   }
   bool in_library_call() const { return library_call_ops_ >= 0; }
+  // Around the blocks of one split GEMM (StepObserver::begin_split_gemm): each GEMM issued
+  // between them is priced with its last wave shared with the next block's first (cost-model
+  // rule 2g). Nest as library calls do.
+  void begin_split_gemm() { ++split_gemm_depth_; }
+  void end_split_gemm() {
+    if (split_gemm_depth_ > 0) --split_gemm_depth_;
+  }
   // A named part of the step (StepObserver::begin_region): the compute stream's op seconds
   // between begin and end are also booked under the name (region_seconds).
   // Kept per host task: inside a combined 1F1B step the two microbatches' regions differ.
@@ -330,6 +337,7 @@ class SimDevice : public Device {
   double host_waited_ = 0;      // the latest time the host waited until (host_waited())
   int library_call_ops_ = -1;   // ops issued inside the current library call; -1: none
   int library_call_depth_ = 0;  // library calls begun and not yet ended
+  int split_gemm_depth_ = 0;    // split GEMMs begun and not yet ended
   std::map<std::string, double> host_seconds_;
   std::array<std::string, 2> region_;  // per host task: the region being run, or empty
   std::map<std::string, double> region_seconds_;

@@ -102,6 +102,30 @@ TEST(CostModelGemm, OneTilePastAFullWaveCostsASecondWave) {
   EXPECT_NEAR(model.seconds(over) - kLaunch, 2 * one_wave, one_wave * 1e-12);
 }
 
+// Rule 2g: a block of a split GEMM whose blocks run on several streams (Transformer
+// Engine's userbuffers) pays 109 tiles as 109/108 of a wave, not two; a block of whole
+// waves pays the same either way; with the tile search (an L2 figure) it is never dearer.
+TEST(CostModelGemm, ABlockOfASplitGemmSharesItsLastWave) {
+  const GpuSpec gpu = a100_one_tile();
+  const CostModel model(gpu);
+  OpDesc over{.op = "gemm", .dtype = DType::fp32, .m = 109 * 256, .n = 128, .k = 4096};
+  over.shared_wave_tail = true;
+  const double one_wave = kSms * 2.0 * 256 * 128 * 4096 / (kA100Fp32 * gpu.gemm_peak_fraction);
+  EXPECT_NEAR(model.seconds(over) - kLaunch, 109.0 / 108 * one_wave, one_wave * 1e-12);
+  OpDesc full = over;
+  full.m = 108 * 256;
+  OpDesc alone = full;
+  alone.shared_wave_tail = false;
+  EXPECT_DOUBLE_EQ(model.seconds(full), model.seconds(alone));
+  const CostModel searched(a100());
+  for (const std::int64_t m : {2048, 3000, 16384}) {
+    OpDesc block{.op = "gemm", .dtype = DType::bf16, .m = m, .n = 2688, .k = 7168};
+    OpDesc whole = block;
+    block.shared_wave_tail = true;
+    EXPECT_LE(searched.seconds(block), searched.seconds(whole)) << m;
+  }
+}
+
 TEST(CostModelGemm, TileQuantisationRoundsUpToTheTile) {
   const GpuSpec gpu = a100_one_tile();
   const CostModel model(gpu);

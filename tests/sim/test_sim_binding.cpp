@@ -1243,6 +1243,75 @@ TEST(SimHost, ALibraryCallsOpsAfterItsFirstCostACppLaunch) {
   EXPECT_NEAR(j["collective"].get<double>(), 2e-6, 1e-12);
 }
 
+// Between SimDevice::begin_split_gemm and end_split_gemm (Transformer Engine's userbuffers
+// blocks, StepObserver::begin_split_gemm) the GEMMs reach the pricer marked as blocks whose
+// last wave is shared (cost-model rule 2g); other ops, and GEMMs outside, are not.
+TEST(SimDeviceOps, SplitGemmBlocksArePricedWithASharedWaveTail) {
+  const auto j = in_child([] {
+    nlohmann::json seen = nlohmann::json::array();
+    SimDevice device([&](const OpDesc& op) {
+      seen.push_back({std::string(op.op), op.shared_wave_tail});
+      return 1e-6;
+    });
+    on_one_host([&] {
+      Stream& s = device.default_stream();
+      Tensor b = device.allocate(Shape{8, 8}, DType::fp32);
+      auto gemm_of_rows = [&](std::int64_t rows) {  // a shape of its own: priced anew
+        Tensor a = device.allocate(Shape{rows, 8}, DType::fp32);
+        Tensor c = device.allocate(Shape{rows, 8}, DType::fp32);
+        device.gemm(s, {.a = a, .b = b, .c = c});
+        return c;
+      };
+      gemm_of_rows(4);
+      device.begin_split_gemm();
+      Tensor c = gemm_of_rows(5);
+      device.fill(s, c, 0.0f);
+      device.end_split_gemm();
+      gemm_of_rows(6);
+    });
+    return nlohmann::json{{"seen", seen}};
+  });
+  ASSERT_FALSE(j.contains("error")) << j.dump();
+  const nlohmann::json expected = nlohmann::json::parse(
+      R"([["gemm", false], ["gemm", true], ["fill", false], ["gemm", false]])");
+  EXPECT_EQ(j.at("seen"), expected);
+}
+
+// --tp-comm-overlap's userbuffers GEMMs reach the pricer as blocks of a split GEMM (rule 2g):
+// with tensor parallelism 2 under sequence parallelism, two blocks per overlapped GEMM; the
+// same run without the overlap has no such block.
+TEST(SimDeviceOps, UserbuffersGemmsAreBlocksOfASplitGemm) {
+  auto blocks_and_step = [](bool overlap) {
+    Scenario s = small_gpt();
+    s.parallelism.tensor_model_parallel_size = 2;
+    s.parallelism.sequence_parallel = true;
+    s.parallelism.tp_comm_overlap = overlap;
+    s.cluster.world_size = 2;
+    validate(s);
+    return in_child([&] {
+      const Topology t = load_topology("dgx-h100");
+      SimulateOptions o = options_for(t, SimMode::full);
+      o.record_ops = true;
+      const SimReport r = simulate(s, t, o);
+      int blocks = 0, gemms = 0;
+      for (const auto& op : r.ranks.at(0).ops) {
+        if (op.op.op != "gemm") continue;
+        ++gemms;
+        blocks += op.op.shared_wave_tail;
+      }
+      return nlohmann::json{{"blocks", blocks}, {"gemms", gemms}, {"seconds", r.iteration_seconds}};
+    });
+  };
+  const auto on = blocks_and_step(true);
+  const auto off = blocks_and_step(false);
+  ASSERT_FALSE(on.contains("error")) << on.dump();
+  ASSERT_FALSE(off.contains("error")) << off.dump();
+  EXPECT_EQ(off.at("blocks").get<int>(), 0);
+  EXPECT_GT(on.at("blocks").get<int>(), 0);
+  EXPECT_EQ(on.at("blocks").get<int>() % 2, 0);                      // tp blocks a split GEMM
+  EXPECT_LT(on.at("blocks").get<int>(), on.at("gemms").get<int>());  // the output layer, wgrads
+}
+
 // TrainingConfig::host_sync_per_layer: the host waits for the GPU at the start of each
 // layer pass, so the host issue no longer overlaps the GPU work before it. On the preset's
 // host (at tp 1 there are no collectives to run ahead of) the step gets longer and the
