@@ -27,6 +27,7 @@
 #include "sim/sim_communicator.hpp"
 #include "sim/simgrid_config.hpp"
 #include "sim/stragglers.hpp"
+#include "topology/placement.hpp"
 #include "train/run_trace.hpp"
 #include "train/trainer.hpp"
 

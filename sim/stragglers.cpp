@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <numbers>
-#include <set>
 
 namespace tandem::sim {
 
@@ -20,12 +19,6 @@ double expected_max_of_normals(int n) {
   double sum = f(lo) + f(hi);
   for (int i = 1; i < steps; ++i) sum += f(lo + i * h) * (i % 2 == 1 ? 4 : 2);
   return sum * h / 3;
-}
-
-int nodes_spanned(const std::vector<int>& ranks, int gpus_per_node) {
-  std::set<int> nodes;
-  for (int r : ranks) nodes.insert(gpus_per_node > 0 ? r / gpus_per_node : r);
-  return static_cast<int>(nodes.size());
 }
 
 double straggler_wait_fraction(double spread, int nodes) {

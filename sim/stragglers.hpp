@@ -8,16 +8,11 @@
 // group spans (replicas on one node share its host and power: one draw).
 #pragma once
 
-#include <vector>
-
 namespace tandem::sim {
 
 // E[max(Z1, …, Zn)] of n independent standard normals: 0 for n ≤ 1, 1/√π for 2,
 // about 1.42 for 8, 2.07 for 32, 2.75 for 192.
 double expected_max_of_normals(int n);
-
-// How many distinct nodes the global ranks sit on, gpus_per_node ranks to a node.
-int nodes_spanned(const std::vector<int>& ranks, int gpus_per_node);
 
 // The fraction of the step so far that a gradient sync over `nodes` nodes waits for the
 // slowest: spread · E[max of nodes standard normals].

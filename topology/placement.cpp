@@ -4,6 +4,7 @@
 // group on one node's, or one domain's, NVLink/NVSwitch.
 #include "topology/placement.hpp"
 
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -64,6 +65,14 @@ bool group_within_node(const std::vector<int>& group, int gpus_per_node) {
   check_gpus_per_node(gpus_per_node);
   check_ranks(group);
   return same_block(group, gpus_per_node);
+}
+
+int nodes_spanned(const std::vector<int>& group, int gpus_per_node) {
+  check_gpus_per_node(gpus_per_node);
+  check_ranks(group);
+  std::set<int> nodes;
+  for (int r : group) nodes.insert(r / gpus_per_node);
+  return static_cast<int>(nodes.size());
 }
 
 bool group_within_nvlink_domain(const std::vector<int>& group, const Topology& topology) {

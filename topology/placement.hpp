@@ -28,6 +28,8 @@ std::vector<RankPlacement> place_ranks(int world_size, const Topology& topology)
 
 // True when every rank of `group` sits on the same node.
 bool group_within_node(const std::vector<int>& group, int gpus_per_node);
+// How many distinct nodes the ranks of `group` sit on (0 for an empty group).
+int nodes_spanned(const std::vector<int>& group, int gpus_per_node);
 // True when every rank of `group` sits in the same NVLink domain of `topology`: the group
 // talks over NVLink only, whether or not it spans nodes.
 bool group_within_nvlink_domain(const std::vector<int>& group, const Topology& topology);

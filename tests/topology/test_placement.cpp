@@ -52,6 +52,15 @@ TEST(PlacementLayout, EmptyAndSingletonGroups) {
   EXPECT_TRUE(group_within_node({13}, 8));
 }
 
+// The nodes a group spans, each counted once (sim/stragglers.hpp's n).
+TEST(PlacementLayout, NodesSpannedCountsEachNodeOnce) {
+  EXPECT_EQ(nodes_spanned({0, 1, 2, 3, 4, 5, 6, 7}, 8), 1);
+  EXPECT_EQ(nodes_spanned({0, 8, 16, 24}, 8), 4);
+  EXPECT_EQ(nodes_spanned({0, 4, 8, 12, 16, 20, 24, 28}, 8), 4);  // tp 4: two a node
+  EXPECT_EQ(nodes_spanned({}, 8), 0);
+  EXPECT_THROW(nodes_spanned({0, 1}, 0), ConfigError);
+}
+
 TEST(PlacementValidation, RejectsNonPositiveSizes) {
   try {
     place_ranks(0, 0);
