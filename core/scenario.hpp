@@ -188,6 +188,11 @@ struct ParallelismConfig {
   std::string cp_comm_type = "p2p";
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
+  // How the distributed optimizer reduces the gradients: reduce_scatter (Megatron-Core: each
+  // rank receives its slice of the sum) or all_reduce (Megatron-DeepSpeed's BF16_Optimizer:
+  // every rank receives the whole sum and steps its slice; the parameters are all-gathered
+  // after the step either way).
+  std::string distributed_optimizer_grad_reduce = "reduce_scatter";
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   // Megatron-Core's --tp-comm-overlap: with sequence parallelism, the tensor-parallel

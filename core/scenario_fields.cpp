@@ -457,6 +457,12 @@ std::vector<FieldDef> parallelism_fields() {
                  {"sequence_parallel", "shard layer norm and dropout along the sequence"}),
       make_field(p, &P::use_distributed_optimizer,
                  {"use_distributed_optimizer", "shard optimizer state across dp"}),
+      make_field(p, &P::distributed_optimizer_grad_reduce,
+                 {"distributed_optimizer_grad_reduce",
+                  "how the distributed optimizer reduces gradients over dp: reduce_scatter "
+                  "(Megatron-Core) | all_reduce (Megatron-DeepSpeed's BF16_Optimizer: every "
+                  "rank gets the whole sum, steps its slice, parameters all-gathered)",
+                  choices({"reduce_scatter", "all_reduce"})}),
       make_field(p, &P::overlap_grad_reduce,
                  {"overlap_grad_reduce", "overlap dp gradient reduction with backward"}),
       make_field(p, &P::overlap_param_gather,

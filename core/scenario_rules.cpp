@@ -620,6 +620,10 @@ void check_optimizer(const Scenario& s, Violations& out) {
   const auto& t = s.training;
   if (t.fp16 && t.bf16)
     out.push_back({"fp16", "true", "fp16 and bf16 exclude each other, and bf16 is true too"});
+  if (p.distributed_optimizer_grad_reduce != "reduce_scatter" && !p.use_distributed_optimizer)
+    out.push_back({"distributed_optimizer_grad_reduce", p.distributed_optimizer_grad_reduce,
+                   "requires use_distributed_optimizer (it says how that optimizer reduces "
+                   "gradients; without it they are all-reduced)"});
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     out.push_back({"overlap_param_gather", "true",
                    "requires use_distributed_optimizer (it gathers the optimizer's shards)"});

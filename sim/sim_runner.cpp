@@ -28,6 +28,7 @@
 #include "sim/simgrid_config.hpp"
 #include "sim/stragglers.hpp"
 #include "topology/placement.hpp"
+#include "train/grad_buckets.hpp"
 #include "train/run_trace.hpp"
 #include "train/trainer.hpp"
 
@@ -312,7 +313,8 @@ SimReport simulate(const Scenario& s, const Topology& topology, const SimulateOp
             straggler_wait_fraction(
                 topology.node.node_time_spread,
                 nodes_spanned(rr.ctx.group(GroupKind::dp), topology.node.gpus_per_node)),
-            s.parallelism.use_distributed_optimizer ? "reduce_scatter" : "all_reduce");
+            grad_reduction(s.parallelism) == GradReduction::reduce_scatter ? "reduce_scatter"
+                                                                           : "all_reduce");
       // The host issues each collective before the simulated transfers start.
       rr.issued[kind] = std::make_unique<HostIssueCommunicator>(*rr.comms[kind], *rr.device);
       used[kind] = rr.issued[kind].get();

@@ -57,6 +57,12 @@ BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
   return layout;
 }
 
+GradReduction grad_reduction(const ParallelismConfig& p) {
+  if (!p.use_distributed_optimizer) return GradReduction::all_reduce;
+  return p.distributed_optimizer_grad_reduce == "all_reduce" ? GradReduction::all_reduce_then_gather
+                                                             : GradReduction::reduce_scatter;
+}
+
 DType grad_reduce_dtype(const TrainingConfig& t) {
   if (t.fp16 && !t.accumulate_allreduce_grads_in_fp32) return DType::fp16;
   if (t.bf16 && t.grad_reduce_in_bf16) return DType::bf16;
@@ -107,7 +113,7 @@ void GradBuckets::launch(Bucket& b) {
   // The buffer is already in the dtype the run reduces in (Megatron's main_grad), so the
   // reduction reads it as it is.
   Tensor view = params_.grads().view(Shape{b.end - b.begin}, b.begin);
-  if (reduction_ == GradReduction::all_reduce) {
+  if (reduction_ != GradReduction::reduce_scatter) {
     b.work = b.group->all_reduce(stream_, view, ReduceOp::sum);
     return;
   }
@@ -164,8 +170,9 @@ void GradBuckets::launch_gather(Bucket& b) {
 }
 
 void GradBuckets::start_param_gather(bool chained) {
-  if (reduction_ != GradReduction::reduce_scatter)
-    throw std::logic_error("GradBuckets: parameters are gathered only with reduce_scatter");
+  if (reduction_ == GradReduction::all_reduce)
+    throw std::logic_error(
+        "GradBuckets: parameters are gathered only where the optimizer is sharded");
   Tensor& compute = params_.compute_values();
   if (params_.has_fp8()) {
     if (fp8_ == nullptr)

@@ -2,8 +2,9 @@
 // gradient buffer, bucket by bucket (ParameterSet::buckets(): parameters in reverse order, so
 // backward fills the buffer front to back). Without the distributed optimizer each bucket is
 // all-reduced; with it each bucket is reduce-scattered and this rank's slice of the sum is
-// written back into its place in the gradient buffer, and after the optimizer step each
-// bucket's parameters are all-gathered (in place) from the slices the ranks updated.
+// written back into its place in the gradient buffer (or, all_reduce_then_gather, all-reduced
+// whole), and after the optimizer step each bucket's parameters are all-gathered (in place)
+// from the slices the ranks updated.
 //
 // With overlap_grad_reduce, during the last microbatch's backward a bucket's reduction is
 // launched as soon as every parameter in it has its final gradient (Megatron's gradient
@@ -65,7 +66,16 @@ BufferLayout grad_buffer_layout(const Scenario& s, const ParallelContext& ctx,
 // (Megatron's grad_dtype = param dtype unless grad_reduce_in_fp32), else fp32.
 DType grad_reduce_dtype(const TrainingConfig& t);
 
-enum class GradReduction { all_reduce, reduce_scatter };
+// all_reduce: every rank holds the whole sum and the whole optimizer (Megatron without the
+// distributed optimizer). reduce_scatter: each rank receives its slice of the sum, steps it
+// and the parameters are all-gathered (Megatron-Core's distributed optimizer).
+// all_reduce_then_gather: the whole sum everywhere, then each rank steps its slice and the
+// parameters are all-gathered (Megatron-DeepSpeed's BF16_Optimizer, which all-reduces the
+// fp32 gradients and shards the optimizer over dp).
+enum class GradReduction { all_reduce, reduce_scatter, all_reduce_then_gather };
+
+// What the scenario asks for (use_distributed_optimizer, distributed_optimizer_grad_reduce).
+GradReduction grad_reduction(const ParallelismConfig& p);
 
 class GradBuckets : public GradReadyHook, public ParamsNeededHook {
  public:
@@ -83,9 +93,9 @@ class GradBuckets : public GradReadyHook, public ParamsNeededHook {
   // Launches any bucket not launched yet, then waits for every bucket's reduction.
   void finish();
 
-  // Distributed optimizer, after the optimizer step: every bucket's parameters (the 16-bit
-  // copy under mixed precision, the FP8 parameters' codes cast by `fp8` first) are to be
-  // all-gathered from the dp ranks' slices; launched at once, or, `chained`
+  // reduce_scatter or all_reduce_then_gather, after the optimizer step: every bucket's parameters
+  // (the 16-bit copy under mixed precision, the FP8 parameters' codes cast by `fp8` first) are to
+  // be all-gathered from the dp ranks' slices; launched at once, or, `chained`
   // (overlap_param_gather), left pending for launch_next_gather and on_params_needed.
   void start_param_gather(bool chained);
   // --fp8-param-gather: the cast of this rank's main values into the FP8 parameters that

@@ -374,10 +374,12 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       if (plans[v].mtp_layers > 0)
         program_->set_mtp_stage(static_cast<int>(v), ctx.sizes.pp, ctx.coords.pp);
   }
-  buckets_ = std::make_unique<GradBuckets>(
-      params_, optimizer_->shard(),
-      par.use_distributed_optimizer ? GradReduction::reduce_scatter : GradReduction::all_reduce,
-      need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
+  summed_pieces_ = grad_reduction(par) == GradReduction::all_reduce_then_gather
+                       ? make_optimizer_shard(params_, 1, 0, experts ? 1 : 0, 0).pieces
+                       : optimizer_->shard().pieces;
+  buckets_ =
+      std::make_unique<GradBuckets>(params_, optimizer_->shard(), grad_reduction(par),
+                                    need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
   // --fp8-param-gather: the FP8 linear layers' weights cast from the main values and
   // gathered as codes, now (initialised) and after every optimizer step.
   std::vector<Fp8Weight> fp8_weights;
@@ -426,7 +428,7 @@ StepBatch Trainer::make_batch(const data::SampleDataset& samples, std::int64_t f
 
 void Trainer::all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&)) {
   std::vector<std::unique_ptr<Work>> works;
-  for (const auto& piece : optimizer_->shard().pieces)
+  for (const auto& piece : summed_pieces_)
     if (selected(params_[piece.param].spec)) {
       Tensor g = params_.grads().view(Shape{piece.length}, piece.begin);
       works.push_back(group.all_reduce(stream_, g, ReduceOp::sum));
@@ -436,8 +438,8 @@ void Trainer::all_reduce_shard_grads(Communicator& group, bool (*selected)(const
 
 void Trainer::finalize_grads() {
   // Megatron's finalize_model_grads. The loss gradient was scaled by 1/(m · dp), so the sum
-  // over dp is the mean; with the distributed optimizer only this rank's slice of the
-  // gradient buffer holds it, and the reductions below visit only that slice.
+  // over dp is the mean; after a reduce-scatter only this rank's slice of the gradient
+  // buffer holds it, and the reductions below visit only that slice (summed_pieces_).
   buckets_->finish();  // with overlap_grad_reduce most buckets were launched during backward
   // Sequence parallelism: replicated parameters whose gradients saw one sequence shard; and
   // with or without it, the QK layer norms, whose gradients saw this rank's heads only.

@@ -17,6 +17,7 @@
 #include "core/parallel_context.hpp"
 #include "core/scenario.hpp"
 #include "model/optimizer.hpp"
+#include "model/optimizer_shard.hpp"
 #include "model/step_observer.hpp"
 #include "schedules/microbatches.hpp"
 #include "train/checkpoint.hpp"
@@ -118,7 +119,8 @@ class Trainer {
   void update_expert_bias();
   std::vector<MoeLayer*> moe_layers();
   void parameters_ready();
-  // All-reduces over `group` this rank's optimizer-shard pieces of the selected parameters.
+  // All-reduces over `group` the pieces of the selected parameters that hold the dp sum
+  // (summed_pieces_).
   void all_reduce_shard_grads(Communicator& group, bool (*selected)(const ParameterSpec&));
   double global_grad_norm();
   // Loss scaling: this rank's main gradients multiplied by `inv_scale`; whether any
@@ -146,6 +148,11 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<Fp8ParamCast> fp8_cast_;  // --fp8-param-gather: the FP8 weights' cast
   std::unique_ptr<GradBuckets> buckets_;    // dp reduction (and the distributed optimizer's gather)
+  // Where the dp reduction leaves the sum, which finalize_grads' other reductions then visit:
+  // this rank's optimizer slices after a reduce-scatter, every parameter after an all-reduce
+  // (the gradients all-reduced under a sharded optimizer, Megatron-DeepSpeed's BF16_Optimizer,
+  // reduce its tied embedding whole too).
+  std::vector<ShardPiece> summed_pieces_;
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
   ScheduleKind schedule_kind_;

@@ -162,9 +162,11 @@ void set_field(Scenario& s, const std::string& field, const std::string& value) 
     s.training.recompute_granularity = value;
   } else if (field == "sequence_parallel")
     p.sequence_parallel = to_bool(field, value);
-  else if (field == "use_distributed_optimizer")
+  else if (field == "use_distributed_optimizer") {
     p.use_distributed_optimizer = to_bool(field, value);
-  else if (field == "overlap_grad_reduce")
+    // How that optimizer reduces gradients is its own setting: without it they are all-reduced.
+    if (!p.use_distributed_optimizer) p.distributed_optimizer_grad_reduce = "reduce_scatter";
+  } else if (field == "overlap_grad_reduce")
     p.overlap_grad_reduce = to_bool(field, value);
   else if (field == "overlap_param_gather")
     p.overlap_param_gather = to_bool(field, value);

@@ -733,6 +733,21 @@ TEST(ScenarioValidate, OverlapParamGatherNeedsDistributedOptimizerAndGradOverlap
   EXPECT_NO_THROW(validate(s));
 }
 
+// Megatron-DeepSpeed's BF16_Optimizer all-reduces where Megatron-Core reduce-scatters; the
+// choice belongs to the sharded optimizer, and a name outside the two is refused on parsing.
+TEST(ScenarioValidate, AllReducedGradientsNeedTheDistributedOptimizer) {
+  Scenario s = default_scenario();
+  s.parallelism.distributed_optimizer_grad_reduce = "all_reduce";
+  EXPECT_TRUE(Names(invalid(s), "distributed_optimizer_grad_reduce", "all_reduce",
+                    "requires use_distributed_optimizer"));
+  s.parallelism.use_distributed_optimizer = true;
+  EXPECT_NO_THROW(validate(s));
+  EXPECT_TRUE(
+      Names(unparsable(R"({"parallelism": {"distributed_optimizer_grad_reduce": "allreduce"}})"),
+            "parallelism.distributed_optimizer_grad_reduce", "\"allreduce\"",
+            "one of reduce_scatter | all_reduce"));
+}
+
 TEST(ScenarioValidate, Bf16AndFp16Exclusive) {
   Scenario s = default_scenario();
   s.training.bf16 = true;

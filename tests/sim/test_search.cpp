@@ -329,6 +329,25 @@ TEST(SearchSpace, BlockRecipesDropTheBasesFp8Parameters) {
     EXPECT_EQ(rule.rfind("duplicate", 0), 0u) << rule;
 }
 
+// A base whose distributed optimizer all-reduces its gradients (Megatron-DeepSpeed's
+// BF16_Optimizer) keeps that for the distopt candidates; the others, which have no sharded
+// optimizer to say it of, all-reduce plainly instead of being refused.
+TEST(SearchSpace, TheBasesAllReducedShardedOptimizerGoesWithIt) {
+  Scenario s = small_model();
+  s.parallelism.use_distributed_optimizer = true;
+  s.parallelism.distributed_optimizer_grad_reduce = "all_reduce";
+  SearchSpace space = fixed_space(s);
+  fix(space, "tp=1");
+  fix(space, "pp=1");
+  vary(space, "distopt=true,false");
+  const Enumeration e = enumerate(s, 16, space);
+  std::map<bool, std::string> reduce;
+  for (const auto& c : e.valid)
+    reduce[c.scenario.parallelism.use_distributed_optimizer] =
+        c.scenario.parallelism.distributed_optimizer_grad_reduce;
+  EXPECT_EQ(reduce, (std::map<bool, std::string>{{false, "reduce_scatter"}, {true, "all_reduce"}}));
+}
+
 // An FP8 candidate's GEMMs are priced at the GPU's FP8 tensor rate (1979 TFLOP/s on an H100,
 // twice bf16's 989): a GEMM-bound layout (one GPU, hidden 4096, two 4096-token sequences a
 // microbatch) is bounded lower with FP8 than without. (A small model at tp 8 is bound by the

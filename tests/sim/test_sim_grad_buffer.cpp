@@ -46,6 +46,7 @@ Scenario dp3_gpt() {
 
 struct DpTraffic {
   std::int64_t reduce_scatter = 0, all_reduce = 0;  // bytes rank 0 reduces over dp
+  std::int64_t all_gather = 0;                      // bytes rank 0 gathers over dp
   std::int64_t peak = 0;                            // rank 0's memory high-water mark
   int copies = 0;                                   // rank 0's copy ops
   std::map<std::string, std::int64_t> held;         // what held the peak, by memory use
@@ -59,10 +60,11 @@ DpTraffic simulate_dp(const Scenario& s) {
     o.mode = SimMode::full;
     o.record_ops = true;
     const SimReport r = simulate(s, t, o);
-    std::int64_t rs = 0, ar = 0;
+    std::int64_t rs = 0, ar = 0, ag = 0;
     for (const auto& c : r.ranks.at(0).collectives) {
       const std::int64_t bytes = std::stoll(c.substr(c.rfind(' ') + 1));
       if (c.rfind("reduce_scatter dp ", 0) == 0) rs += bytes;
+      if (c.rfind("all_gather dp ", 0) == 0) ag += bytes;
       // The gradients, not the one-number reductions (loss, found-inf) beside them.
       if (c.rfind("all_reduce dp ", 0) == 0 && bytes > 16) ar += bytes;
     }
@@ -72,16 +74,14 @@ DpTraffic simulate_dp(const Scenario& s) {
     for (std::size_t i = 0; i < kMemoryUses; ++i)
       held[std::string(memory_use_name(static_cast<MemoryUse>(i)))] =
           r.ranks.at(0).peak_memory_by_use[i].value;
-    return nlohmann::json{{"rs", rs},
-                          {"ar", ar},
-                          {"peak", r.ranks.at(0).peak_memory_bytes},
-                          {"copies", copies},
-                          {"held", held}};
+    return nlohmann::json{{"rs", rs},         {"ar", ar},
+                          {"ag", ag},         {"peak", r.ranks.at(0).peak_memory_bytes},
+                          {"copies", copies}, {"held", held}};
   });
   if (j.contains("error")) throw std::runtime_error(j.dump());
   return {j.at("rs").get<std::int64_t>(), j.at("ar").get<std::int64_t>(),
-          j.at("peak").get<std::int64_t>(), j.at("copies").get<int>(),
-          j.at("held").get<std::map<std::string, std::int64_t>>()};
+          j.at("ag").get<std::int64_t>(), j.at("peak").get<std::int64_t>(),
+          j.at("copies").get<int>(),      j.at("held").get<std::map<std::string, std::int64_t>>()};
 }
 
 TEST(SimGradBuffer, ReduceScatterMovesTheBucketPaddedToLcmOfDpAnd128) {
@@ -99,6 +99,26 @@ TEST(SimGradBuffer, AllReduceWithoutTheDistributedOptimizerIsUnpadded) {
   const DpTraffic d = simulate_dp(s);
   EXPECT_EQ(d.all_reduce, 4 * kParameters);
   EXPECT_EQ(d.reduce_scatter, 0);
+}
+
+// Megatron-DeepSpeed's BF16_Optimizer (distributed_optimizer_grad_reduce all_reduce):
+// the same padded buffer all-reduced instead of reduce-scattered, and the same parameter
+// all-gather after the step as Megatron-Core's distributed optimizer; the optimizer state is
+// as sharded (the same held bytes), and no slice of the sum is received apart.
+TEST(SimGradBuffer, AllReducedShardedOptimizerMovesThePaddedBucketWhole) {
+  Scenario s = dp3_gpt();
+  s.parallelism.use_distributed_optimizer = true;
+  validate(s);
+  const DpTraffic scattered = simulate_dp(s);
+  s.parallelism.distributed_optimizer_grad_reduce = "all_reduce";
+  validate(s);
+  const DpTraffic reduced = simulate_dp(s);
+  EXPECT_EQ(reduced.all_reduce, 4 * kPadded);  // fp32 gradients, padded as the distributed one
+  EXPECT_EQ(reduced.reduce_scatter, 0);
+  // The fp32 parameters gathered whole: the buffer, padding included, once.
+  EXPECT_EQ(scattered.all_gather, 4 * kPadded);
+  EXPECT_EQ(reduced.all_gather, scattered.all_gather);
+  EXPECT_EQ(reduced.held.at("optimizer"), scattered.held.at("optimizer"));
 }
 
 // The padding is memory: values and gradients, fp32 each (8 bytes an element), grow by the

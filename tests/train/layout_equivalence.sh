@@ -2,7 +2,8 @@
 # Layout equivalence: the same GPT trained 5 iterations from the same seed on the same
 # (mock) data gives the single-process run's losses and final parameters under tensor
 # (with and without sequence parallelism), pipeline (1F1B and interleaved) and data
-# parallelism (one all-reduce, buckets overlapped with backward, the distributed optimizer),
+# parallelism (one all-reduce, buckets overlapped with backward, the distributed optimizer,
+# and that optimizer with its gradients all-reduced, Megatron-DeepSpeed's BF16_Optimizer),
 # and with pipeline shapes exchanged before every send (variable_seq_lengths),
 # each a real `mpirun` job (tp 2 also with Megatron-Core's fused loss, whose target logits and
 # sums are all-reduced as one tensor). Losses are compared as Megatron's log prints them (7 significant
@@ -57,11 +58,13 @@ layouts=(
   "2|--tensor-model-parallel-size 1"
   "2|--tensor-model-parallel-size 1 --overlap-grad-reduce --ddp-bucket-size 20000"
   "2|--tensor-model-parallel-size 1 --use-distributed-optimizer"
+  "2|--tensor-model-parallel-size 1 --use-distributed-optimizer --distributed-optimizer-grad-reduce all_reduce"
   "4|--pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 20000"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
   "4|--pipeline-model-parallel-size 4"
   "4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --scatter-gather-tensors-in-pipeline"
   "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --distributed-optimizer-grad-reduce all_reduce --overlap-grad-reduce --ddp-bucket-size 20000"
   "2|--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"
   "4|--tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
   "8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"
