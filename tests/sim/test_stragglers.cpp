@@ -93,6 +93,22 @@ TEST(Stragglers, TheGradientSyncWaitsForTheSlowestOfTheNodes) {
   EXPECT_NEAR(simulate_step(s, 0.05, SimMode::full).seconds, spread.seconds, 1e-6 * spread.seconds);
 }
 
+// The distributed optimizer with its gradients all-reduced (Megatron-DeepSpeed's
+// BF16_Optimizer) syncs with that all-reduce, after the last backward: it waits as the plain
+// all-reduce does, though no reduce-scatter runs.
+TEST(Stragglers, AnAllReducedShardedOptimizerWaitsAtItsAllReduce) {
+  Scenario s = small_gpt(4);
+  s.parallelism.use_distributed_optimizer = true;
+  s.parallelism.distributed_optimizer_grad_reduce = "all_reduce";
+  validate(s);
+  const Step even = simulate_step(s, 0);
+  const Step spread = simulate_step(s, 0.05);
+  const double whole_step = 0.05 * expected_max_of_normals(4) * even.seconds;
+  EXPECT_GT(spread.wait, 0.7 * whole_step);
+  EXPECT_LT(spread.wait, whole_step);
+  EXPECT_NEAR(spread.seconds - even.seconds, spread.wait, 0.01 * spread.wait);
+}
+
 // Replicas on one node share its host: no straggler to wait for.
 TEST(Stragglers, ReplicasOnOneNodeDoNotWait) {
   Scenario s = small_gpt(1);
