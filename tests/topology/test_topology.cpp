@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -436,6 +435,28 @@ Rejection rejected(const json& j) {
   return {};
 }
 
+// A value an optional field refuses: as written, as the message shows it, and the rule.
+struct Refused {
+  json bad;
+  std::string value, rule;
+};
+
+// Each of `cases`, written into `j` at section.key, is refused alone, the message naming the
+// field, the value and the rule.
+void expect_each_refused(json j, const std::string& section, const std::string& key,
+                         const std::vector<Refused>& cases) {
+  const std::string field = section + "." + key;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(field + " = " + c.bad.dump());
+    j[section][key] = c.bad;
+    const auto [v, count] = rejected(j);
+    ASSERT_TRUE(v.count(field));
+    EXPECT_EQ(v.at(field).value, c.value);
+    EXPECT_EQ(v.at(field).rule, c.rule);
+    EXPECT_EQ(count, 1U);
+  }
+}
+
 TEST(TopologyValidation, EveryBrokenRuleNamesFieldValueAndRule) {
   json j = to_json(load_topology("dgx-a100-80g"));
   j["gpu"]["peak_tflops"]["bf16"] = -1;
@@ -497,18 +518,10 @@ TEST(TopologyValidation, Fp8GemmFractionIsAFractionAndRoundTrips) {
   EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.gemm_fp8_peak_fraction, 0.0);  // absent
   json j = to_json(h100);
   EXPECT_DOUBLE_EQ(j["gpu"]["gemm_fp8_peak_fraction"].get<double>(), 0.75);
-  const std::vector<std::tuple<json, std::string, std::string>> cases = {
-      {json(1.5), "1.5", "must lie in (0, 1]"},
-      {json(0), "0", "must lie in (0, 1]"},
-      {json("0.66"), "0.66", "must be a number, not a JSON string"}};
-  for (const auto& [bad, value, rule] : cases) {
-    j["gpu"]["gemm_fp8_peak_fraction"] = bad;
-    const auto [v, count] = rejected(j);
-    ASSERT_TRUE(v.count("gpu.gemm_fp8_peak_fraction")) << bad;
-    EXPECT_EQ(v.at("gpu.gemm_fp8_peak_fraction").value, value);
-    EXPECT_EQ(v.at("gpu.gemm_fp8_peak_fraction").rule, rule);
-    EXPECT_EQ(count, 1U);
-  }
+  expect_each_refused(j, "gpu", "gemm_fp8_peak_fraction",
+                      {{json(1.5), "1.5", "must lie in (0, 1]"},
+                       {json(0), "0", "must lie in (0, 1]"},
+                       {json("0.66"), "0.66", "must be a number, not a JSON string"}});
 }
 
 // The flash-attn package's fused-attention fractions (attention_backend flash): fractions,
@@ -520,16 +533,8 @@ TEST(TopologyValidation, FlashAttnFractionsAreFractionsAndRoundTrip) {
   EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.flash_attn_forward_fraction, 0.0);
   json j = to_json(h100);
   EXPECT_DOUBLE_EQ(j["gpu"]["flash_attn_backward_fraction"].get<double>(), 0.35);
-  for (const char* key : {"flash_attn_forward_fraction", "flash_attn_backward_fraction"}) {
-    json bad = j;
-    bad["gpu"][key] = 1.2;
-    const auto [v, count] = rejected(bad);
-    const std::string field = std::string("gpu.") + key;
-    ASSERT_TRUE(v.count(field)) << key;
-    EXPECT_EQ(v.at(field).value, "1.2");
-    EXPECT_EQ(v.at(field).rule, "must lie in (0, 1]");
-    EXPECT_EQ(count, 1U);
-  }
+  for (const char* key : {"flash_attn_forward_fraction", "flash_attn_backward_fraction"})
+    expect_each_refused(j, "gpu", key, {{json(1.2), "1.2", "must lie in (0, 1]"}});
 }
 
 // node_time_spread (sim/stragglers.hpp): a standard deviation over a mean, optional (0 when
@@ -541,18 +546,10 @@ TEST(TopologyValidation, NodeTimeSpreadIsASpreadAndRoundTrips) {
   json j = to_json(a100);
   EXPECT_DOUBLE_EQ(j["node"]["node_time_spread"].get<double>(), a100.node.node_time_spread);
   EXPECT_EQ(parse_topology(j), a100);
-  const std::vector<std::tuple<json, std::string, std::string>> cases = {
-      {json(0.5), "0.5", "must lie in [0, 0.5)"},
-      {json(-0.01), "-0.01", "must lie in [0, 0.5)"},
-      {json("2%"), "2%", "must be a number, not a JSON string"}};
-  for (const auto& [bad, value, rule] : cases) {
-    j["node"]["node_time_spread"] = bad;
-    const auto [v, count] = rejected(j);
-    ASSERT_TRUE(v.count("node.node_time_spread")) << bad;
-    EXPECT_EQ(v.at("node.node_time_spread").value, value);
-    EXPECT_EQ(v.at("node.node_time_spread").rule, rule);
-    EXPECT_EQ(count, 1U);
-  }
+  expect_each_refused(j, "node", "node_time_spread",
+                      {{json(0.5), "0.5", "must lie in [0, 0.5)"},
+                       {json(-0.01), "-0.01", "must lie in [0, 0.5)"},
+                       {json("2%"), "2%", "must be a number, not a JSON string"}});
 }
 
 // gemm_tile_fixed_k (cost-model rule 2f): steps of K, optional (0 when absent), never
@@ -563,16 +560,9 @@ TEST(TopologyValidation, GemmTileFixedKIsNonNegativeAndRoundTrips) {
   EXPECT_DOUBLE_EQ(load_topology("dgx-a100-80g").gpu.gemm_tile_fixed_k, 0.0);  // absent
   json j = to_json(h100);
   EXPECT_DOUBLE_EQ(j["gpu"]["gemm_tile_fixed_k"].get<double>(), 256.0);
-  const std::vector<std::tuple<json, std::string, std::string>> cases = {
-      {json(-1), "-1", "must be ≥ 0"}, {json("256"), "256", "must be a number, not a JSON string"}};
-  for (const auto& [bad, value, rule] : cases) {
-    j["gpu"]["gemm_tile_fixed_k"] = bad;
-    const auto [v, count] = rejected(j);
-    ASSERT_TRUE(v.count("gpu.gemm_tile_fixed_k")) << bad;
-    EXPECT_EQ(v.at("gpu.gemm_tile_fixed_k").value, value);
-    EXPECT_EQ(v.at("gpu.gemm_tile_fixed_k").rule, rule);
-    EXPECT_EQ(count, 1U);
-  }
+  expect_each_refused(j, "gpu", "gemm_tile_fixed_k",
+                      {{json(-1), "-1", "must be ≥ 0"},
+                       {json("256"), "256", "must be a number, not a JSON string"}});
 }
 
 TEST(TopologyValidation, SustainedClockFractionIsAFractionAndRoundTrips) {
@@ -584,18 +574,10 @@ TEST(TopologyValidation, SustainedClockFractionIsAFractionAndRoundTrips) {
   EXPECT_EQ(load_topology("dgx-h100").fitted_on.count("gpu.sustained_clock_fraction"), 1U);
   json j = to_json(h100);
   EXPECT_DOUBLE_EQ(j["gpu"]["sustained_clock_fraction"].get<double>(), 0.76);
-  const std::vector<std::tuple<json, std::string, std::string>> cases = {
-      {json(1.2), "1.2", "must lie in (0, 1]"},
-      {json(-0.5), "-0.5", "must lie in (0, 1]"},
-      {json("0.8"), "0.8", "must be a number, not a JSON string"}};
-  for (const auto& [bad, value, rule] : cases) {
-    j["gpu"]["sustained_clock_fraction"] = bad;
-    const auto [v, count] = rejected(j);
-    ASSERT_TRUE(v.count("gpu.sustained_clock_fraction")) << bad;
-    EXPECT_EQ(v.at("gpu.sustained_clock_fraction").value, value);
-    EXPECT_EQ(v.at("gpu.sustained_clock_fraction").rule, rule);
-    EXPECT_EQ(count, 1U);
-  }
+  expect_each_refused(j, "gpu", "sustained_clock_fraction",
+                      {{json(1.2), "1.2", "must lie in (0, 1]"},
+                       {json(-0.5), "-0.5", "must lie in (0, 1]"},
+                       {json("0.8"), "0.8", "must be a number, not a JSON string"}});
 }
 
 TEST(TopologyValidation, MeasuredNcclTablesAndTheUnalignedGemmFractionAreChecked) {
