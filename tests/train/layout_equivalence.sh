@@ -15,7 +15,8 @@
 # keys and values round the ring, Megatron's default, and all-gathered). A mixture of
 # experts on that frame (8 experts, top-2, a shared expert, aux loss) is checked under
 # expert parallelism: alone, with tp and sequence parallelism, with pp, with the distributed
-# optimizer over the expert-data-parallel group, and with full recomputation; and with
+# optimizer over the expert-data-parallel group (its gradients reduce-scattered or
+# all-reduced), and with full recomputation; and with
 # Megatron's allgather dispatcher (with tp and sequence parallelism, and with pp); and
 # with context parallelism under both dispatchers (the ep group is then the cp group).
 # With attention dropout the mask follows the microbatch's first sample, the layer and the
@@ -143,6 +144,7 @@ moe_layouts=(
   "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
   "8|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
   "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000"
+  "4|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --use-distributed-optimizer --distributed-optimizer-grad-reduce all_reduce --overlap-grad-reduce --ddp-bucket-size 20000"
   "2|--moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 --recompute-granularity full"
   "4|--moe-token-dispatcher-type allgather --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel"
   "8|--moe-token-dispatcher-type allgather --expert-model-parallel-size 4 --pipeline-model-parallel-size 2"
