@@ -2,7 +2,7 @@
 # A run resumed from its iteration-3 checkpoint prints the same losses for iterations 4–6
 # as the uninterrupted run, on one process, on a 2-rank pipeline, on 2 data-parallel
 # ranks with the distributed optimizer (per-rank checkpoint files, each holding its shard
-# of the Adam moments) and with 2 multi-token prediction depths on the pipeline's last
+# of the Adam moments; its gradients reduce-scattered or all-reduced) and with 2 multi-token prediction depths on the pipeline's last
 # stage (their parameters and moments in its checkpoint); a damaged checkpoint is refused
 # with exit code 2 and a message naming the file.
 #   tests/train/resume.sh TANDEM_BINARY SCENARIO
@@ -18,6 +18,7 @@ runs=(
   "1|"
   "2|--pipeline-model-parallel-size 2"
   "2|--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000"
+  "2|--use-distributed-optimizer --distributed-optimizer-grad-reduce all_reduce"
   "2|--pipeline-model-parallel-size 2 --position-embedding-type rope --mtp-num-layers 2"
 )
 for k in "${!runs[@]}"; do
