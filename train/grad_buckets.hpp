@@ -70,8 +70,8 @@ DType grad_reduce_dtype(const TrainingConfig& t);
 // distributed optimizer). reduce_scatter: each rank receives its slice of the sum, steps it
 // and the parameters are all-gathered (Megatron-Core's distributed optimizer).
 // all_reduce_then_gather: the whole sum everywhere, then each rank steps its slice and the
-// parameters are all-gathered (Megatron-DeepSpeed's BF16_Optimizer, which all-reduces the
-// fp32 gradients and shards the optimizer over dp).
+// parameters are all-gathered (ZeRO stage 1 fed by a whole-gradient all-reduce:
+// distributed_optimizer_grad_reduce all_reduce).
 enum class GradReduction { all_reduce, reduce_scatter, all_reduce_then_gather };
 
 // What the scenario asks for (use_distributed_optimizer, distributed_optimizer_grad_reduce).

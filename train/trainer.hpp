@@ -150,8 +150,7 @@ class Trainer {
   std::unique_ptr<GradBuckets> buckets_;    // dp reduction (and the distributed optimizer's gather)
   // Where the dp reduction leaves the sum, which finalize_grads' other reductions then visit:
   // this rank's optimizer slices after a reduce-scatter, every parameter after an all-reduce
-  // (the gradients all-reduced under a sharded optimizer, Megatron-DeepSpeed's BF16_Optimizer,
-  // reduce its tied embedding whole too).
+  // (a sharded optimizer fed by an all-reduce reduces its tied embedding whole too).
   std::vector<ShardPiece> summed_pieces_;
   MicrobatchCalculator microbatches_;
   LrSchedule lr_schedule_;
