@@ -20,7 +20,9 @@
 #      and fused attention by shape (scripts/measure_attention.py, attention.jsonl);
 #   6. bf16 against FP8 GEMMs at 8192³ (bench_cuda_gemm, A B A B): the FP8 one with fast
 #      accumulation (Transformer Engine's forward GEMM) must run on the tensor cores at ≥ 1.6×
-#      the bf16 one's TFLOP/s (issue 32); the split-accumulation one is printed beside it.
+#      the bf16 one's TFLOP/s (issue 32); the split-accumulation one is printed beside it;
+#   7. the GEMM rate a GPU sustains at its power limit against a short burst's
+#      (scripts/measure_sustained_clock.py, sustained_clock.jsonl).
 # Without a GPU it says SKIPPED, with the reason, and exits 0.
 #   tests/gpu/run.sh [--prebuilt] [BUILD_DIR | PACK.tar.xz]
 # --prebuilt: BUILD_DIR already holds the eight programs (built elsewhere with
@@ -186,4 +188,13 @@ for label, runs_ in (("fast accumulation (forward)", fast), ("split accumulation
 if not all(f["on_tensor_cores"] == 1 for f in fp8): sys.exit("  FP8 GEMMs did not run on the tensor cores")
 if min(f["TFLOP/s"] / b for f, b in zip(fast, bf16)) < 1.6: sys.exit("  FP8 (forward) under 1.6x the bf16 GEMM")
 PY
+echo "== 7. the GEMM rate sustained at the power limit, against a short burst's"
+# What the presets' sustained_clock_fraction stands for (dgx-h100: 0.76, fitted on one
+# training row), measured: bf16 and FP8 at 8192^3, back to back, at duty cycles and mixed
+# with a memory-bound kernel, beside nvidia-smi's SM clock, power and clock event reasons.
+if python3 -c "import torch" 2>/dev/null; then
+  python3 scripts/measure_sustained_clock.py --out "$results/sustained_clock.jsonl"
+else
+  echo "left out: no torch in python3"
+fi
 echo "== tests/gpu/run.sh: all GPU checks passed"
