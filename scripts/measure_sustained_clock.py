@@ -119,7 +119,9 @@ def smi_id(torch):
     indices differ under CUDA_VISIBLE_DEVICES), else its index."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     if all(hasattr(props, f) for f in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        if subprocess.run(["nvidia-smi", "-i", bus, "-L"], capture_output=True).returncode == 0:
+            return bus
     return str(torch.cuda.current_device())
 
 
@@ -241,12 +243,12 @@ def main():
                 line.update(extra)
                 line.update(summarise(sampler.window(start, end)))
                 lines.append(line)
+                smi = (f"SM {line['clock_mhz']:6.0f} MHz  {line['power_w']:5.0f} W of "
+                       f"{line['power_limit_w']:4.0f}  capped {line['power_capped_share']:.2f}  "
+                       f"{' '.join(line['reasons'])}" if line["samples"]
+                       else "(no nvidia-smi sample in so short a window)")
                 print(f"  {dtype:4s} {name:10s} {line['tflops']:7.1f} TFLOP/s  "
-                      f"x{line['ratio_to_burst']:.3f} of the burst  "
-                      f"SM {line.get('clock_mhz', 0):6.0f} MHz  {line.get('power_w', 0):5.0f} W "
-                      f"of {line.get('power_limit_w', 0):4.0f}  "
-                      f"capped {line.get('power_capped_share', 0):.2f}  "
-                      f"{' '.join(line.get('reasons', []))}", flush=True)
+                      f"x{line['ratio_to_burst']:.3f} of the burst  {smi}", flush=True)
             del gemm
             torch.cuda.empty_cache()
     finally:
