@@ -10,6 +10,8 @@ presets carry that drop as `sustained_clock_fraction` (dgx-h100: 0.76), so far f
 one training row each. This script measures it, and how it depends on the load:
 
   burst       the GPU idle for 2 s, then what measure_gemms.py times (the reference rate)
+  ramp        the GPU idle for 2 s, then GEMMs back to back for 2 s, timed every 50 ms: how
+              fast the rate falls from the burst's (the line's rate: the median after 1 s)
   sustained   GEMMs back to back for --seconds; the rate over the second half
   duty D      for --seconds, periods of 100 ms: GEMMs for D of it, then the GPU idle (the
               host asleep); the rate inside the bursts over the second half
@@ -174,6 +176,30 @@ def run_case(torch, gemm, gemm_seconds, seconds, duty=1.0, memory_op=None, memor
     return gpu_seconds / max(calls, 1), half, time.monotonic()
 
 
+def run_ramp(torch, gemm, gemm_seconds, seconds=2.0, window=0.05):
+    """GEMMs back to back for `seconds` from an idle GPU, timed in windows of about `window`
+    seconds: how fast the rate falls from the burst's to the sustained one. Returns
+    [(ms since the start, seconds per GEMM)] and the host's start and end."""
+    per_window = max(1, round(window / gemm_seconds))
+    marks = []
+    begin = time.monotonic()
+    previous = None
+    while time.monotonic() - begin < seconds:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(per_window):
+            gemm()
+        end.record()
+        marks.append((start, end))
+        if previous is not None:
+            previous.synchronize()
+        previous = end
+    torch.cuda.synchronize()
+    first = marks[0][0]
+    series = [(first.elapsed_time(s), s.elapsed_time(e) / 1e3 / per_window) for s, e in marks]
+    return series, begin, time.monotonic()
+
+
 def memory_add(torch):
     """A memory-bound add over 1 GiB bf16 tensors, and its seconds per call."""
     from gpu_measure import timed
@@ -230,6 +256,12 @@ def main():
             t0 = time.monotonic()
             burst, host_bound = timed(gemm, 20)
             cases = [("burst", None, burst, t0, time.monotonic(), {"host_bound": host_bound})]
+            time.sleep(2.0)
+            series, start, end = run_ramp(torch, gemm, burst)
+            late = [g for t, g in series if t >= 1000.0] or [series[-1][1]]
+            cases.append(("ramp", 1.0, statistics.median(late), start, end,
+                          {"ramp_ms_tflops": [[round(t, 1), round(flops / g / 1e12, 1)]
+                                              for t, g in series]}))
             plans = [("sustained", 1.0, None)] + [(f"duty {d:g}", d, None) for d in duties] + \
                 [("mixed", 0.7, memory)]
             for name, duty, mem in plans:
