@@ -1,4 +1,4 @@
-"""GPU time of a PyTorch call and the JSON lines of a run, for the measure_*.py scripts
+"""GPU time of a PyTorch call, the GEMMs they time and the JSON lines of a run, for the measure_*.py scripts
 (needs torch with a CUDA GPU).
 
 Small kernels issued from Python can be bound by the host (an SDPA backward through
@@ -35,6 +35,22 @@ def timed(fn, reps):
     queued = time.perf_counter() - queued
     torch.cuda.synchronize()
     return start.elapsed_time(end) / 1e3 / reps, queued > HOLD_SECONDS
+
+
+def gemm(dtype, m, n, k, fast=True):
+    """A zero-argument cuBLAS GEMM (m x k times k x n) on fresh random operands: bf16 through
+    torch.matmul, or "fp8": E4M3 through torch._scaled_mm with per-tensor scales and a bf16
+    output, B held as n x k and transposed (the TN form the FP8 tensor cores take), with fast
+    accumulation when `fast` (Transformer Engine's forward GEMM)."""
+    if dtype == "bf16":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        return lambda: torch.matmul(a, b)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one,
+                                    out_dtype=torch.bfloat16, use_fast_accum=fast)
 
 
 def write_lines(path, lines):

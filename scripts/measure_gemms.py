@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from gpu_measure import timed, write_lines, refused
+from gpu_measure import gemm, timed, write_lines, refused
 
 # row: (tokens a micro batch, [(layer, outputs, inputs)] of one tp rank)
 ROWS = {
@@ -44,26 +44,10 @@ ROWS = {
 }
 
 
-
-
 def gemms(tokens, outputs, inputs):
     """(pass, m, n, k) of the three GEMMs of one linear layer."""
     return [("fprop", tokens, outputs, inputs), ("dgrad", tokens, inputs, outputs),
             ("wgrad", outputs, inputs, tokens)]
-
-
-def bf16_seconds(m, n, k, reps):
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    return timed(lambda: torch.matmul(a, b), reps)
-
-
-def fp8_seconds(m, n, k, fast, reps):
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda")
-    return timed(lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one,
-                                          out_dtype=torch.bfloat16, use_fast_accum=fast), reps)
 
 
 def main():
@@ -82,10 +66,10 @@ def main():
     for row, (tokens, layers) in ROWS.items():
         for layer, outputs, inputs in layers:
             for pass_, m, n, k in gemms(tokens, outputs, inputs):
-                runs = [("bf16", lambda: bf16_seconds(m, n, k, args.reps))]
+                runs = [("bf16", lambda: timed(gemm("bf16", m, n, k), args.reps))]
                 if args.fp8:
                     fast = pass_ == "fprop"
-                    runs.append(("fp8", lambda: fp8_seconds(m, n, k, fast, args.reps)))
+                    runs.append(("fp8", lambda: timed(gemm("fp8", m, n, k, fast), args.reps)))
                 for dtype, run in runs:
                     line = {"row": row, "layer": layer, "pass": pass_, "m": m, "n": n, "k": k,
                             "dtype": dtype, "gpu": gpu}

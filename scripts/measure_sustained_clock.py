@@ -127,19 +127,6 @@ def smi_id(torch):
     return str(torch.cuda.current_device())
 
 
-def gemm_call(torch, dtype, size):
-    """A zero-argument GEMM at size³ in `dtype` (bf16 or fp8)."""
-    if dtype == "bf16":
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        return lambda: torch.matmul(a, b)
-    a = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(size, size, device="cuda").to(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda")
-    return lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                    use_fast_accum=True)
-
-
 def run_case(torch, gemm, gemm_seconds, seconds, duty=1.0, memory_op=None, memory_share=0.0):
     """Runs periods of PERIOD_SECONDS for `seconds` (back to back when duty is 1 and there is no
     memory op): in each, as many GEMMs as fill `duty` of it at the burst's rate, then the memory
@@ -240,7 +227,7 @@ def main():
         import torch
     except ImportError as e:
         sys.exit(f"measure_sustained_clock.py: needs PyTorch with a CUDA GPU ({e})")
-    from gpu_measure import timed, write_lines
+    from gpu_measure import gemm as gemm_of, timed, write_lines
     if not torch.cuda.is_available():
         sys.exit("measure_sustained_clock.py: needs a CUDA GPU")
     gpu = torch.cuda.get_device_name()
@@ -251,7 +238,7 @@ def main():
     try:
         memory = memory_add(torch)
         for dtype in dtypes:
-            gemm = gemm_call(torch, dtype, args.size)
+            gemm = gemm_of(dtype, args.size, args.size, args.size)
             time.sleep(2.0)  # idle: the next burst starts from the boosted clock
             t0 = time.monotonic()
             burst, host_bound = timed(gemm, 20)
