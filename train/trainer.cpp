@@ -374,12 +374,13 @@ Trainer::Trainer(const Scenario& scenario, const ParallelContext& ctx, Device& d
       if (plans[v].mtp_layers > 0)
         program_->set_mtp_stage(static_cast<int>(v), ctx.sizes.pp, ctx.coords.pp);
   }
-  summed_pieces_ = grad_reduction(par) == GradReduction::all_reduce_then_gather
+  const GradReduction reduction = grad_reduction(par);
+  summed_pieces_ = reduction == GradReduction::all_reduce_then_gather
                        ? make_optimizer_shard(params_, 1, 0, experts ? 1 : 0, 0).pieces
                        : optimizer_->shard().pieces;
   buckets_ =
-      std::make_unique<GradBuckets>(params_, optimizer_->shard(), grad_reduction(par),
-                                    need(groups_.dp, "dp"), device_, stream_, groups_.expert_dp);
+      std::make_unique<GradBuckets>(params_, optimizer_->shard(), reduction, need(groups_.dp, "dp"),
+                                    device_, stream_, groups_.expert_dp);
   // --fp8-param-gather: the FP8 linear layers' weights cast from the main values and
   // gathered as codes, now (initialised) and after every optimizer step.
   std::vector<Fp8Weight> fp8_weights;
