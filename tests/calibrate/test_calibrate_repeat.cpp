@@ -86,21 +86,19 @@ double noise_of(const std::vector<Probe>& probes) {
 }
 
 // How far a reference op's row moved between the two tables (the same op, the same code: what
-// moved is the machine), or 0 with a note where the scenario has no such row.
+// moved is the machine). Both must be rows of the scenario: without them the gate would see
+// only the probes' three moments.
 double table_drift(const sim::CalibrationTable& a, const sim::CalibrationTable& b,
                    const calibrate::OpShape& ref, std::ostream& out) {
   const auto find = [&](const sim::CalibrationTable& c) -> const sim::CalibrationRow* {
     for (const auto& r : c.rows)
-      if (std::tie(r.op, r.dtype, r.m, r.n, r.k, r.batch) ==
-          std::tie(ref.op, ref.dtype, ref.m, ref.n, ref.k, ref.batch))
-        return &r;
+      if (std::tie(r.op, r.dtype, r.m, r.n, r.k, r.batch) == ref.key()) return &r;
     return nullptr;
   };
   const auto *x = find(a), *y = find(b);
-  if (x == nullptr || y == nullptr) {
-    out << " " << ref.op << " (not a row of the tables)";
-    return 0;
-  }
+  EXPECT_TRUE(x != nullptr && y != nullptr)
+      << "the reference " << ref.op << " is not a row of both tables: the scenario changed";
+  if (x == nullptr || y == nullptr) return 1;  // an unknown drift counts as a noisy machine
   out << " " << ref.op << " " << x->seconds * 1e6 << " then " << y->seconds * 1e6 << " µs";
   return std::abs(x->seconds - y->seconds) / std::min(x->seconds, y->seconds);
 }
