@@ -15,6 +15,7 @@
 
 #include "sim/cost_model.hpp"
 #include "sim/op_cost_llama.hpp"
+#include "tests/sim/attention_launch.hpp"
 #include "tests/sim/reference_csv.hpp"
 #include "topology/topology_io.hpp"
 
@@ -35,21 +36,8 @@ std::vector<MeasuredAttention> measured() {
   return rows;
 }
 
-// The OpDesc of one measured launch, as flash_desc builds it (grouped key/value heads change
-// neither the FLOPs nor, measurably, the time: the table's grouped rows ran as fast).
 OpDesc desc(const MeasuredAttention& a, bool backward) {
-  const double pairs = attention_visible_pairs(a.seq, a.seq, 0, 0, true);
-  const double hd = static_cast<double>(a.head_dim);
-  return {.op = backward ? "flash_attention_backward" : "flash_attention",
-          .dtype = DType::bf16,
-          .m = a.seq,
-          .n = a.seq,
-          .k = a.head_dim,
-          .batch = a.batch_heads,
-          .flops = (backward ? 10.0 : 4.0) * hd * pairs * static_cast<double>(a.batch_heads),
-          .bytes = 0,
-          .visible_pairs = pairs,
-          .library = a.library};
+  return causal_attention_launch(a.batch_heads, a.seq, a.head_dim, a.library, backward);
 }
 
 // The H100 preset at the clock the launches ran at (short bursts, boosted; the preset's

@@ -18,6 +18,7 @@
 
 #include "sim/cost_model.hpp"
 #include "sim/op_cost_llama.hpp"
+#include "tests/sim/attention_launch.hpp"
 #include "tests/sim/reference_csv.hpp"
 #include "topology/topology_io.hpp"
 
@@ -48,17 +49,7 @@ bool training_length(const PublishedAttention& a) {
 }
 
 OpDesc desc(const PublishedAttention& a, bool backward) {
-  const double pairs = attention_visible_pairs(a.seq, a.seq, 0, 0, true);
-  const double hd = static_cast<double>(a.head_dim);
-  return {.op = backward ? "flash_attention_backward" : "flash_attention",
-          .dtype = DType::bf16,
-          .m = a.seq,
-          .n = a.seq,
-          .k = a.head_dim,
-          .batch = a.batch_heads,
-          .flops = (backward ? 10.0 : 4.0) * hd * pairs * static_cast<double>(a.batch_heads),
-          .bytes = 0,
-          .visible_pairs = pairs};
+  return causal_attention_launch(a.batch_heads, a.seq, a.head_dim, "", backward);
 }
 
 // A preset at the clock the benchmark ran at (free clock, launches of milliseconds; the
