@@ -5,10 +5,11 @@
 //
 // dgx-b200's and gb300-nvl72's long-launch fractions are these kernels' rates under cuDNN
 // 9.13.1 (the cuDNN of the NeMo 25.11 runs their clocks are fitted on) over the shape model
-// sim/op_cost_llama.hpp fitted on an H200; gb200-nvl72 carries the B200's (one die) and
-// dgx-b300 the GB300's. The tests hold the presets to every row of those runs, and check
-// what was not fitted: the GB200 : GB300 ratio under four later cuDNN releases, and the
-// H100 preset (fitted on PyTorch's SDPA on an H200) against cuDNN 9.19's H200 rows.
+// sim/op_cost_llama.hpp fitted on an H200; gb200-nvl72's are its 9.17.0 rates scaled by the
+// GB300's 9.13.1 : 9.17.0 ratio, and dgx-b300 carries the GB300's. The tests hold the presets
+// to every row of those runs, and check what was not fitted: the GB300 : GB200 ratio under
+// three later cuDNN releases, and the H100 preset (fitted on PyTorch's SDPA on an H200)
+// against cuDNN 9.19's H200 rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,11 +91,13 @@ Fit judge(const GpuSpec& preset, const std::string& gpu, const std::string& cudn
 
 // The long-launch fraction that prices those rows at geometric mean 1: the time is inversely
 // proportional to it.
+double preset_fraction(const GpuSpec& spec, bool backward) {
+  return backward ? spec.fused_attention_backward_fraction : spec.fused_attention_forward_fraction;
+}
+
 double fitted_fraction(const GpuSpec& preset, const std::string& gpu, const std::string& cudnn,
                        bool backward) {
-  const double fraction =
-      backward ? preset.fused_attention_backward_fraction : preset.fused_attention_forward_fraction;
-  return fraction * judge(preset, gpu, cudnn, backward).geomean;
+  return preset_fraction(preset, backward) * judge(preset, gpu, cudnn, backward).geomean;
 }
 
 TEST(AttentionReferenceCudnnFrontend, TheTableHoldsEachGpuUnderTheCudnnOfItsFit) {
@@ -108,10 +111,6 @@ TEST(AttentionReferenceCudnnFrontend, TheTableHoldsEachGpuUnderTheCudnnOfItsFit)
   EXPECT_EQ(b200, 4);
   EXPECT_EQ(gb300, 4);
   EXPECT_EQ(h200, 4);
-}
-
-double preset_fraction(const GpuSpec& spec, bool backward) {
-  return backward ? spec.fused_attention_backward_fraction : spec.fused_attention_forward_fraction;
 }
 
 // The presets' fractions are the kernels' measured rates under cuDNN 9.13.1, to the presets'
@@ -141,7 +140,7 @@ TEST(AttentionReferenceCudnnFrontend, TheBlackwellFractionsAreCudnn913sRates) {
   }
 }
 
-// The shape model, fitted on an H200, holds the Blackwell launches from 2048 to 32768.
+// The shape model, fitted on an H200, holds the Blackwell launches from 4096 to 32768.
 TEST(AttentionReferenceCudnnFrontend, TheBlackwellPresetsPriceEveryTrainingLengthWithinATenth) {
   for (const auto& [preset, gpu] : {std::pair{"dgx-b200", "B200"}, {"gb300-nvl72", "GB300"}})
     for (const bool backward : {false, true}) {
