@@ -15,8 +15,10 @@ shape is a measured ratio of how much of the HBM a streaming kernel reaches.
 """
 import csv
 import io
-import subprocess
 import sys
+
+# The same git reader and cuDNN version spelling as the attention table's.
+from extract_cudnn_frontend_attention import git, version
 
 HEADER = [
     "gpu", "cudnn", "model", "norm", "backend", "rows", "columns", "forward_seconds",
@@ -28,16 +30,6 @@ FILES = [
     "benchmark/norms/results/gb200/all_models_20260226_180237.csv",
     "benchmark/norms/results/gb300/all_models_20260226_190305.csv",
 ]
-
-
-def git(repo, *args):
-    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def version(backend_version):
-    v = int(float(backend_version))  # 91901 -> 9.19.1
-    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
 
 def main():
