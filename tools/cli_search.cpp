@@ -53,6 +53,7 @@ struct SearchCliOptions {
   std::string json_path, csv_path, svg_path, calibration;
   std::vector<std::string> vary, fix, only;
   std::string best_scenario_path;  // the best simulated candidate's scenario, as JSON
+  std::string best_report_path;    // and its simulation's report (`simulate --json`'s, no ranks)
   double memory_headroom = 0;
   bool quiet = false;
   // Dry runs (and simulations) step every microbatch instead of extrapolating from two short
@@ -545,6 +546,7 @@ void run_search(SearchCliOptions& o) {
   check_output("--csv", o.csv_path);
   check_output("--svg", o.svg_path);
   check_output("--best-scenario", o.best_scenario_path);
+  check_output("--best-report", o.best_report_path);
   ss::SearchSpace space = ss::default_space(base, world);
   // Tensor parallelism may span the nodes of an NVLink domain (a GB200 NVL72 rack's trays of
   // 4): its sizes are the world's divisors up to the domain, not up to the node.
@@ -1008,6 +1010,12 @@ void run_search(SearchCliOptions& o) {
     write_file(o.best_scenario_path, to_json(best).dump(2) + "\n");
     std::cout << "wrote " << o.best_scenario_path << "\n";
   }
+  if (!o.best_report_path.empty()) {
+    if (ranked.empty())
+      throw std::runtime_error("--best-report: no candidate was simulated, so none is best");
+    write_file(o.best_report_path, outs[ranked.front()].report.dump(2) + "\n");
+    std::cout << "wrote " << o.best_report_path << "\n";
+  }
   if (!o.csv_path.empty()) {
     write_file(o.csv_path, csv_of(cands));
     std::cout << "wrote " << o.csv_path << "\n";
@@ -1058,6 +1066,10 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--best-scenario", opts->best_scenario_path,
                   "Write the fastest simulated candidate's scenario as JSON (tandem simulate "
                   "runs it)");
+  cmd->add_option("--best-report", opts->best_report_path,
+                  "Write the fastest simulated candidate's simulation report as JSON (what "
+                  "tandem simulate --mode symmetric --json writes for it, without the per-rank "
+                  "detail)");
   cmd->add_option("--memory-headroom", opts->memory_headroom,
                   "Fraction of GPU memory to keep free (0.1: prune above 90 %)")
       ->capture_default_str();

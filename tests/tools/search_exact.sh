@@ -4,13 +4,16 @@
 # let the search skip it) is simulated here on its own, as a scenario file of its own with
 # `tandem simulate`, and the fastest of them must be the search's best — else the search's
 # bounds dropped a faster layout. The space is restricted with --fix / --vary so that the
-# brute force stays small (a few dozen simulations).
+# brute force stays small (a few dozen simulations). The search's --best-report (what
+# `tandem validate` takes for a searched row instead of simulating it again) must be the
+# report tandem simulate gives for that layout.
 # Usage: search_exact.sh TANDEM_BINARY SCENARIO [tandem search flags…]
 set -euo pipefail
 tandem="$1"; scenario="$2"; shift 2
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-"$tandem" search "$scenario" --quiet --top 1 --jobs 2 --json "$out/search.json" "$@" \
+"$tandem" search "$scenario" --quiet --top 1 --jobs 2 --json "$out/search.json" \
+  --best-report "$out/best-report.json" "$@" \
   >"$out/search.txt" 2>&1 || { cat "$out/search.txt"; exit 1; }
 python3 - "$tandem" "$scenario" "$out" <<'PY'
 import json, subprocess, sys
@@ -57,4 +60,16 @@ if times[fastest] < best["iteration_seconds"] * (1 - 1e-9):
 if abs(times[best["id"]] - best["iteration_seconds"]) > 1e-9 * best["iteration_seconds"]:
     print(f"the search's time for its best differs from tandem simulate's ({times[best['id']]:.6f} s)")
     sys.exit(1)
+mine = json.load(open(f"{out}/c{best['id']}.report.json"))
+mine.pop("ranks", None)
+theirs = json.load(open(f"{out}/best-report.json"))
+# How long it took and what the scenario is called (the search names its candidates, this
+# script its own files) are not what the simulation found.
+for key in ("wall_seconds", "simulated_wall_seconds", "scenario"):
+    mine.pop(key, None), theirs.pop(key, None)
+if mine != theirs:
+    differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    print(f"--best-report differs from tandem simulate's report of the best in: {differ}")
+    sys.exit(1)
+print(f"--best-report is tandem simulate's report of {best['label']} ({len(theirs)} fields)")
 PY
