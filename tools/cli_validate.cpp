@@ -201,10 +201,10 @@ void run_validate(const ValidateCliOptions& o) {
   std::vector<std::string> failures;
   // The knobs the authors tuned but did not state: `tandem search --only` over them first
   // (`jobs` searches at once, each with `jobs` simulations at once: one search can take most
-  // of the time, and it should not run on one core while the others idle);
-  // the fastest layout it found stands for the scenario, with the report of the search's own
-  // simulation of it (`simulate --mode symmetric`, as every row here), not simulated again.
-  std::map<std::string, std::filesystem::path> scenario_files = table.scenario_files;
+  // of the time, and it should not run on one core while the others idle); the report of the
+  // search's own simulation of the fastest layout it found (`simulate --mode symmetric`, as
+  // every row here) stands for the scenario, which is not simulated again.
+  std::set<std::string> search_failed;
   std::map<std::string, std::string> picked;      // scenario → the layout the search picked
   std::map<std::string, nlohmann::json> reports;  // scenario → its simulation's report
   {
@@ -214,9 +214,8 @@ void run_validate(const ValidateCliOptions& o) {
       for (const auto& f : knobs.fields) fields += (fields.empty() ? "" : ",") + f;
       ChildSimulation c{name,
                         {"search", table.scenario_files.at(name).string(), "--only", fields,
-                         "--top", "1", "--quiet", "--jobs", std::to_string(o.jobs),
-                         "--best-scenario", (scratch.path() / (name + ".best.json")).string(),
-                         "--best-report", (scratch.path() / (name + ".best-report.json")).string()},
+                         "--top", "1", "--quiet", "--jobs", std::to_string(o.jobs), "--best-report",
+                         (scratch.path() / (name + ".best-report.json")).string()},
                         scratch.path() / (name + ".search.json"),
                         scratch.path() / (name + ".search.log")};
       c.args.insert(c.args.end(), {"--json", c.json.string()});
@@ -238,12 +237,17 @@ void run_validate(const ValidateCliOptions& o) {
       const std::string& name = searches[i].name;
       if (!found[i].ok) {
         failures.push_back(name + " (search): " + found[i].error);
-        scenario_files.erase(name);
+        search_failed.insert(name);
         continue;
       }
-      scenario_files[name] = scratch.path() / (name + ".best.json");
       std::ifstream best_report(scratch.path() / (name + ".best-report.json"));
-      reports[name] = nlohmann::json::parse(best_report);
+      reports[name] = nlohmann::json::parse(best_report, nullptr, /*allow_exceptions=*/false);
+      if (reports[name].is_discarded()) {
+        failures.push_back(name + " (search): its --best-report is missing or not JSON");
+        reports.erase(name);
+        search_failed.insert(name);
+        continue;
+      }
       const auto& j = found[i].report;
       const auto best = j.at("ranking").at(0).get<int>();
       for (const auto& c : j.at("candidates"))
@@ -254,14 +258,14 @@ void run_validate(const ValidateCliOptions& o) {
   std::vector<ChildSimulation> sims;
   std::set<std::string> listed;
   for (const auto& row : table.rows) {
-    if (!scenario_files.count(row.scenario)) continue;  // its search failed
-    if (reports.count(row.scenario)) continue;          // the search simulated it
+    if (search_failed.count(row.scenario)) continue;  // no report stands for it
+    if (reports.count(row.scenario)) continue;        // the search simulated it
     if (!listed.insert(row.scenario).second) continue;
-    ChildSimulation c{
-        row.scenario,
-        {"simulate", scenario_files.at(row.scenario).string(), "--quiet", "--mode", "symmetric"},
-        scratch.path() / (row.scenario + ".json"),
-        scratch.path() / (row.scenario + ".log")};
+    ChildSimulation c{row.scenario,
+                      {"simulate", table.scenario_files.at(row.scenario).string(), "--quiet",
+                       "--mode", "symmetric"},
+                      scratch.path() / (row.scenario + ".json"),
+                      scratch.path() / (row.scenario + ".log")};
     c.args.insert(c.args.end(), {"--json", c.json.string()});
     if (!o.calibration.empty()) c.args.insert(c.args.end(), {"--calibration", o.calibration});
     sims.push_back(std::move(c));
