@@ -40,13 +40,24 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, SequenceRange 
   plan_ = plan_epochs(tokens, num_samples_, config_.sequence_length);
   IndexRng rng(config_.random_seed);
   document_index_ = build_document_index(range_, plan_, rng);
-  sample_index_ = build_sample_index(sizes, document_index_, config_.sequence_length, plan_);
-  shuffle_index_ =
-      build_shuffle_index(static_cast<std::int64_t>(sample_index_.size()) - 1, plan_, rng);
+  document_starts_.emplace(sizes, document_index_);
+  size_ = num_samples_in(plan_, config_.sequence_length);
+  if (size_ <= std::numeric_limits<std::uint32_t>::max())
+    shuffle_index_32_ = build_shuffle_index<std::uint32_t>(size_, plan_, rng);
+  else
+    shuffle_index_64_ = build_shuffle_index<std::int64_t>(size_, plan_, rng);
 }
 
 std::int64_t GptDataset::size() const {
-  return static_cast<std::int64_t>(shuffle_index_.size());
+  return size_;
+}
+
+std::int64_t GptDataset::shuffled(std::int64_t i) const {
+  if (i < 0 || i >= size_)
+    throw std::out_of_range("shuffle index " + std::to_string(i) + " of a dataset of " +
+                            std::to_string(size_));
+  const auto k = static_cast<std::size_t>(i);
+  return shuffle_index_64_.empty() ? shuffle_index_32_[k] : shuffle_index_64_[k];
 }
 
 void GptDataset::read_sample(std::int64_t index, std::span<std::int32_t> text) const {
@@ -55,8 +66,9 @@ void GptDataset::read_sample(std::int64_t index, std::span<std::int32_t> text) c
     throw std::out_of_range("sample " + std::to_string(index) + " of a dataset of " +
                             std::to_string(size()));
   if (text.size() != needed) throw std::invalid_argument("read_sample needs seq_length + 1 tokens");
-  const auto j = static_cast<std::size_t>(shuffle_index_[static_cast<std::size_t>(index)]);
-  const SamplePosition begin = sample_index_[j], end = sample_index_[j + 1];
+  const std::int64_t j = shuffled(index);
+  const SamplePosition begin = document_starts_->sample_start(j, config_.sequence_length);
+  const SamplePosition end = document_starts_->sample_start(j + 1, config_.sequence_length);
   std::size_t written = 0;
   for (std::int64_t p = begin.document; p <= end.document; ++p) {
     const std::int64_t sequence = document_index_[static_cast<std::size_t>(p)];

@@ -2,7 +2,8 @@
 // repeated once per epoch and shuffled together, are concatenated and cut into samples of
 // seq_length + 1 tokens, served in shuffled order (gpt_indices.hpp has the index
 // structure and a worked example). Built eagerly and deterministically from the config's
-// seed; no index cache on disk.
+// seed; no index cache on disk. The sample index is not stored: a sample's start is found
+// in the documents' starts when it is read.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,8 @@ class GptDataset : public SampleDataset {
 
   const EpochPlan& epochs() const { return plan_; }
   std::span<const std::int32_t> document_index() const { return document_index_; }
-  std::span<const SamplePosition> sample_index() const { return sample_index_; }
-  std::span<const std::int64_t> shuffle_index() const { return shuffle_index_; }
+  // The shuffle index's entry i: which unshuffled sample the i-th sample is.
+  std::int64_t shuffled(std::int64_t i) const;
   SequenceRange range() const { return range_; }
   Split split() const { return split_; }
   std::optional<std::int64_t> num_samples() const { return num_samples_; }
@@ -51,8 +52,11 @@ class GptDataset : public SampleDataset {
   GptDatasetConfig config_;
   EpochPlan plan_;
   std::vector<std::int32_t> document_index_;  // (num_epochs × documents,) sequence ids
-  std::vector<SamplePosition> sample_index_;  // (samples + 1,)
-  std::vector<std::int64_t> shuffle_index_;   // (samples,)
+  std::optional<DocumentStarts> document_starts_;
+  std::int64_t size_ = 0;  // samples
+  // (samples,): uint32 where the samples fit (Megatron's choice too), else int64
+  std::vector<std::uint32_t> shuffle_index_32_;
+  std::vector<std::int64_t> shuffle_index_64_;
 };
 
 }  // namespace tandem::data

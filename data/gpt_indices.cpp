@@ -2,6 +2,8 @@
 // epoch count, final-epoch rule, sample boundaries and shuffle structure.
 #include "data/gpt_indices.hpp"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -100,16 +102,45 @@ std::vector<SamplePosition> build_sample_index(std::span<const std::int32_t> siz
   return index;
 }
 
-std::vector<std::int64_t> build_shuffle_index(std::int64_t num_samples, const EpochPlan& plan,
-                                              IndexRng& rng) {
-  std::vector<std::int64_t> index(static_cast<std::size_t>(num_samples));
-  for (std::int64_t i = 0; i < num_samples; ++i) index[static_cast<std::size_t>(i)] = i;
+DocumentStarts::DocumentStarts(std::span<const std::int32_t> sizes,
+                               std::span<const std::int32_t> document_index) {
+  starts_.reserve(document_index.size() + 1);
+  starts_.push_back(0);
+  for (const std::int32_t id : document_index)
+    starts_.push_back(starts_.back() + sizes[static_cast<std::size_t>(id)]);
+}
+
+SamplePosition DocumentStarts::sample_start(std::int64_t sample,
+                                            std::int64_t sequence_length) const {
+  const std::int64_t token = sample * sequence_length;
+  if (sample < 0 || token >= tokens())
+    throw std::out_of_range("sample " + std::to_string(sample) + " starts past the " +
+                            std::to_string(tokens()) + " tokens of the document index");
+  // The last position whose document starts at or before the token: empty documents
+  // before it are passed over, as build_sample_index passes them.
+  const auto after = std::upper_bound(starts_.begin(), starts_.end(), token);
+  const auto position = static_cast<std::int64_t>(after - starts_.begin()) - 1;
+  return {position, token - starts_[static_cast<std::size_t>(position)]};
+}
+
+template <typename T>
+std::vector<T> build_shuffle_index(std::int64_t num_samples, const EpochPlan& plan, IndexRng& rng) {
+  if (static_cast<std::uint64_t>(num_samples) > std::numeric_limits<T>::max())
+    throw std::invalid_argument("build_shuffle_index: " + std::to_string(num_samples) +
+                                " samples do not fit its index type");
+  std::vector<T> index(static_cast<std::size_t>(num_samples));
+  for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<T>(i);
   const std::int64_t first =
       plan.separate_final_epoch ? plan.num_samples_sans_final_epoch : num_samples;
   const auto split_at = static_cast<std::size_t>(first);
-  rng.shuffle(std::span<std::int64_t>(index).first(split_at));
-  rng.shuffle(std::span<std::int64_t>(index).subspan(split_at));
+  rng.shuffle(std::span<T>(index).first(split_at));
+  rng.shuffle(std::span<T>(index).subspan(split_at));
   return index;
 }
+
+template std::vector<std::uint32_t> build_shuffle_index<std::uint32_t>(std::int64_t,
+                                                                       const EpochPlan&, IndexRng&);
+template std::vector<std::int64_t> build_shuffle_index<std::int64_t>(std::int64_t, const EpochPlan&,
+                                                                     IndexRng&);
 
 }  // namespace tandem::data

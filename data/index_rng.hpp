@@ -6,6 +6,7 @@
 // implementation-defined.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -17,11 +18,22 @@ class IndexRng {
  public:
   explicit IndexRng(std::uint64_t seed) : engine_(seed) {}
 
+  // Fisher–Yates from the back: for i = n … 2, swap values[i - 1] with values[draw % i].
+  // The draws do not depend on the values, so a batch of them is drawn first and the
+  // elements they pick are prefetched while the batch's swaps run in order: the same
+  // permutation, without waiting on memory for every swap of a large index.
   template <typename T>
   void shuffle(std::span<T> values) {
-    for (std::size_t i = values.size(); i > 1; --i) {
-      const auto j = static_cast<std::size_t>(engine_() % i);  // uniform in [0, i - 1]
-      std::swap(values[i - 1], values[j]);
+    constexpr std::size_t kBatch = 32;
+    std::size_t picks[kBatch];
+    std::size_t i = values.size();
+    while (i > 1) {
+      const std::size_t batch = std::min(kBatch, i - 1);
+      for (std::size_t b = 0; b < batch; ++b) {
+        picks[b] = static_cast<std::size_t>(engine_() % (i - b));  // uniform in [0, i - b - 1]
+        __builtin_prefetch(&values[picks[b]], 1);
+      }
+      for (std::size_t b = 0; b < batch; ++b, --i) std::swap(values[i - 1], values[picks[b]]);
     }
   }
 

@@ -76,7 +76,8 @@ void check_structure(const GptDataset& ds, const MemoryTokenSource& source,
   }
 
   // Shuffle index: a permutation, in two parts when the final epoch is separate.
-  std::vector<std::int64_t> shuffle(ds.shuffle_index().begin(), ds.shuffle_index().end());
+  std::vector<std::int64_t> shuffle;
+  for (std::int64_t i = 0; i < ds.size(); ++i) shuffle.push_back(ds.shuffled(i));
   const auto first = static_cast<std::ptrdiff_t>(
       ds.epochs().separate_final_epoch ? ds.epochs().num_samples_sans_final_epoch : ds.size());
   std::sort(shuffle.begin(), shuffle.begin() + first);
@@ -88,7 +89,7 @@ void check_structure(const GptDataset& ds, const MemoryTokenSource& source,
   for (const auto d : ds.document_index())
     stream.insert(stream.end(), source.sequence(d).begin(), source.sequence(d).end());
   for (std::int64_t i = 0; i < ds.size(); ++i) {
-    const std::int64_t j = ds.shuffle_index()[static_cast<std::size_t>(i)];
+    const std::int64_t j = ds.shuffled(i);
     const Sample s = ds.get(i);
     ASSERT_EQ(s.tokens.size(), static_cast<std::size_t>(L));
     ASSERT_EQ(s.labels.size(), static_cast<std::size_t>(L));
@@ -113,6 +114,69 @@ TEST(GptIndices, WorkedExampleFromTheHeader) {
   EXPECT_EQ(num_samples_in(plan, 3), 2);
   EXPECT_EQ(build_sample_index(sizes, document_index, 3, plan),
             (std::vector<SamplePosition>{{0, 0}, {1, 0}, {1, 3}}));
+}
+
+// GptDataset finds a sample's start by binary search in the documents' starts instead of
+// storing helpers.cpp's sample index: every row of that index, built the Megatron way, is
+// found, with empty documents among them (passed over by both; row 0 is {0, 0} in the loop
+// even when the first document is empty, where the search names the first with tokens).
+TEST(GptIndices, DocumentStartsFindEverySampleIndexRow) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::int32_t> sizes(1 + rng() % 25);
+    for (auto& size : sizes) size = static_cast<std::int32_t>(rng() % 4 == 0 ? 0 : 1 + rng() % 40);
+    std::int64_t tokens = 0;
+    for (const auto size : sizes) tokens += size;
+    if (tokens < 2) continue;
+    const std::int64_t L = 2 + static_cast<std::int64_t>(rng() % 12);
+    const std::int64_t wanted = static_cast<std::int64_t>(rng() % 60);
+    const EpochPlan plan = plan_epochs(tokens, wanted, L);
+    IndexRng index_rng(trial);
+    const auto document_index =
+        build_document_index({0, static_cast<std::int64_t>(sizes.size())}, plan, index_rng);
+    const auto rows = build_sample_index(sizes, document_index, L, plan);
+    const DocumentStarts starts(sizes, document_index);
+    ASSERT_EQ(starts.tokens(), plan.num_epochs * tokens);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (std::size_t s = 1; s < rows.size(); ++s)
+      ASSERT_EQ(starts.sample_start(static_cast<std::int64_t>(s), L), rows[s]) << "row " << s;
+    std::int64_t first = 0;
+    while (sizes[static_cast<std::size_t>(document_index[static_cast<std::size_t>(first)])] == 0)
+      ++first;
+    EXPECT_EQ(starts.sample_start(0, L), (SamplePosition{first, 0}));
+    EXPECT_THROW(starts.sample_start(starts.tokens() / L + 1, L), std::out_of_range);
+  }
+}
+
+// Megatron's uint32 shuffle index where the samples fit: the same permutation as int64's.
+TEST(GptIndices, ShuffleIndexIsTheSameIn32And64Bits) {
+  for (const bool separate : {false, true}) {
+    const EpochPlan plan{.tokens_per_epoch = 1000,
+                         .num_epochs = separate ? 2 : 1,
+                         .separate_final_epoch = separate,
+                         .num_samples_sans_final_epoch = separate ? 70001 : 0};
+    IndexRng a(7), b(7);
+    const auto narrow = build_shuffle_index<std::uint32_t>(100003, plan, a);
+    const auto wide = build_shuffle_index<std::int64_t>(100003, plan, b);
+    ASSERT_EQ(narrow.size(), wide.size());
+    EXPECT_TRUE(std::equal(narrow.begin(), narrow.end(), wide.begin()));
+    EXPECT_EQ(a.next(), b.next());  // the same number of draws
+  }
+}
+
+// The shuffle draws j = draw mod i for i = n … 2 and swaps positions i - 1 and j, in that
+// order, whatever the batching and prefetching: spelled out here one swap at a time.
+TEST(GptIndices, ShuffleIsFisherYatesFromTheBack) {
+  for (const std::size_t n : {0u, 1u, 2u, 31u, 32u, 33u, 64u, 65u, 1000u}) {
+    std::vector<std::int64_t> got(n), expected(n);
+    for (std::size_t i = 0; i < n; ++i) got[i] = expected[i] = static_cast<std::int64_t>(i);
+    IndexRng rng(3);
+    rng.shuffle(std::span<std::int64_t>(got));
+    std::mt19937_64 engine(3);
+    for (std::size_t i = n; i > 1; --i) std::swap(expected[i - 1], expected[engine() % i]);
+    EXPECT_EQ(got, expected) << n << " values";
+    EXPECT_EQ(rng.next(), engine());
+  }
 }
 
 TEST(GptDataset, SamplesAreContiguousSlicesAcrossEpochs) {
@@ -159,8 +223,10 @@ TEST(GptDataset, SameSeedSameSamplesOtherSeedOtherOrder) {
   const GptDataset a = build(42), b = build(42), c = build(43);
   ASSERT_EQ(a.size(), b.size());
   for (std::int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.get(i).tokens, b.get(i).tokens);
-  EXPECT_FALSE(
-      std::equal(a.shuffle_index().begin(), a.shuffle_index().end(), c.shuffle_index().begin()));
+  bool same_order = true;
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    same_order = same_order && a.shuffled(i) == c.shuffled(i);
+  EXPECT_FALSE(same_order);
 }
 
 TEST(GptDataset, RejectsASplitWithoutTokens) {
