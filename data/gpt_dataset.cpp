@@ -67,8 +67,11 @@ void GptDataset::read_sample(std::int64_t index, std::span<std::int32_t> text) c
                             std::to_string(size()));
   if (text.size() != needed) throw std::invalid_argument("read_sample needs seq_length + 1 tokens");
   const std::int64_t j = shuffled(index);
-  const SamplePosition begin = document_starts_->sample_start(j, config_.sequence_length);
-  const SamplePosition end = document_starts_->sample_start(j + 1, config_.sequence_length);
+  const auto sizes = source_->sequence_lengths();
+  const SamplePosition begin =
+      document_starts_->sample_start(j, config_.sequence_length, sizes, document_index_);
+  const SamplePosition end =
+      document_starts_->sample_start(j + 1, config_.sequence_length, sizes, document_index_);
   std::size_t written = 0;
   for (std::int64_t p = begin.document; p <= end.document; ++p) {
     const std::int64_t sequence = document_index_[static_cast<std::size_t>(p)];

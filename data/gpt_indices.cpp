@@ -104,23 +104,33 @@ std::vector<SamplePosition> build_sample_index(std::span<const std::int32_t> siz
 
 DocumentStarts::DocumentStarts(std::span<const std::int32_t> sizes,
                                std::span<const std::int32_t> document_index) {
-  starts_.reserve(document_index.size() + 1);
-  starts_.push_back(0);
-  for (const std::int32_t id : document_index)
-    starts_.push_back(starts_.back() + sizes[static_cast<std::size_t>(id)]);
+  block_starts_.reserve(document_index.size() / kStride + 1);
+  for (std::size_t p = 0; p < document_index.size(); ++p) {
+    if (p % kStride == 0) block_starts_.push_back(tokens_);
+    tokens_ += sizes[static_cast<std::size_t>(document_index[p])];
+  }
 }
 
-SamplePosition DocumentStarts::sample_start(std::int64_t sample,
-                                            std::int64_t sequence_length) const {
+SamplePosition DocumentStarts::sample_start(std::int64_t sample, std::int64_t sequence_length,
+                                            std::span<const std::int32_t> sizes,
+                                            std::span<const std::int32_t> document_index) const {
   const std::int64_t token = sample * sequence_length;
-  if (sample < 0 || token >= tokens())
+  if (sample < 0 || token >= tokens_)
     throw std::out_of_range("sample " + std::to_string(sample) + " starts past the " +
-                            std::to_string(tokens()) + " tokens of the document index");
-  // The last position whose document starts at or before the token: empty documents
-  // before it are passed over, as build_sample_index passes them.
-  const auto after = std::upper_bound(starts_.begin(), starts_.end(), token);
-  const auto position = static_cast<std::int64_t>(after - starts_.begin()) - 1;
-  return {position, token - starts_[static_cast<std::size_t>(position)]};
+                            std::to_string(tokens_) + " tokens of the document index");
+  // The last block starting at or before the token holds it (the next starts after it).
+  const auto block = std::upper_bound(block_starts_.begin(), block_starts_.end(), token) - 1;
+  auto position = static_cast<std::size_t>(block - block_starts_.begin()) * kStride;
+  std::int64_t start = *block;
+  // Then the document holding it: empty documents before it are passed over, as
+  // build_sample_index passes them.
+  for (;;) {
+    const std::int64_t length = sizes[static_cast<std::size_t>(document_index[position])];
+    if (token < start + length) break;
+    start += length;
+    ++position;
+  }
+  return {static_cast<std::int64_t>(position), token - start};
 }
 
 template <typename T>

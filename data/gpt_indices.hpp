@@ -9,8 +9,8 @@
 //                   consecutive samples share one token (the last label of one is the
 //                   first input of the next). Row i is where token i · seq_length of the
 //                   documents concatenated in document-index order lies, so GptDataset
-//                   finds it when asked (DocumentStarts) instead of storing the rows:
-//                   16 bytes a sample, 100 MB for the mock data at seq_length 32;
+//                   finds it when asked (DocumentStarts) instead of storing the rows
+//                   (16 bytes a sample, 100 MB for the mock data at seq_length 32);
 //   shuffle index:  a permutation of the samples.
 // Worked example: sequences of 5 and 3 tokens (ids 0, 1), seq_length 3, 2 samples
 // requested. An epoch has 8 tokens; 2 × 3 + 1 = 7 fit, so 1 epoch, (8 - 1) / 3 = 2
@@ -62,18 +62,24 @@ std::vector<SamplePosition> build_sample_index(std::span<const std::int32_t> siz
                                                std::span<const std::int32_t> document_index,
                                                std::int64_t sequence_length, const EpochPlan& plan);
 
-// Where each document of the document index starts in their concatenation: the sample
-// index's rows on demand, by binary search (8 bytes a document, not 16 a sample).
+// Where the documents of the document index start in their concatenation, kept at every
+// kStride-th position and walked from there: the sample index's rows on demand, at 8 bytes
+// per 64 documents (the rows take 16 bytes a sample; the document index itself 4 a document).
 class DocumentStarts {
  public:
+  static constexpr std::int64_t kStride = 64;
   DocumentStarts(std::span<const std::int32_t> sizes, std::span<const std::int32_t> document_index);
   // build_sample_index's row `sample` (0 … num_samples_in(plan, seq_length)): the last
   // document position holding token sample · sequence_length, and the offset in it.
-  SamplePosition sample_start(std::int64_t sample, std::int64_t sequence_length) const;
-  std::int64_t tokens() const { return starts_.back(); }
+  // `sizes` and `document_index` are those it was built from.
+  SamplePosition sample_start(std::int64_t sample, std::int64_t sequence_length,
+                              std::span<const std::int32_t> sizes,
+                              std::span<const std::int32_t> document_index) const;
+  std::int64_t tokens() const { return tokens_; }
 
  private:
-  std::vector<std::int64_t> starts_;  // (documents + 1,): starts_[p] = tokens before position p
+  std::vector<std::int64_t> block_starts_;  // [k]: the tokens before position k · kStride
+  std::int64_t tokens_ = 0;
 };
 
 // [0, num_samples) shuffled; with a separate final epoch, [0, first) and
