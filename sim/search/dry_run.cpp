@@ -41,10 +41,23 @@ class NoSamples : public data::SampleDataset {
 // The compute stream's clock as the dry run keeps it: the busy seconds of its ops plus the
 // seconds it must stand still for collectives priced in closed form (groups inside one
 // switched node, which the simulator prices the same way), issued on it and waited for.
+// From the first pipeline receive on, a second clock runs beside it (StageDryRun::
+// SinceFirstRecv): it counts the same ops, but only the stalls for operations issued after
+// that receive; those issued before it are done by then.
 struct StageClock {
   const SimDevice* device = nullptr;
   double stalled = 0;
   double now() const { return device->compute_busy() + stalled; }
+
+  bool since_recv = false;   // the first pipeline receive has been issued
+  double busy_at_recv = 0;   // the compute stream's busy seconds then
+  double stalled_since = 0;  // stalls since then, for operations issued since then
+  void start_since_recv() {
+    since_recv = true;
+    busy_at_recv = device->compute_busy();
+    stalled_since = 0;
+  }
+  double since() const { return device->compute_busy() - busy_at_recv + stalled_since; }
 };
 
 // Done at once as far as the host is concerned. An operation of a communicator ends at
@@ -52,20 +65,26 @@ struct StageClock {
 // no earlier than the compute stream's work issued before it and than the end of the
 // communicator's previous operation, and takes its priced seconds. Waiting for it stalls
 // the compute stream until then.
+// `end_since` is the end on the clock since the first receive, for an operation issued
+// after it (std::nullopt: issued before it, done by then on that clock).
 class DoneWork : public Work {
  public:
   DoneWork() = default;
-  DoneWork(StageClock* at, double end) : clock_(at), end_(end) {}
+  DoneWork(StageClock* at, double end, std::optional<double> end_since)
+      : clock_(at), end_(end), end_since_(end_since) {}
   void wait() override {
     if (clock_ == nullptr || waited_) return;
     waited_ = true;
     clock_->stalled += std::max(0.0, end_ - clock_->now());
+    if (clock_->since_recv && end_since_)
+      clock_->stalled_since += std::max(0.0, *end_since_ - clock_->since());
   }
   bool test() override { return true; }
 
  private:
   StageClock* clock_ = nullptr;
   double end_ = 0;
+  std::optional<double> end_since_;
   bool waited_ = false;
 };
 
@@ -130,15 +149,26 @@ class InstantCommunicator : public Communicator {
   std::unique_ptr<Work> batch_p2p(Stream& s, std::span<const P2POp> ops) override {
     if (notes_ != nullptr) {
       const double busy = clock_->now();
+      for (const auto& op : ops)
+        if (op.kind == P2POp::Kind::recv && !clock_->since_recv) {
+          notes_->before_first_recv = busy;
+          clock_->start_since_recv();
+        }
+      const double since = clock_->since_recv ? clock_->since() : 0;
+      auto& after = notes_->since_first_recv;
       for (const auto& op : ops) {
         if (op.kind == P2POp::Kind::recv) {
-          if (!notes_->has_recv) notes_->before_first_recv = busy;
           notes_->has_recv = true;
           notes_->at_last_recv = busy;
+          after.at_last_recv = since;
         } else {
-          if (!notes_->has_send) notes_->at_first_send = busy;
+          if (!notes_->has_send) {
+            notes_->at_first_send = busy;
+            after.at_first_send = since;
+          }
           notes_->has_send = true;
           notes_->at_last_send = busy;
+          after.at_last_send = since;
         }
       }
     }
@@ -184,7 +214,15 @@ class InstantCommunicator : public Communicator {
   }
   std::unique_ptr<Work> queued(double seconds) {
     queue_end_ = std::max(clock_->now(), queue_end_) + seconds;
-    return std::make_unique<DoneWork>(clock_, queue_end_);
+    std::optional<double> end_since;
+    if (clock_->since_recv) {
+      // What this communicator ran before the first receive is done by then.
+      if (!queued_since_recv_) queue_end_since_ = 0;
+      queued_since_recv_ = true;
+      queue_end_since_ = std::max(clock_->since(), queue_end_since_) + seconds;
+      end_since = queue_end_since_;
+    }
+    return std::make_unique<DoneWork>(clock_, queue_end_, end_since);
   }
   int rank_, size_;
   std::string name_;
@@ -194,6 +232,9 @@ class InstantCommunicator : public Communicator {
   std::map<std::pair<Collective, std::int64_t>, double> nccl_seconds_;
   StageDryRun* notes_;
   double queue_end_ = 0;  // stream clock at which the communicator's last operation ends
+  // The same on the clock since the first receive, for the operations issued since then.
+  bool queued_since_recv_ = false;
+  double queue_end_since_ = 0;
 };
 
 // The rank (tp 0, cp 0, dp 0) of pipeline stage `stage`.
@@ -294,6 +335,7 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
     // lags behind that wait and would count the wait into the step's host span.
     const double host_before = device.host_now();
     notes = StageDryRun{.stage = stage};  // construction issued no pipeline traffic
+    stage_clock.since_recv = false;
     // A step that cannot fit stops at the allocation that crosses the budget: its bound is
     // never asked for (the search prunes it by memory).
     device.set_memory_limit(memory_budget);
@@ -310,6 +352,7 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
     notes.at_first_send -= before;
     notes.at_last_recv -= before;
     notes.at_last_send -= before;
+    if (notes.has_recv) notes.since_first_recv.busy = stage_clock.since();
   }
   notes.peak_memory_bytes = device.memory().peak().value;
   runs.stages.push_back(notes);
@@ -360,7 +403,8 @@ std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& 
                                        const ShortSteps& k, std::int64_t m) {
   if (a.stage != b.stage || a.peak_memory_bytes != b.peak_memory_bytes ||
       a.has_recv != b.has_recv || a.has_send != b.has_send ||
-      a.before_first_recv != b.before_first_recv || a.at_first_send != b.at_first_send)
+      a.before_first_recv != b.before_first_recv || a.at_first_send != b.at_first_send ||
+      a.since_first_recv.at_first_send != b.since_first_recv.at_first_send)
     return std::nullopt;
   const double f = static_cast<double>(m - k.m2) / static_cast<double>(k.m2 - k.m1);
   auto extend = [f](double x1, double x2) { return x2 + (x2 - x1) * f; };
@@ -369,6 +413,10 @@ std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& 
   x.host_seconds = extend(a.host_seconds, b.host_seconds);
   x.at_last_recv = extend(a.at_last_recv, b.at_last_recv);
   x.at_last_send = extend(a.at_last_send, b.at_last_send);
+  auto& since = x.since_first_recv;
+  since.busy = extend(a.since_first_recv.busy, b.since_first_recv.busy);
+  since.at_last_recv = extend(a.since_first_recv.at_last_recv, b.since_first_recv.at_last_recv);
+  since.at_last_send = extend(a.since_first_recv.at_last_send, b.since_first_recv.at_last_send);
   return x;
 }
 
@@ -513,19 +561,21 @@ double pipeline_lower_bound(const std::vector<StageDryRun>& stages, int pp) {
   const StageDryRun& first = at(0);
   if (!first.has_send || !first.has_recv) return 0;
   // T: when stage s−1's first send can have completed (the first forward reached stage s).
+  // Stage 0's first send comes before its first receive: its own clock.
   double first_forward = first.at_first_send;
   // Back through stages s−1 … 1: the last microbatch's backward between their last
-  // receive and last send; then stage 0 after its last receive.
-  const double stage0_tail = first.busy_seconds - first.at_last_recv;
+  // receive and last send; then stage 0 after its last receive. Every figure past a
+  // stage's first receive is on its clock since that receive (StageDryRun::SinceFirstRecv).
+  const double stage0_tail = first.since_first_recv.busy - first.since_first_recv.at_last_recv;
   double best = 0, back = 0;  // back: Σ_{j=1}^{s−1} (last send − last recv)
   for (int s = 1; s < pp; ++s) {
     const StageDryRun& st = at(s);
     if (!st.has_recv || !st.has_send) return best;
-    best = std::max(best, first_forward + st.busy_seconds - st.before_first_recv);
-    best = std::max(best,
-                    first_forward + (st.at_last_send - st.before_first_recv) + back + stage0_tail);
-    first_forward += st.at_first_send - st.before_first_recv;
-    back += st.at_last_send - st.at_last_recv;
+    const auto& since = st.since_first_recv;
+    best = std::max(best, first_forward + since.busy);
+    best = std::max(best, first_forward + since.at_last_send + back + stage0_tail);
+    first_forward += since.at_first_send;
+    back += since.at_last_send - since.at_last_recv;
   }
   return best;
 }

@@ -41,6 +41,18 @@ struct StageDryRun {
   double at_last_recv = 0;       // busy when the last pipeline receive is issued
   double at_last_send = 0;       // busy when the last pipeline send is issued
   bool has_recv = false, has_send = false;
+  // The same figures on a clock that starts when the first pipeline receive is issued and
+  // on which the communication issued before it is done by then: the first bucket's
+  // parameter all-gather (overlap_param_gather, launched as the step begins) runs while a
+  // stage waits for its first forward's input, so what a stage does after that receive
+  // cannot be placed after both the all-gather and the input's arrival. The pipeline bound
+  // adds these to when the first forward arrives; the clock above bounds a stage alone.
+  struct SinceFirstRecv {
+    double busy = 0;           // at the end of the step
+    double at_first_send = 0;  // 0 when the first send came before the first receive
+    double at_last_recv = 0;
+    double at_last_send = 0;
+  } since_first_recv;
 };
 
 struct DryRun {
