@@ -40,6 +40,18 @@ nlohmann::json h100_bounds(const std::vector<Scenario>& picked) {
   });
 }
 
+// The symmetric simulation of `s` on dgx-h100, in a child process ({"seconds": iteration
+// seconds}, or {"error": …}).
+nlohmann::json h100_simulated(const Scenario& s) {
+  return in_child([&] {
+    const Topology t = load_topology("dgx-h100");
+    SimulateOptions o;
+    o.mode = SimMode::symmetric;
+    o.pricer = pricer_for(t);
+    return nlohmann::json{{"seconds", simulate(s, t, o).iteration_seconds}};
+  });
+}
+
 // The labels of the candidates other than the baseline, in enumeration order.
 std::vector<std::string> searched_labels(const Enumeration& e) {
   std::vector<std::string> labels;
@@ -581,13 +593,7 @@ TEST(DryRun, TheBoundFollowsTheRankOrderAndHoldsForEach) {
   ASSERT_EQ(dry.size(), 2u);
   EXPECT_NE(dry[0].get<double>(), dry[1].get<double>());
   for (std::size_t i = 0; i < picked.size(); ++i) {
-    const auto sim = in_child([&] {
-      const Topology t = load_topology("dgx-h100");
-      SimulateOptions o;
-      o.mode = SimMode::symmetric;
-      o.pricer = pricer_for(t);
-      return nlohmann::json{{"seconds", simulate(picked[i], t, o).iteration_seconds}};
-    });
+    const auto sim = h100_simulated(picked[i]);
     ASSERT_FALSE(sim.contains("error")) << sim.dump();
     EXPECT_LE(dry[i].get<double>(), sim["seconds"].get<double>() * (1 + 1e-9))
         << picked[i].parallelism.order;
@@ -624,13 +630,7 @@ TEST(DryRun, TheFirstParameterGatherRunsDuringThePipelineFill) {
   ASSERT_FALSE(dry.is_object()) << dry.dump();
   ASSERT_EQ(dry.size(), 2u);
   for (std::size_t i = 0; i < picked.size(); ++i) {
-    const auto sim = in_child([&] {
-      const Topology t = load_topology("dgx-h100");
-      SimulateOptions o;
-      o.mode = SimMode::symmetric;
-      o.pricer = pricer_for(t);
-      return nlohmann::json{{"seconds", simulate(picked[i], t, o).iteration_seconds}};
-    });
+    const auto sim = h100_simulated(picked[i]);
     ASSERT_FALSE(sim.contains("error")) << sim.dump();
     const double bound = dry[i].get<double>();
     const double simulated = sim["seconds"].get<double>();
