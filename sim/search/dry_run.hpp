@@ -42,9 +42,10 @@ struct StageDryRun {
   double at_last_send = 0;       // busy when the last pipeline send is issued
   bool has_recv = false, has_send = false;
   // The same figures on a clock that starts when the first pipeline receive is issued and
-  // on which the communication issued before it is done by then: the first bucket's
-  // parameter all-gather (overlap_param_gather, launched as the step begins) runs while a
-  // stage waits for its first forward's input, so what a stage does after that receive
+  // on which the communication issued before it is done by then: the parameter all-gather
+  // launched as the step begins (overlap_param_gather: the first bucket, off the first
+  // stage the whole stage's parameters) runs while a stage waits for its first forward's
+  // input, so what a stage does after that receive
   // cannot be placed after both the all-gather and the input's arrival. The pipeline bound
   // adds these to when the first forward arrives; the clock above bounds a stage alone.
   struct SinceFirstRecv {
