@@ -600,6 +600,14 @@ TEST(DryRun, TheBoundFollowsTheRankOrderAndHoldsForEach) {
   }
 }
 
+Scenario with_layout(Scenario s, int world, int tp, int pp, const std::string& order) {
+  s.cluster.world_size = world;
+  s.parallelism.tensor_model_parallel_size = tp;
+  s.parallelism.pipeline_model_parallel_size = pp;
+  s.parallelism.order = order;
+  return s;
+}
+
 // Off the first pipeline stage Megatron-Core gathers a stage's parameters as one bucket,
 // launched as the step begins (overlap_param_gather, its zero_grad); a later stage waits for
 // it only once its first forward's input has come, so the gather runs during the pipeline
@@ -610,20 +618,17 @@ TEST(DryRun, TheBoundFollowsTheRankOrderAndHoldsForEach) {
 TEST(DryRun, TheFirstParameterGatherRunsDuringThePipelineFill) {
   std::vector<Scenario> picked;
   for (bool overlap_param_gather : {true, false}) {
-    Scenario s = small_model();
+    Scenario s = with_layout(small_model(), 32, 1, 4, "tp-cp-ep-pp-dp");
     s.model.num_layers = 16;
     s.model.hidden_size = 4096;
     s.model.num_attention_heads = 32;
     s.training.fp16 = false;
     s.training.bf16 = true;
     s.training.global_batch_size = 32;
-    s.cluster.world_size = 32;
     s.cluster.topology = "dgx-h100";
-    s.parallelism.pipeline_model_parallel_size = 4;
     s.parallelism.use_distributed_optimizer = true;
     s.parallelism.overlap_grad_reduce = true;
     s.parallelism.overlap_param_gather = overlap_param_gather;
-    s.parallelism.order = "tp-cp-ep-pp-dp";
     picked.push_back(s);
   }
   const nlohmann::json dry = h100_bounds(picked);
@@ -638,14 +643,6 @@ TEST(DryRun, TheFirstParameterGatherRunsDuringThePipelineFill) {
     EXPECT_LE(bound, simulated * (1 + 1e-9)) << label;
     EXPECT_GT(bound, 0.7 * simulated) << label;
   }
-}
-
-Scenario with_layout(Scenario s, int world, int tp, int pp, const std::string& order) {
-  s.cluster.world_size = world;
-  s.parallelism.tensor_model_parallel_size = tp;
-  s.parallelism.pipeline_model_parallel_size = pp;
-  s.parallelism.order = order;
-  return s;
 }
 
 TEST(PlacementKey, OrdersThatOnlyRenumberNodesShareAKey) {
