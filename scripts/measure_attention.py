@@ -20,9 +20,22 @@ forward 4 · pairs · head_dim per query head, backward 10 · pairs · head_dim,
 `--cases published` gives the shapes of the repository's H100/B200/GB200 published rows
 (micro batch, query heads and key/value heads per tensor-parallel rank, sequence per
 context-parallel rank, head dim); `sweep` a grid over sequence, batch × heads and head dim
-at one micro batch; `all` both. One JSON line per case and backend: the shape, seconds
-forward and backward, TFLOP/s each way, or the backend's refusal. Needs PyTorch with a
-CUDA GPU (not a dependency of tandem).
+at one micro batch; `cp` the kernels a context-parallel rank runs for the published rows
+with context parallelism 2 (below); `all` all three. One JSON line per case and backend:
+the shape, seconds forward and backward, TFLOP/s each way, or the backend's refusal. Needs
+PyTorch with a CUDA GPU (not a dependency of tandem).
+
+Context parallelism splits the sequence into 2·cp chunks of c tokens, a rank holding two.
+Its attention is not the square causal kernel the other cases time: Transformer Engine's
+ring (AttnFuncWithCPAndKVP2P) runs one kernel a step, the "diagonal" (the rank's 2c
+queries against its own 2c keys, causal), then "lower" (2c queries against the first c
+keys of an earlier rank's block, no mask) or "upper" (the last c queries against a later
+rank's 2c keys, no mask), and merges each step's output into an fp32 sum ("correction",
+timed here as eager PyTorch ops, an upper bound of TE's fused ones); tandem's step
+(model/context_parallel_attention.cpp) runs a kernel per pair of chunks instead ("pair
+causal", "pair full": c against c). `cp` times those, and the whole sequence causal ("no
+cp"), so the cost model's CP pricing, fitted on square causal kernels, can be checked on
+the shapes CP runs.
 """
 import argparse
 import sys
@@ -63,19 +76,41 @@ def sweep():
     return out
 
 
+# (micro batch, query heads, key/value heads, sequence, head dim) per tensor-parallel rank
+# of the published rows with context parallelism 2 (scenarios/published: NeMo 24.07's
+# Llama 3 70B and 8B, 25.02's B200 Llama 3 70B, the 405B rows on 128 GPUs, 25.11's GB300
+# and H100 405B).
+CP2_ROWS = [(1, 16, 2, 8192, 128), (1, 32, 8, 8192, 128), (1, 32, 4, 8192, 128),
+            (1, 32, 2, 8192, 128), (1, 64, 4, 8192, 128), (1, 16, 1, 8192, 128)]
+CP = 2
 
 
-def measure(backend, shape, reps):
+def cp_cases():
+    """(section, shape, query tokens, key tokens, causal) of each kernel a CP-2 rank runs."""
+    out = []
+    for shape in CP2_ROWS:
+        c = shape[3] // (2 * CP)
+        out += [("no cp", shape, shape[3], shape[3], True),
+                ("diagonal", shape, 2 * c, 2 * c, True),
+                ("lower", shape, 2 * c, c, False),
+                ("upper", shape, c, 2 * c, False),
+                ("pair causal", shape, c, c, True),
+                ("pair full", shape, c, c, False)]
+    return out
+
+
+def measure(backend, shape, reps, tq=None, tk=None, causal=True):
     batch, heads, groups, seq, head_dim = shape
-    q = torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+    tq, tk = tq or seq, tk or seq
+    q = torch.randn(batch, heads, tq, head_dim, device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
-    k = torch.randn(batch, groups, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+    k = torch.randn(batch, groups, tk, head_dim, device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
     v = torch.randn_like(k, requires_grad=True)
     gqa = groups != heads
     with sdpa_kernel([BACKENDS[backend]]):
         def forward():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
         out = forward()
         grad = torch.randn_like(out)
@@ -87,7 +122,8 @@ def measure(backend, shape, reps):
         with torch.no_grad():
             forward_s, forward_host = timed(forward, reps)
         both_s, both_host = timed(both, reps)
-    pairs = seq * (seq + 1) / 2
+    # Causal cases are square (tq = tk), where top-left and bottom-right masks agree.
+    pairs = tq * (tq + 1) / 2 if causal else tq * tk
     flops_fwd = 4 * pairs * head_dim * batch * heads
     backward_s = both_s - forward_s
     return {"host_bound": forward_host or both_host,
@@ -96,12 +132,59 @@ def measure(backend, shape, reps):
             "backward_tflops": 2.5 * flops_fwd / backward_s / 1e12}
 
 
+def correction_seconds(shape, reps):
+    """One ring step's merge into the running output (TE's flash_attn_fwd_out_correction and
+    softmax_lse_correction) for a rank's 2c queries, as eager PyTorch ops."""
+    batch, heads, _, seq, head_dim = shape
+    rows = seq // CP
+    out = torch.zeros(batch, rows, heads, head_dim, device="cuda")
+    step = torch.randn(batch, rows, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    lse = torch.randn(batch, heads, rows, device="cuda")
+    lse_step = torch.randn_like(lse)
+
+    def merge():
+        high, low = torch.max(lse, lse_step), torch.min(lse, lse_step)
+        merged = high + torch.log1p(torch.exp(low - high))
+        out.add_(step * torch.exp(lse_step - merged).movedim(2, 1).unsqueeze(-1))
+        lse.copy_(merged)
+
+    return timed(merge, reps)
+
+
+def measure_cp(gpu, backends, reps):
+    """The cp cases' JSON lines (see the module's description), printed as they run."""
+    lines = []
+    for section, shape, tq, tk, causal in cp_cases():
+        for backend in backends:
+            line = {"backend": backend, "gpu": gpu, "case": "cp", "cp": CP, "section": section,
+                    "micro_batch": shape[0], "heads": shape[1], "groups": shape[2],
+                    "seq": shape[3], "tq": tq, "tk": tk, "head_dim": shape[4],
+                    "dtype": "bf16", "causal": causal}
+            try:
+                line.update(measure(backend, shape, reps, tq, tk, causal))
+                print(f"  {backend:5s} cp {section:11s} {str(shape):26s} {tq}x{tk} "
+                      f"fwd {line['forward_s'] * 1e3:7.3f} ms  bwd {line['backward_s'] * 1e3:7.3f}"
+                      " ms" + ("  (host-bound)" if line["host_bound"] else ""), flush=True)
+            except RuntimeError as e:
+                print(f"  {backend:5s} cp {section:11s} {str(shape):26s} refused: "
+                      f"{refused(line, e)}", flush=True)
+            lines.append(line)
+            torch.cuda.empty_cache()
+        if section == "no cp":
+            seconds, host_bound = correction_seconds(shape, reps)
+            lines.append({"gpu": gpu, "case": "cp", "cp": CP, "section": "correction",
+                          "micro_batch": shape[0], "heads": shape[1], "seq": shape[3],
+                          "head_dim": shape[4], "seconds": seconds, "host_bound": host_bound})
+            print(f"        cp correction {str(shape):26s} {seconds * 1e3:7.3f} ms", flush=True)
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="write the JSON lines here too")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--backends", default="cudnn,flash")
-    parser.add_argument("--cases", choices=("published", "sweep", "all"), default="all")
+    parser.add_argument("--cases", choices=("published", "sweep", "cp", "all"), default="all")
     args = parser.parse_args()
     if args.reps < 1:
         sys.exit(f"measure_attention.py: --reps = {args.reps}: must be at least 1")
@@ -111,10 +194,13 @@ def main():
             sys.exit(f"measure_attention.py: --backends: '{b}' is not one of {sorted(BACKENDS)}")
     if not torch.cuda.is_available():
         sys.exit("measure_attention.py: needs a CUDA GPU")
-    shapes = {"published": PUBLISHED, "sweep": sweep(), "all": PUBLISHED + sweep()}[args.cases]
+    shapes = {"published": PUBLISHED, "sweep": sweep(), "cp": [],
+              "all": PUBLISHED + sweep()}[args.cases]
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     lines = []
+    if args.cases in ("cp", "all"):
+        lines += measure_cp(gpu, backends, args.reps)
     for shape in shapes:
         for backend in backends:
             line = {"backend": backend, "gpu": gpu, "micro_batch": shape[0],
