@@ -159,7 +159,6 @@ class InstantCommunicator : public Communicator {
       for (const auto& op : ops) {
         if (op.kind == P2POp::Kind::recv) {
           notes_->has_recv = true;
-          notes_->at_last_recv = busy;
           after.at_last_recv = since;
         } else {
           if (!notes_->has_send) {
@@ -167,7 +166,6 @@ class InstantCommunicator : public Communicator {
             after.at_first_send = since;
           }
           notes_->has_send = true;
-          notes_->at_last_send = busy;
           after.at_last_send = since;
         }
       }
@@ -350,8 +348,6 @@ void run_stage(const Scenario& s, const Topology& topology, const Layout& layout
     notes.host_seconds = device.host_now() - host_before;
     notes.before_first_recv -= before;
     notes.at_first_send -= before;
-    notes.at_last_recv -= before;
-    notes.at_last_send -= before;
     if (notes.has_recv) notes.since_first_recv.busy = stage_clock.since();
   }
   notes.peak_memory_bytes = device.memory().peak().value;
@@ -411,8 +407,6 @@ std::optional<StageDryRun> extrapolate(const StageDryRun& a, const StageDryRun& 
   StageDryRun x = b;
   x.busy_seconds = extend(a.busy_seconds, b.busy_seconds);
   x.host_seconds = extend(a.host_seconds, b.host_seconds);
-  x.at_last_recv = extend(a.at_last_recv, b.at_last_recv);
-  x.at_last_send = extend(a.at_last_send, b.at_last_send);
   auto& since = x.since_first_recv;
   since.busy = extend(a.since_first_recv.busy, b.since_first_recv.busy);
   since.at_last_recv = extend(a.since_first_recv.at_last_recv, b.since_first_recv.at_last_recv);

@@ -38,21 +38,19 @@ struct StageDryRun {
   double host_seconds = 0;
   double before_first_recv = 0;  // busy when the first pipeline receive is issued
   double at_first_send = 0;      // busy when the first pipeline send is issued
-  double at_last_recv = 0;       // busy when the last pipeline receive is issued
-  double at_last_send = 0;       // busy when the last pipeline send is issued
   bool has_recv = false, has_send = false;
-  // The same figures on a clock that starts when the first pipeline receive is issued and
-  // on which the communication issued before it is done by then: the parameter all-gather
-  // launched as the step begins (overlap_param_gather: the first bucket, off the first
-  // stage the whole stage's parameters) runs while a stage waits for its first forward's
-  // input, so what a stage does after that receive
-  // cannot be placed after both the all-gather and the input's arrival. The pipeline bound
-  // adds these to when the first forward arrives; the clock above bounds a stage alone.
+  // Past the first pipeline receive, the figures the pipeline bound adds to when the first
+  // forward arrives, on a clock that starts at that receive and on which the communication
+  // issued before it is done by then: the parameter all-gather launched as the step begins
+  // (overlap_param_gather: the first bucket, off the first stage the whole stage's
+  // parameters) runs while a stage waits for its first forward's input, so what a stage
+  // does after that receive cannot be placed after both. busy_seconds, on the clock above,
+  // bounds a stage alone.
   struct SinceFirstRecv {
     double busy = 0;           // at the end of the step
     double at_first_send = 0;  // 0 when the first send came before the first receive
-    double at_last_recv = 0;
-    double at_last_send = 0;
+    double at_last_recv = 0;   // when the last pipeline receive is issued
+    double at_last_send = 0;   // when the last pipeline send is issued
   } since_first_recv;
 };
 
